@@ -1,0 +1,85 @@
+"""``cardquota``: review AdmissionReviews and show queue status offline, from a cluster snapshot.
+
+Contract (other tools rely on it):
+  cardquota review --cluster DIR [--webhook validate|mutate]   AdmissionReview on stdin -> response
+  cardquota status --cluster DIR [--output table|json]
+  cardquota examples DIR                                       every review under DIR/reviews
+Exit 0 whenever a response was produced (allowed or not); 2 with a message when it was not.
+"""
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import orjson
+
+from webhook import review, snapshot
+from webhook.core.report import cluster_status, status_table
+from webhook.errors import CardquotaError
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="cardquota", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    rev = sub.add_parser("review", help="answer one AdmissionReview read from stdin")
+    rev.add_argument("--cluster", required=True, type=Path, help="snapshot directory of YAML/JSON")
+    rev.add_argument("--webhook", choices=("validate", "mutate"), default="validate")
+    stat = sub.add_parser("status", help="cluster cards and per-queue usage")
+    stat.add_argument("--cluster", required=True, type=Path)
+    stat.add_argument("--output", choices=("table", "json"), default="table")
+    ex = sub.add_parser("examples", help="review every file in DIR/reviews against DIR/cluster")
+    ex.add_argument("directory", type=Path)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "review":
+            return _review(args.cluster, args.webhook)
+        if args.command == "status":
+            return _status(args.cluster, args.output)
+        return _examples(args.directory)
+    except CardquotaError as exc:
+        print(f"cardquota: {exc}", file=sys.stderr)
+        return 2
+
+
+def _review(cluster: Path, webhook: review.Webhook) -> int:
+    state = snapshot.load_snapshot(cluster)
+    body = sys.stdin.buffer.read()
+    out = review.answer(state, body, webhook, time.time())
+    sys.stdout.buffer.write(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
+    return 0
+
+
+def _status(cluster: Path, output: str) -> int:
+    status = cluster_status(snapshot.load_snapshot(cluster))
+    if output == "json":
+        sys.stdout.buffer.write(orjson.dumps(status, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(status_table(status))
+    return 0
+
+
+def example_files(directory: Path) -> list[tuple[Path, review.Webhook]]:
+    """``*.mutate.json`` go to the mutating webhook, every other ``*.json`` to the validating one."""
+    files = sorted((directory / "reviews").glob("*.json"))
+    return [(f, "mutate" if f.name.endswith(".mutate.json") else "validate") for f in files]
+
+
+def review_example(directory: Path, path: Path, webhook: review.Webhook) -> str:
+    """Each example is reviewed against a fresh load of the cluster, as if it came alone."""
+    state = snapshot.load_snapshot(directory / "cluster")
+    _, decision = review.decide(state, path.read_bytes(), webhook, time.time())
+    return review.summary(decision)
+
+
+def _examples(directory: Path) -> int:
+    for path, webhook in example_files(directory):
+        print(f"# {path.relative_to(directory.parent)} ({webhook})")
+        print(review_example(directory, path, webhook))
+        print()
+    return 0

@@ -1,0 +1,57 @@
+"""The two entry points every front (CLI, server) calls: ``validate`` and ``mutate``, and
+``admit`` to record what was really admitted. Routing by resource lives here and nowhere else."""
+
+from webhook.core import decisions, patches, writes
+from webhook.core.ledger import Entry
+from webhook.core.state import ClusterState
+from webhook.core.verdicts import Allowed, Decision, Request
+
+VOLCANO_BATCH = "batch.volcano.sh"
+VOLCANO_SCHEDULING = "scheduling.volcano.sh"
+
+
+def validate(state: ClusterState, request: Request, now: float) -> Decision:
+    state.expire(now)
+    if request.operation == "DELETE":
+        return Allowed("deletes are always allowed")
+    resource, sub = request.resource, request.sub_resource
+    if resource == "pods" and not sub and request.operation == "CREATE":
+        return decisions.decide_pod_create(state, request, now)
+    if resource in decisions.SCALABLE and sub == "scale" and request.operation == "UPDATE":
+        return decisions.decide_scale(state, request)
+    if resource in decisions.SCALABLE and not sub and request.operation in ("CREATE", "UPDATE"):
+        return decisions.validate_workload(state, request)
+    if resource == "jobs" and request.group == VOLCANO_BATCH and request.operation in ("CREATE", "UPDATE"):
+        return writes.decide_volcano_job(state, request)
+    if (
+        resource == "queues"
+        and request.group == VOLCANO_SCHEDULING
+        and request.operation in ("CREATE", "UPDATE")
+    ):
+        return writes.decide_queue(state, request)
+    return Allowed(f"{resource} {request.operation} is not checked")
+
+
+def mutate(state: ClusterState, request: Request, owner: patches.Owner | None = None) -> Decision:
+    """Pod CREATE: affinity and canonical card name. PodGroup CREATE: annotations from its owner."""
+    if request.operation != "CREATE" or request.sub_resource:
+        return Allowed("only creates are mutated")
+    if request.resource == "pods":
+        return patches.pod_patch(state, request.obj)
+    if request.resource == "podgroups" and request.group == VOLCANO_SCHEDULING:
+        found = owner or patches.resolve_owner(state, request.obj)
+        return patches.podgroup_patch(state, request.obj, found)
+    return Allowed(f"{request.resource} is not mutated")
+
+
+def admit(state: ClusterState, request: Request, decision: Decision, now: float) -> None:
+    """Record an admitted demand in the in-flight ledger; dry runs leave no trace."""
+    if request.dry_run or not isinstance(decision, Allowed) or decision.hold is None:
+        return
+    hold = decision.hold
+    if hold.transfer_from:
+        state.ledger.settle(hold.transfer_from)
+    if hold.key in state.pods and not hold.key.startswith("scale:"):
+        return
+    entry = Entry(hold.queue, hold.spec, hold.per_pod, hold.pods, now + state.policy.in_flight_ttl)
+    state.ledger.record(hold.key, entry)

@@ -1,0 +1,195 @@
+"""Validation decisions for every row of SPEC §6. Pure: state and request in, Decision out."""
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+
+from webhook.core import keys, messages
+from webhook.core.cards import CardSpec
+from webhook.core.constraints import contradiction
+from webhook.core.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
+from webhook.core.objects import PodRecord, PodTemplate, pod_record, workload_record
+from webhook.core.quota import AnnotationError, parse_card_request
+from webhook.core.state import ClusterState, scale_key
+from webhook.core.usage import queue_usage
+from webhook.core.verdicts import Allowed, Decision, Denied, Hold, Request
+
+CLOSED_STATES = frozenset({"Closed", "Closing"})
+SCALABLE = {"deployments": "Deployment", "statefulsets": "StatefulSet", "replicasets": "ReplicaSet"}
+
+
+def decide_pod_create(state: ClusterState, request: Request, now: float) -> Decision:
+    obj = dict(request.obj)
+    pod = pod_record(obj)
+    if not pod.namespace or pod.namespace == "default":
+        pod = replace(pod, namespace=request.namespace or pod.namespace)
+    what = f"pod {pod.namespace}/{pod.name or request.name}"
+    demand = pod_demand(pod.template, state.inventory, state.policy)
+    match demand:
+        case NotCardPod():
+            return Allowed("not a card pod")
+        case UnnamedCardPod(resource, count):
+            return _unnamed(state, what, resource, count)
+        case BadDemand(reason):
+            return Denied(f"{what} {reason}")
+        case PodDemand():
+            pass
+    problem = contradiction(state, pod.template, pod.node_name, demand.spec, what)
+    if problem:
+        return Denied(problem, card=demand.spec.text)
+    queue = state.queue_of_pod(pod)
+    refused = queue_refuses(state, queue, what, demand.spec, demand.count)
+    if refused is not None:
+        return refused
+    if _covered_by_podgroup(state, pod, demand):
+        return Allowed("covered by its PodGroup's reservation", queue=queue, card=demand.spec.text)
+    hold = Hold(pod.uid, queue, demand.spec, demand.count, 1)
+    workload = state.workload_of(pod)
+    if workload is not None:
+        entry = state.ledger.get(scale_key(workload))
+        if entry and entry.pods > 0 and entry.spec == demand.spec and entry.per_pod == demand.count:
+            hold = replace(hold, transfer_from=scale_key(workload))
+            return Allowed(
+                "admitted under its workload's scale-up", hold=hold, queue=queue, card=demand.spec.text
+            )
+    usage = queue_usage(state, queue)
+    if usage.fits(demand.spec, demand.count, 1):
+        return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
+    message = messages.no_room(usage, demand.spec, what, demand.count)
+    if (
+        workload is not None
+        and workload.kind == "Deployment"
+        and state.live_pods_of(workload) >= workload.replicas
+    ):
+        message += (
+            f"; it is a rolling-update surge pod of deployment {workload.key}: at a full quota use"
+            " strategy maxSurge: 0, maxUnavailable: 1"
+        )
+    return Denied(message, queue=queue, card=demand.spec.text)
+
+
+def _unnamed(state: ClusterState, what: str, resource: str, count: int) -> Decision:
+    models = sorted(name for name, total in state.inventory.cards.items() if total.resource == resource)
+    example = f", one of: {', '.join(models)}" if models else ""
+    text = (
+        f"{what} requests {count} {resource} but has no {keys.CARD_NAME} annotation, so it would"
+        f" escape per-model quota; name the card model{example}"
+    )
+    if state.policy.unnamed_card_pods == "warn":
+        return Allowed("unnamed card pod allowed by policy", warnings=(text,))
+    return Denied(text)
+
+
+def queue_refuses(state: ClusterState, queue: str, what: str, spec: CardSpec, count: int) -> Denied | None:
+    info = state.queues.get(queue)
+    if info is None:
+        return Denied(
+            f'queue "{queue}" does not exist; {what} needs {count} {spec.text}'
+            f" (set {keys.QUEUE_NAME} to an existing queue)",
+            queue=queue,
+            card=spec.text,
+        )
+    if info.record.state in CLOSED_STATES:
+        return Denied(
+            f'queue "{queue}" is {info.record.state} and admits no new pods;'
+            f" {what} needs {count} {spec.text}",
+            queue=queue,
+            card=spec.text,
+        )
+    if info.quota is None:
+        return Denied(messages.no_quota_annotation(queue, what, spec, count), queue=queue, card=spec.text)
+    return None
+
+
+def _covered_by_podgroup(state: ClusterState, pod: PodRecord, demand: PodDemand) -> bool:
+    """A Volcano-gated pod: its own PodGroup (same controlling owner) still reserves its cards."""
+    if not pod.group_name or pod.owner is None:
+        return False
+    group = state.podgroups.get(f"{pod.namespace}/{pod.group_name}")
+    if group is None or group.phase not in ("Inqueue", "Running") or group.owner is None:
+        return False
+    if group.owner.uid != pod.owner.uid:
+        return False
+    asked = state.group_request(group).get(demand.spec, 0)
+    others = state.group_demand(group.key).get(demand.spec, 0)
+    charge = state.charge_of(pod.uid)
+    if charge is not None and charge.group == group.key:
+        others -= charge.count
+    return asked - others >= demand.count
+
+
+def decide_scale(state: ClusterState, request: Request) -> Decision:
+    kind = SCALABLE[request.resource]
+    new = _replicas(request.obj)
+    old = _replicas(request.old_obj)
+    if request.sub_resource == "scale":
+        workload = state.workload(kind, request.namespace, request.name)
+        if workload is None:
+            return Allowed(
+                f"{kind.lower()} {request.target} not in cache yet; its pods are checked one by one"
+            )
+    else:
+        workload = workload_record({**request.obj, "kind": kind})
+        workload = replace(workload, namespace=workload.namespace or request.namespace)
+        cached = state.workload(kind, request.namespace, request.name)
+        workload = replace(workload, uid=cached.uid) if cached else workload
+    if new is None or old is None or new <= old:
+        return Allowed("not a scale-up")
+    pods = new - max(old, 0)
+    pods = max(pods, new - state.live_pods_of(workload))
+    if pods <= 0:
+        return Allowed("enough live pods already")
+    template = workload.tasks[0].template
+    demand = pod_demand(template, state.inventory, state.policy)
+    what = f"scale-up of {kind.lower()} {workload.key} from {old} to {new} replicas"
+    if not isinstance(demand, PodDemand):
+        if isinstance(demand, BadDemand):
+            return Denied(f"{what}: its pod template {demand.reason}")
+        return Allowed("not a card workload")
+    queue = template.annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
+    refused = queue_refuses(state, queue, what, demand.spec, demand.count * pods)
+    if refused is not None:
+        return refused
+    usage = queue_usage(state, queue, exclude_ledger=scale_key(workload))
+    hold = Hold(scale_key(workload), queue, demand.spec, demand.count, pods)
+    if usage.fits(demand.spec, demand.count, pods):
+        return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
+    return Denied(
+        messages.no_room(usage, demand.spec, what, demand.count, pods), queue=queue, card=demand.spec.text
+    )
+
+
+def _replicas(obj: object) -> int | None:
+    if not isinstance(obj, dict) or not obj:
+        return None
+    value = (obj.get("spec") or {}).get("replicas", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def validate_workload(state: ClusterState, request: Request) -> Decision:
+    """Deployment / StatefulSet / ReplicaSet writes: well-formed card annotations, then scale-ups."""
+    kind = SCALABLE[request.resource]
+    what = f"{kind.lower()} {request.target}"
+    workload = workload_record({**request.obj, "kind": kind})
+    problem = annotation_problem(state, workload.annotations, [t.template for t in workload.tasks], what)
+    if problem:
+        return Denied(problem)
+    if request.operation == "UPDATE":
+        return decide_scale(state, request)
+    return Allowed("well-formed")
+
+
+def annotation_problem(
+    state: ClusterState, annotations: Mapping[str, str], templates: Iterable[PodTemplate], what: str
+) -> str:
+    """Why a workload's ``card.request`` or a pod template's ``card.name`` is malformed, or ""."""
+    text = annotations.get(keys.CARD_REQUEST)
+    if text is not None:
+        try:
+            parse_card_request(keys.CARD_REQUEST, text)
+        except AnnotationError as exc:
+            return f"{what} has a malformed {exc}"
+    for template in templates:
+        demand = pod_demand(template, state.inventory, state.policy)
+        if isinstance(demand, BadDemand):
+            return f"{what}: its pod template {demand.reason}"
+    return ""

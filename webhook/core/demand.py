@@ -1,0 +1,119 @@
+"""The card demand of one pod (or one pod of a template): which cards, which resource, how many."""
+
+from dataclasses import dataclass
+
+from webhook.core import keys
+from webhook.core.cards import CardKind, CardName, CardNameError, CardSpec, parse_card_name, parse_card_spec
+from webhook.core.nodes import Inventory
+from webhook.core.objects import PodTemplate
+from webhook.core.policy import Policy
+from webhook.core.quantity import QuantityError, ceil_quantity
+
+
+@dataclass(frozen=True, slots=True)
+class NotCardPod:
+    """No ``card.name`` and no card resource: the webhook leaves it alone."""
+
+
+@dataclass(frozen=True, slots=True)
+class UnnamedCardPod:
+    """Requests a card resource but names no card: it would escape per-model quota."""
+
+    resource: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class PodDemand:
+    """``count`` cards of one of ``spec``'s models, all through ``resource``."""
+
+    spec: CardSpec
+    resource: str
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class BadDemand:
+    """A card pod we must refuse; ``reason`` completes "pod X ..."."""
+
+    reason: str
+
+
+Demand = NotCardPod | UnnamedCardPod | PodDemand | BadDemand
+
+
+def resource_of(card: CardName, inventory: Inventory, policy: Policy) -> str:
+    """The resource name a card is requested through: discovered, else the naming rules."""
+    if (total := inventory.cards.get(card)) is not None:
+        return total.resource
+    parsed = parse_card_name(card)
+    if parsed.kind is CardKind.MPS:
+        return keys.MPS_RESOURCE
+    if parsed.kind is CardKind.MIG:
+        return keys.MIG_PREFIX + parsed.mig_profile
+    return policy.default_resource
+
+
+def label_key_of(card: CardName, inventory: Inventory, policy: Policy) -> str:
+    total = inventory.cards.get(card)
+    return total.label_key if total is not None and total.label_key else policy.default_label_key
+
+
+def is_card_resource(resource: str, inventory: Inventory, policy: Policy) -> bool:
+    return (
+        resource in inventory.card_resources()
+        or resource in (policy.default_resource, keys.MPS_RESOURCE)
+        or resource.startswith(keys.MIG_PREFIX)
+    )
+
+
+def quantity_of(template: PodTemplate, resource: str) -> int | None:
+    """Limits first, then requests (the plugin's order), rounded up; None when neither has it."""
+    for source in (template.resources.limits, template.resources.requests):
+        if resource in source:
+            try:
+                return ceil_quantity(source[resource])
+            except QuantityError:
+                return 0
+    return None
+
+
+def spec_resource(spec: CardSpec, inventory: Inventory, policy: Policy) -> str | BadDemand:
+    """The one resource all alternatives share, or why they do not."""
+    resources = {card: resource_of(card, inventory, policy) for card in spec.cards}
+    if len(set(resources.values())) > 1:
+        listed = ", ".join(f"{card} is {res}" for card, res in resources.items())
+        return BadDemand(
+            f"names cards of different resources ({listed}): a device plugin would allocate all of"
+            " them; split the workload into one per resource"
+        )
+    return next(iter(resources.values()))
+
+
+def pod_demand(template: PodTemplate, inventory: Inventory, policy: Policy) -> Demand:
+    raw = template.annotations.get(keys.CARD_NAME)
+    if raw is None:
+        return _unnamed(template, inventory, policy)
+    try:
+        spec = parse_card_spec(raw)
+    except CardNameError as exc:
+        return BadDemand(f"has a malformed {keys.CARD_NAME}: {exc}")
+    resource = spec_resource(spec, inventory, policy)
+    if isinstance(resource, BadDemand):
+        return resource
+    count = quantity_of(template, resource)
+    if not count:
+        return BadDemand(
+            f"names card {spec.text} but requests {count or 0} {resource}: set"
+            f" resources.limits[{resource!r}] to the number of cards per pod"
+        )
+    return PodDemand(spec, resource, count)
+
+
+def _unnamed(template: PodTemplate, inventory: Inventory, policy: Policy) -> Demand:
+    for resource in sorted({*template.resources.limits, *template.resources.requests}):
+        if is_card_resource(resource, inventory, policy):
+            count = quantity_of(template, resource) or 0
+            if count > 0:
+                return UnnamedCardPod(resource, count)
+    return NotCardPod()

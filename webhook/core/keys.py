@@ -1,0 +1,17 @@
+"""Annotation and label keys shared with Volcano and the capacity-card scheduler plugin."""
+
+from typing import Final
+
+CARD_QUOTA: Final = "volcano.sh/card.quota"
+CARD_REQUEST: Final = "volcano.sh/card.request"
+CARD_NAME: Final = "volcano.sh/card.name"
+SERVICE_TYPE: Final = "volcano.sh/service.type"
+PREEMPTABLE: Final = "volcano.sh/preemptable"
+QUEUE_NAME: Final = "scheduling.volcano.sh/queue-name"
+GROUP_NAME: Final = "scheduling.k8s.io/group-name"
+
+MPS_REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
+MIG_PREFIX: Final = "nvidia.com/mig-"
+MPS_RESOURCE: Final = "nvidia.com/gpu.shared"
+
+DEFAULT_QUEUE: Final = "default"

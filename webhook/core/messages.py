@@ -1,0 +1,63 @@
+"""The one-line texts people read in kubectl, ReplicaSet and HPA events. Only the target queue's
+numbers ever appear: never another tenant's."""
+
+from webhook.core.cards import CardName, CardSpec
+from webhook.core.usage import CardUse, QueueUsage
+
+
+def breakdown(use: CardUse) -> str:
+    parts = [
+        f"{n} {label}"
+        for n, label in (
+            (use.bound, "running"),
+            (use.pending, "pending"),
+            (use.reserved, "reserved by PodGroups"),
+            (use.in_flight, "admitted, not yet seen"),
+        )
+        if n
+    ]
+    return f"quota {use.quota}: {', '.join(parts)}" if parts else f"quota {use.quota}"
+
+
+def left_of(usage: QueueUsage, card: CardName) -> str:
+    """``1 NVIDIA-H200 left (quota 3: 1 running, 1 pending)``, or why there is none at all."""
+    if card not in usage.quota:
+        return f"no {card} quota"
+    use = usage.card(card)
+    return f"{use.left} {card} left ({breakdown(use)})"
+
+
+def no_room(usage: QueueUsage, spec: CardSpec, what: str, per_pod: int, pods: int = 1) -> str:
+    """Why ``pods`` pods of ``spec`` do not fit; ``what`` names the object."""
+    queue = f'queue "{usage.queue}"'
+    if not spec.is_multi:
+        card = spec.cards[0]
+        if pods == 1:
+            return f"{queue} has {left_of(usage, card)}; {what} needs {per_pod}"
+        return (
+            f"{what} needs {per_pod * pods} {card} ({per_pod} per pod); {queue} has"
+            f" {_trim_card(left_of(usage, card), card)}"
+        )
+    options = ", ".join(f"{card} ({_left_short(usage, card)})" for card in spec.cards)
+    if pods == 1:
+        return f"none of {options} in {queue} can hold {what} needing {per_pod}"
+    return (
+        f"{what} needs {pods} pods of {per_pod} card(s) from {spec.text}; none of {options}"
+        f" in {queue} can hold them"
+    )
+
+
+def _left_short(usage: QueueUsage, card: CardName) -> str:
+    return f"{usage.card(card).left} left" if card in usage.quota else "no quota"
+
+
+def _trim_card(text: str, card: CardName) -> str:
+    """``1 NVIDIA-H200 left (...)`` -> ``1 left (...)`` where the card was just named."""
+    return text.replace(f" {card} left", " left", 1)
+
+
+def no_quota_annotation(queue: str, what: str, spec: CardSpec, count: int) -> str:
+    return (
+        f'queue "{queue}" has no card quota (no volcano.sh/card.quota annotation), so it may use no'
+        f" card; {what} needs {count} {spec.text}"
+    )

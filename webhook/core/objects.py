@@ -1,0 +1,289 @@
+"""Slim records of cluster objects: only what the decisions read, built from raw API dicts.
+
+The snapshot loader and the live cache both build these with the same functions, so the
+offline answer and the live one agree.
+"""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from webhook.core import keys
+from webhook.core.quantity import QuantityError, parse_quantity
+
+Raw = Mapping[str, Any]
+NOT_CARD_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
+TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+
+
+@dataclass(frozen=True, slots=True)
+class OwnerRef:
+    kind: str
+    name: str
+    uid: str
+    api_version: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """A pod's effective extended-resource requests and limits (Kubernetes rules)."""
+
+    requests: Mapping[str, Any] = field(default_factory=dict)
+    limits: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PodTemplate:
+    """What demand and affinity need from a pod or a pod template."""
+
+    annotations: Mapping[str, str]
+    resources: Resources
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    required_terms: tuple[Raw, ...] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PodRecord:
+    uid: str
+    namespace: str
+    name: str
+    template: PodTemplate
+    node_name: str = ""
+    phase: str = "Pending"
+    deletion_deadline: float | None = None
+    owner: OwnerRef | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def group_name(self) -> str:
+        return self.template.annotations.get(keys.GROUP_NAME, "")
+
+    def is_terminal(self, now: float) -> bool:
+        if self.phase in TERMINAL_PHASES:
+            return True
+        return self.deletion_deadline is not None and now > self.deletion_deadline
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    name: str
+    replicas: int
+    template: PodTemplate
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRecord:
+    """A Deployment, StatefulSet, ReplicaSet or Volcano Job."""
+
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    replicas: int
+    annotations: Mapping[str, str]
+    tasks: tuple[Task, ...]
+    owner: OwnerRef | None = None
+    queue: str = ""
+    min_available: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupRecord:
+    namespace: str
+    name: str
+    uid: str
+    queue: str
+    phase: str
+    min_member: int
+    min_resources: Mapping[str, Any]
+    annotations: Mapping[str, str]
+    owner: OwnerRef | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRecord:
+    name: str
+    state: str
+    annotations: Mapping[str, str]
+    parent: str = ""
+
+
+def _meta(obj: Raw) -> Raw:
+    meta = obj.get("metadata") or {}
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _strings(value: Any) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        return {}
+    return {str(k): str(v) for k, v in value.items() if v is not None}
+
+
+def controller_of(obj: Raw) -> OwnerRef | None:
+    """The controlling owner reference (``controller: true``), else None."""
+    for ref in _meta(obj).get("ownerReferences") or []:
+        if isinstance(ref, Mapping) and ref.get("controller"):
+            return OwnerRef(
+                str(ref.get("kind", "")),
+                str(ref.get("name", "")),
+                str(ref.get("uid", "")),
+                str(ref.get("apiVersion", "")),
+            )
+    return None
+
+
+def _container_resources(container: Raw, which: str) -> dict[str, Any]:
+    res = (container.get("resources") or {}).get(which) or {}
+    return {k: v for k, v in res.items() if k not in NOT_CARD_RESOURCES and not k.startswith("hugepages-")}
+
+
+def _add(total: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(total)
+    for name, value in extra.items():
+        out[name] = _q(out.get(name, 0)) + _q(value)
+    return out
+
+
+def _max(left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(left)
+    for name, value in right.items():
+        out[name] = max(_q(out.get(name, 0)), _q(value))
+    return out
+
+
+def _q(value: Any) -> Any:
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return 0
+
+
+def effective_resources(spec: Raw, which: str) -> dict[str, Any]:
+    """Kubernetes' pod-level value: max(sum of containers (+sidecars), running init max) + overhead."""
+    total: dict[str, Any] = {}
+    for container in spec.get("containers") or []:
+        total = _add(total, _container_resources(container, which))
+    sidecars: dict[str, Any] = {}
+    init_max: dict[str, Any] = {}
+    for container in spec.get("initContainers") or []:
+        own = _container_resources(container, which)
+        if container.get("restartPolicy") == "Always":
+            total = _add(total, own)
+            sidecars = _add(sidecars, own)
+            init_max = _max(init_max, sidecars)
+        else:
+            init_max = _max(init_max, _add(sidecars, own))
+    total = _max(total, init_max)
+    overhead = {k: v for k, v in (spec.get("overhead") or {}).items() if k not in NOT_CARD_RESOURCES}
+    return _add(total, overhead) if overhead else total
+
+
+def pod_template_of(template: Raw) -> PodTemplate:
+    """Slim view of a Pod or a PodTemplateSpec (``metadata`` + ``spec``)."""
+    spec = template.get("spec") or {}
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    terms = None
+    if isinstance(affinity, Mapping):
+        terms = tuple(t for t in affinity.get("nodeSelectorTerms") or [] if isinstance(t, Mapping))
+    return PodTemplate(
+        annotations=_strings(_meta(template).get("annotations")),
+        resources=Resources(effective_resources(spec, "requests"), effective_resources(spec, "limits")),
+        node_selector=_strings(spec.get("nodeSelector")),
+        required_terms=terms,
+    )
+
+
+def _timestamp(value: Any) -> float | None:
+    if not value:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def pod_record(obj: Raw) -> PodRecord:
+    meta, spec = _meta(obj), obj.get("spec") or {}
+    deletion = _timestamp(meta.get("deletionTimestamp"))
+    if deletion is not None:
+        deletion += float(meta.get("deletionGracePeriodSeconds") or 0)
+    return PodRecord(
+        uid=str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}"),
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or meta.get("generateName") or ""),
+        template=pod_template_of(obj),
+        node_name=str(spec.get("nodeName") or ""),
+        phase=str((obj.get("status") or {}).get("phase") or "Pending"),
+        deletion_deadline=deletion,
+        owner=controller_of(obj),
+    )
+
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return default
+
+
+def workload_record(obj: Raw) -> WorkloadRecord:
+    meta, spec, kind = _meta(obj), obj.get("spec") or {}, str(obj.get("kind", ""))
+    if kind == "Job":  # Volcano Job (batch.volcano.sh): tasks, each with a template
+        tasks = tuple(
+            Task(str(t.get("name", "")), _int(t.get("replicas"), 0), pod_template_of(t.get("template") or {}))
+            for t in spec.get("tasks") or []
+        )
+        replicas = sum(t.replicas for t in tasks)
+    else:
+        tasks = (Task("", _int(spec.get("replicas"), 1), pod_template_of(spec.get("template") or {})),)
+        replicas = _int(spec.get("replicas"), 1)
+    return WorkloadRecord(
+        kind=kind,
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or f"{kind}/{meta.get('namespace')}/{meta.get('name')}"),
+        replicas=replicas,
+        annotations=_strings(meta.get("annotations")),
+        tasks=tasks,
+        owner=controller_of(obj),
+        queue=str(spec.get("queue") or ""),
+        min_available=_int(spec.get("minAvailable"), 0),
+    )
+
+
+def podgroup_record(obj: Raw) -> PodGroupRecord:
+    meta, spec = _meta(obj), obj.get("spec") or {}
+    return PodGroupRecord(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta.get("name") or ""),
+        uid=str(meta.get("uid") or ""),
+        queue=str(spec.get("queue") or ""),
+        phase=str((obj.get("status") or {}).get("phase") or "Pending"),
+        min_member=_int(spec.get("minMember"), 0),
+        min_resources=dict(spec.get("minResources") or {}),
+        annotations=_strings(meta.get("annotations")),
+        owner=controller_of(obj),
+    )
+
+
+def queue_record(obj: Raw) -> QueueRecord:
+    meta, spec = _meta(obj), obj.get("spec") or {}
+    return QueueRecord(
+        name=str(meta.get("name") or ""),
+        state=str((obj.get("status") or {}).get("state") or "Open"),
+        annotations=_strings(meta.get("annotations")),
+        parent=str(spec.get("parent") or ""),
+    )

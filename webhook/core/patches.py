@@ -1,0 +1,153 @@
+"""Mutations as RFC 6902 JSON Patches (SPEC §6b): never overwrite what the user set, idempotent."""
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from webhook.core import keys
+from webhook.core.cards import CardSpec, product_of
+from webhook.core.demand import PodDemand, label_key_of, pod_demand
+from webhook.core.objects import PodRecord, PodTemplate, WorkloadRecord, controller_of, pod_template_of
+from webhook.core.state import ClusterState
+from webhook.core.verdicts import Allowed, PatchOp
+
+Raw = Mapping[str, Any]
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def pointer(*parts: str | int) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def pod_patch(state: ClusterState, pod: Raw) -> Allowed:
+    """Canonical ``card.name`` and a required ``<product key> In [products]`` in every term."""
+    template = pod_template_of(pod)
+    demand = pod_demand(template, state.inventory, state.policy)
+    if not isinstance(demand, PodDemand):
+        return Allowed("not a card pod (or refused by validation)")
+    ops: list[PatchOp] = []
+    if template.annotations.get(keys.CARD_NAME) != demand.spec.text:
+        path = pointer("metadata", "annotations", keys.CARD_NAME)
+        ops.append({"op": "replace", "path": path, "value": demand.spec.text})
+    ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, demand.spec)))
+    return Allowed("card pod confined to its models", patch=tuple(ops), card=demand.spec.text)
+
+
+def _expression(state: ClusterState, spec: CardSpec) -> dict[str, Any]:
+    products = list(dict.fromkeys(product_of(card) for card in spec.cards))
+    key = label_key_of(spec.cards[0], state.inventory, state.policy)
+    return {"key": key, "operator": "In", "values": products}
+
+
+def _has(term: Raw, expression: Raw) -> bool:
+    return any(
+        e.get("key") == expression["key"]
+        and e.get("operator") == "In"
+        and sorted(e.get("values") or []) == sorted(expression["values"])
+        for e in term.get("matchExpressions") or []
+    )
+
+
+def affinity_ops(spec: Raw, expression: dict[str, Any]) -> list[PatchOp]:
+    """AND ``expression`` into every required nodeSelectorTerm, creating what is missing."""
+    affinity = spec.get("affinity")
+    node_affinity = (affinity or {}).get("nodeAffinity")
+    required = (node_affinity or {}).get(_REQUIRED)
+    terms: Sequence[Raw] = (required or {}).get("nodeSelectorTerms") or []
+    new_required = {"nodeSelectorTerms": [{"matchExpressions": [expression]}]}
+    if affinity is None:
+        return [{"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {_REQUIRED: new_required}}}]
+    if node_affinity is None:
+        return [{"op": "add", "path": "/spec/affinity/nodeAffinity", "value": {_REQUIRED: new_required}}]
+    base = ("spec", "affinity", "nodeAffinity", _REQUIRED)
+    if required is None:
+        return [{"op": "add", "path": pointer(*base), "value": new_required}]
+    if not terms:
+        return [
+            {
+                "op": "add",
+                "path": pointer(*base, "nodeSelectorTerms"),
+                "value": new_required["nodeSelectorTerms"],
+            }
+        ]
+    ops: list[PatchOp] = []
+    for index, term in enumerate(terms):
+        if _has(term, expression):
+            continue
+        if term.get("matchExpressions") is None:
+            path = pointer(*base, "nodeSelectorTerms", index, "matchExpressions")
+            ops.append({"op": "add", "path": path, "value": [expression]})
+        else:
+            path = pointer(*base, "nodeSelectorTerms", index, "matchExpressions", "-")
+            ops.append({"op": "add", "path": path, "value": expression})
+    return ops
+
+
+Owner = WorkloadRecord | PodRecord
+
+
+def resolve_owner(state: ClusterState, group: Raw) -> Owner | None:
+    """The PodGroup's controlling owner from the cache (a pod of it for a batch Job)."""
+    ref = controller_of(group)
+    if ref is None:
+        return None
+    namespace = str((group.get("metadata") or {}).get("namespace") or "")
+    if ref.kind == "Pod":
+        return state.pods.get(ref.uid) or next(
+            (p for p in state.pods.values() if p.namespace == namespace and p.name == ref.name), None
+        )
+    workload = state.workloads_by_uid.get(ref.uid)
+    if workload is not None:
+        return workload
+    if ref.kind == "Job" and not ref.api_version.startswith("batch.volcano.sh"):
+        pods = state.pods_owned_by(ref.uid)
+        return pods[0] if pods else None
+    return state.workload(ref.kind, namespace, ref.name)
+
+
+def podgroup_patch(state: ClusterState, group: Raw, owner: Owner | None) -> Allowed:
+    """Copy ``card.name``, derive ``card.request``, set the service type; only where absent."""
+    ref = controller_of(group)
+    if ref is None:
+        return Allowed("PodGroup has no controlling owner: left unchanged")
+    if owner is None:
+        return Allowed(f"owner {ref.kind.lower()} {ref.name} not found: PodGroup left unchanged")
+    annotations = dict(((group.get("metadata") or {}).get("annotations")) or {})
+    spec = group.get("spec") or {}
+    wanted = _derived(state, owner, int(spec.get("minMember") or 1))
+    if state.policy.service_type and (service := state.policy.service_type_by_kind.get(ref.kind)):
+        wanted[keys.SERVICE_TYPE] = service
+        chosen = annotations.get(keys.SERVICE_TYPE, service)
+        if (preemptable := state.policy.preemptable_by_service_type.get(chosen)) is not None:
+            wanted[keys.PREEMPTABLE] = preemptable
+    missing = {k: v for k, v in wanted.items() if k not in annotations}
+    if not missing:
+        return Allowed("nothing to add")
+    if "annotations" not in (group.get("metadata") or {}) or group["metadata"]["annotations"] is None:
+        return Allowed(
+            "annotations added", patch=({"op": "add", "path": "/metadata/annotations", "value": missing},)
+        )
+    ops = tuple(
+        {"op": "add", "path": pointer("metadata", "annotations", k), "value": v} for k, v in missing.items()
+    )
+    return Allowed("annotations added", patch=ops)
+
+
+def _derived(state: ClusterState, owner: Owner, min_member: int) -> dict[str, str]:
+    if isinstance(owner, PodRecord):
+        templates: list[tuple[PodTemplate, int]] = [(owner.template, min_member)]
+    elif owner.kind == "Job":
+        templates = [(task.template, task.replicas) for task in owner.tasks]
+    else:
+        templates = [(owner.tasks[0].template, min_member)]
+    request: dict[str, int] = {}
+    for template, pods in templates:
+        demand = pod_demand(template, state.inventory, state.policy)
+        if isinstance(demand, PodDemand):
+            request[demand.spec.text] = request.get(demand.spec.text, 0) + demand.count * pods
+    out: dict[str, str] = {}
+    if len(request) == 1:
+        out[keys.CARD_NAME] = next(iter(request))
+    if request:
+        out[keys.CARD_REQUEST] = json.dumps(request, separators=(",", ":"))
+    return out

@@ -1,0 +1,26 @@
+"""The operator's choices the decisions depend on, as one frozen value (settings build it)."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+_SERVICE_TYPES = MappingProxyType(
+    {"ReplicaSet": "inference", "Deployment": "inference", "StatefulSet": "inference", "Job": "training"}
+)
+_PREEMPTABLE = MappingProxyType({"inference": "false", "training": "true"})
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    # A card that is in a quota but on no node takes these (MIG/MPS follow their own rules).
+    default_resource: str = "nvidia.com/gpu"
+    default_label_key: str = "nvidia.com/gpu.product"
+    # A pod that requests a card resource but names no card: "deny" or "warn" (allow, warn).
+    unnamed_card_pods: str = "deny"
+    # Set volcano.sh/service.type on PodGroups from the owner kind.
+    service_type: bool = False
+    service_type_by_kind: Mapping[str, str] = field(default_factory=lambda: _SERVICE_TYPES)
+    # With service_type on, also default volcano.sh/preemptable from the service type.
+    preemptable_by_service_type: Mapping[str, str] = field(default_factory=lambda: _PREEMPTABLE)
+    # How long an admitted demand is held while the cache has not seen it (seconds).
+    in_flight_ttl: float = 30.0

@@ -1,0 +1,81 @@
+"""The JSON annotations: ``card.quota`` on Queues and ``card.request`` on jobs and PodGroups.
+
+The scheduler plugin decodes them as Go ``map[string]int``; we accept exactly what it accepts
+and say precisely what is wrong with anything else.
+"""
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.core.cards import CardName, CardNameError, CardSpec, parse_card_name, parse_card_spec
+
+
+class AnnotationError(ValueError):
+    """A malformed card annotation; the text names the key and what is wrong."""
+
+
+@dataclass(frozen=True, slots=True)
+class CardRequest:
+    """``card.request``: total cards per spec a job needs."""
+
+    counts: Mapping[CardSpec, int]
+
+
+def _load_object(key: str, text: str) -> list[tuple[str, Any]]:
+    def pairs(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+        return items
+
+    try:
+        value = json.loads(text, object_pairs_hook=pairs)
+    except json.JSONDecodeError as exc:
+        raise AnnotationError(f"{key}: not JSON ({exc.msg} at column {exc.colno}): {text!r}") from exc
+    if not isinstance(value, list):
+        raise AnnotationError(f'{key} must be a JSON object like {{"NVIDIA-H200": 2}}, got {text!r}')
+    seen: set[str] = set()
+    for name, _ in value:
+        if name in seen:
+            raise AnnotationError(f"{key}: names {name!r} twice")
+        seen.add(name)
+    return value
+
+
+def _count(key: str, name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AnnotationError(f"{key}: count for {name!r} must be a whole number, got {json.dumps(value)}")
+    if value < minimum:
+        raise AnnotationError(f"{key}: count for {name!r} must be >= {minimum}, got {value}")
+    return value
+
+
+def parse_quota(key: str, text: str) -> dict[CardName, int]:
+    """``{cardName: int >= 0}``; an ``A|B`` key is refused: quota is per model."""
+    quota: dict[CardName, int] = {}
+    for name, value in _load_object(key, text):
+        if "|" in name:
+            raise AnnotationError(
+                f"{key}: {name!r} names several cards; quota is per card model, give each its own count"
+            )
+        try:
+            card = parse_card_name(name.strip())
+        except CardNameError as exc:
+            raise AnnotationError(f"{key}: {exc}") from exc
+        if card.name != name:
+            raise AnnotationError(f"{key}: {name!r} has surrounding whitespace; write {card.name!r}")
+        quota[card.name] = _count(key, name, value, 0)
+    return quota
+
+
+def parse_card_request(key: str, text: str) -> CardRequest:
+    """``{cardSpec: int > 0}``, keys may be ``A|B`` specs."""
+    counts: dict[CardSpec, int] = {}
+    for name, value in _load_object(key, text):
+        try:
+            spec = parse_card_spec(name)
+        except CardNameError as exc:
+            raise AnnotationError(f"{key}: {exc}") from exc
+        if spec in counts:
+            raise AnnotationError(f"{key}: names {spec.text!r} twice")
+        counts[spec] = _count(key, name, value, 1)
+    return CardRequest(counts)

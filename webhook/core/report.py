@@ -1,0 +1,70 @@
+"""``cardquota status``: cluster cards, per-queue usage and the warnings an operator should see."""
+
+from collections import Counter
+from typing import Any
+
+from webhook.core.cards import CardName
+from webhook.core.state import ClusterState
+from webhook.core.usage import queue_usage
+
+
+def cluster_status(state: ClusterState) -> dict[str, Any]:
+    cards = {
+        name: {
+            "resource": total.resource,
+            "label_key": total.label_key,
+            "product": total.product,
+            "nodes": len(total.nodes),
+            "total": total.total,
+        }
+        for name, total in state.inventory.cards.items()
+    }
+    queues: dict[str, Any] = {}
+    warnings = list(state.inventory.warnings())
+    quota_sum: Counter[CardName] = Counter()
+    for name in sorted(set(state.queues) | set(state.tallies)):
+        info = state.queues.get(name)
+        usage = queue_usage(state, name)
+        if info is None:
+            warnings.append(f'queue "{name}" does not exist but pods use it')
+        elif info.quota_error:
+            warnings.append(f'queue "{name}": {info.quota_error}; the scheduler reads it as no quota')
+        quota_sum.update(usage.quota)
+        placed = {card for (_, card) in usage.placement.placed}
+        per_card = {}
+        for card in sorted(set(usage.quota) | set(usage.fixed) | placed):
+            use = usage.card(card)
+            per_card[card] = {
+                "quota": use.quota,
+                "bound": use.bound,
+                "pending": use.pending,
+                "reserved": use.reserved,
+                "in_flight": use.in_flight,
+                "free": use.quota - use.used,
+            }
+            if use.used > use.quota:
+                warnings.append(f'queue "{name}" uses {use.used} {card}, above its quota of {use.quota}')
+        queues[name] = per_card
+    for card, total in sorted(quota_sum.items()):
+        have = state.inventory.cards.get(card)
+        if have is None and total:
+            warnings.append(f"{card}: queues' quotas sum to {total} but no node carries it")
+        elif have is not None and total > have.total:
+            warnings.append(f"{card}: queues' quotas sum to {total} but the cluster has {have.total}")
+    return {"cards": cards, "queues": queues, "warnings": warnings, "notes": list(state.notes)}
+
+
+def status_table(status: dict[str, Any]) -> str:
+    lines = ["CARD                                      RESOURCE                 NODES  TOTAL"]
+    for name, card in status["cards"].items():
+        lines.append(f"{name:<41} {card['resource']:<24} {card['nodes']:>5}  {card['total']:>5}")
+    lines += ["", "QUEUE            CARD                                      QUOTA BOUND PEND  RSV  FREE"]
+    for queue, per_card in status["queues"].items():
+        for card, n in per_card.items():
+            lines.append(
+                f"{queue:<16} {card:<41} {n['quota']:>5} {n['bound']:>5} {n['pending']:>4}"
+                f" {n['reserved']:>4} {n['free']:>5}"
+            )
+    lines += ["", "WARNINGS" if status["warnings"] else "no warnings"]
+    lines += [f"- {w}" for w in status["warnings"]]
+    return "\n".join(lines)

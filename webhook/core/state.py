@@ -1,0 +1,373 @@
+"""The in-memory cluster state both fronts decide from, with per-queue tallies kept incrementally.
+
+Every pod, PodGroup and workload update adjusts the tallies of the one queue it touches, so a
+decision reads a queue's tally (cards × groups) and never walks the pods.
+"""
+
+import heapq
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from webhook.core import keys
+from webhook.core.cards import CardName, CardSpec
+from webhook.core.demand import PodDemand, pod_demand, resource_of
+from webhook.core.ledger import Ledger
+from webhook.core.nodes import Inventory, NodeCards, build_inventory
+from webhook.core.objects import PodGroupRecord, PodRecord, QueueRecord, WorkloadRecord
+from webhook.core.policy import Policy
+from webhook.core.quantity import QuantityError, ceil_quantity
+from webhook.core.quota import AnnotationError, parse_card_request, parse_quota
+
+RESERVING_PHASES = frozenset({"Inqueue", "Running"})
+FlexKey = tuple[CardSpec, int]
+
+
+@dataclass(frozen=True, slots=True)
+class Charge:
+    """What one live pod counts against its queue."""
+
+    queue: str
+    bound: bool
+    card: CardName | None  # a fixed card, else flexible over spec
+    spec: CardSpec
+    count: int
+    group: str
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """What one Inqueue/Running PodGroup holds for pods not created yet."""
+
+    queue: str
+    fixed: Counter[CardName]
+    flex: Counter[FlexKey]
+
+
+class Tally:
+    """Per-queue sums: bound, pending (fixed and flexible), reserved (fixed and flexible)."""
+
+    __slots__ = ("bound", "pending", "pending_flex", "reserved", "reserved_flex")
+
+    def __init__(self) -> None:
+        self.bound: Counter[CardName] = Counter()
+        self.pending: Counter[CardName] = Counter()
+        self.pending_flex: Counter[FlexKey] = Counter()
+        self.reserved: Counter[CardName] = Counter()
+        self.reserved_flex: Counter[FlexKey] = Counter()
+
+    def charge(self, charge: Charge, sign: int) -> None:
+        if charge.bound and charge.card is not None:
+            self.bound[charge.card] += sign * charge.count
+        elif charge.card is not None:
+            self.pending[charge.card] += sign * charge.count
+        else:
+            self.pending_flex[(charge.spec, charge.count)] += sign
+        _drop_zeros(self.bound, self.pending, self.pending_flex)
+
+    def reserve(self, reservation: Reservation, sign: int) -> None:
+        for card, count in reservation.fixed.items():
+            self.reserved[card] += sign * count
+        for key, count in reservation.flex.items():
+            self.reserved_flex[key] += sign * count
+        _drop_zeros(self.reserved, self.reserved_flex)
+
+
+def _drop_zeros(*counters: Counter[CardName] | Counter[FlexKey]) -> None:
+    for counter in counters:
+        for key in [k for k, v in counter.items() if v == 0]:
+            del counter[key]
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInfo:
+    record: QueueRecord
+    quota: dict[CardName, int] | None  # None: no card.quota annotation
+    quota_error: str = ""
+
+
+class ClusterState:
+    """Nodes, queues, pods, PodGroups and workloads, indexed for admission decisions."""
+
+    def __init__(self, policy: Policy | None = None) -> None:
+        self.policy = policy or Policy()
+        self.nodes: dict[str, NodeCards] = {}
+        self.inventory = Inventory()
+        self.queues: dict[str, QueueInfo] = {}
+        self.pods: dict[str, PodRecord] = {}
+        self.podgroups: dict[str, PodGroupRecord] = {}
+        self.workloads: dict[tuple[str, str], WorkloadRecord] = {}  # (kind, ns/name)
+        self.workloads_by_uid: dict[str, WorkloadRecord] = {}
+        self.ledger = Ledger()
+        self.tallies: dict[str, Tally] = defaultdict(Tally)
+        self.notes: list[str] = []
+        self._charges: dict[str, Charge] = {}
+        self._reservations: dict[str, Reservation] = {}
+        self._group_pods: dict[str, set[str]] = defaultdict(set)
+        self._group_demand: dict[str, Counter[CardSpec]] = defaultdict(Counter)
+        self._node_pods: dict[str, set[str]] = defaultdict(set)
+        self._owner_pods: dict[str, set[str]] = defaultdict(set)
+        self._owner_groups: dict[str, set[str]] = defaultdict(set)
+        self._children: dict[str, set[str]] = defaultdict(set)  # owner uid -> workload uids
+        self._deadlines: list[tuple[float, str]] = []
+
+    # ---- nodes -------------------------------------------------------------------------
+    def upsert_node(self, cards: NodeCards) -> None:
+        if self.nodes.get(cards.node) == cards:
+            return
+        self.nodes[cards.node] = cards
+        self._refresh_inventory(cards.node)
+
+    def delete_node(self, name: str) -> None:
+        if self.nodes.pop(name, None) is not None:
+            self._refresh_inventory(name)
+
+    def _refresh_inventory(self, node: str) -> None:
+        before = {card: total.resource for card, total in self.inventory.cards.items()}
+        self.inventory = build_inventory(self.nodes)
+        after = {card: total.resource for card, total in self.inventory.cards.items()}
+        changed = {c for c in before.keys() | after.keys() if before.get(c) != after.get(c)}
+        if any(resource_of(c, self.inventory, self.policy) != before.get(c) for c in changed):
+            self._recharge(list(self.pods))  # a card's resource name moved: rare, walk all
+        else:
+            self._recharge(list(self._node_pods.get(node, ())))
+
+    # ---- queues ------------------------------------------------------------------------
+    def upsert_queue(self, record: QueueRecord) -> None:
+        text = record.annotations.get(keys.CARD_QUOTA)
+        quota, error = None, ""
+        if text is not None:
+            try:
+                quota = parse_quota(keys.CARD_QUOTA, text)
+            except AnnotationError as exc:
+                quota, error = {}, str(exc)
+        self.queues[record.name] = QueueInfo(record, quota, error)
+
+    def delete_queue(self, name: str) -> None:
+        self.queues.pop(name, None)
+
+    # ---- pods --------------------------------------------------------------------------
+    def upsert_pod(self, pod: PodRecord) -> None:
+        old = self.pods.get(pod.uid)
+        self._unindex_pod(pod.uid)
+        self.pods[pod.uid] = pod
+        if old is None:
+            self.ledger.settle(pod.uid)
+            workload = self.workload_of(pod)
+            if workload is not None:
+                self.ledger.settle(scale_key(workload))
+        if pod.deletion_deadline is not None:
+            heapq.heappush(self._deadlines, (pod.deletion_deadline, pod.uid))
+        self._index_pod(pod)
+
+    def delete_pod(self, uid: str) -> None:
+        if uid in self.pods:
+            self._unindex_pod(uid)
+            del self.pods[uid]
+
+    def expire(self, now: float) -> None:
+        """Drop pods past their deletion grace period and stale in-flight entries."""
+        while self._deadlines and self._deadlines[0][0] < now:
+            _, uid = heapq.heappop(self._deadlines)
+            pod = self.pods.get(uid)
+            if pod is not None and pod.is_terminal(now):
+                self._unindex_pod(uid)
+        self.ledger.expire(now)
+
+    def _index_pod(self, pod: PodRecord) -> None:
+        if pod.group_name:
+            self._group_pods[f"{pod.namespace}/{pod.group_name}"].add(pod.uid)
+        if pod.node_name:
+            self._node_pods[pod.node_name].add(pod.uid)
+        if pod.owner is not None:
+            self._owner_pods[pod.owner.uid].add(pod.uid)
+        charge = self._charge_of(pod)
+        if charge is None:
+            return
+        self._charges[pod.uid] = charge
+        self.tallies[charge.queue].charge(charge, +1)
+        if charge.group:
+            self._group_demand[charge.group][charge.spec] += charge.count
+            self._refresh_reservation(charge.group)
+
+    def _unindex_pod(self, uid: str) -> None:
+        pod = self.pods.get(uid)
+        if pod is None:
+            return
+        if pod.group_name:
+            self._group_pods[f"{pod.namespace}/{pod.group_name}"].discard(uid)
+        self._node_pods[pod.node_name].discard(uid)
+        if pod.owner is not None:
+            self._owner_pods[pod.owner.uid].discard(uid)
+        charge = self._charges.pop(uid, None)
+        if charge is None:
+            return
+        self.tallies[charge.queue].charge(charge, -1)
+        if charge.group:
+            self._group_demand[charge.group][charge.spec] -= charge.count
+            self._refresh_reservation(charge.group)
+
+    def _recharge(self, uids: Iterable[str]) -> None:
+        for uid in uids:
+            pod = self.pods.get(uid)
+            if pod is not None:
+                self._unindex_pod(uid)
+                self._index_pod(pod)
+
+    def _charge_of(self, pod: PodRecord) -> Charge | None:
+        if pod.phase in ("Succeeded", "Failed"):
+            return None
+        demand = pod_demand(pod.template, self.inventory, self.policy)
+        if not isinstance(demand, PodDemand):
+            return None
+        group = f"{pod.namespace}/{pod.group_name}" if pod.group_name else ""
+        queue = self.queue_of_pod(pod)
+        card: CardName | None = demand.spec.cards[0] if not demand.spec.is_multi else None
+        if pod.node_name and card is None:
+            on_node = self.nodes.get(pod.node_name)
+            names = on_node.card_names() if on_node else frozenset()
+            card = next((c for c in demand.spec.cards if c in names), None)
+        return Charge(queue, bool(pod.node_name) and card is not None, card, demand.spec, demand.count, group)
+
+    def charge_of(self, uid: str) -> Charge | None:
+        return self._charges.get(uid)
+
+    # ---- queue resolution and ownership --------------------------------------------------
+    def queue_of_pod(self, pod: PodRecord) -> str:
+        named = pod.template.annotations.get(keys.QUEUE_NAME)
+        if named:
+            return named
+        group = self.podgroups.get(f"{pod.namespace}/{pod.group_name}") if pod.group_name else None
+        if group is not None and group.queue:
+            return group.queue
+        owner = self.workloads_by_uid.get(pod.owner.uid) if pod.owner else None
+        if owner is not None and owner.kind == "Job" and owner.queue:
+            return owner.queue
+        return keys.DEFAULT_QUEUE
+
+    def workload_of(self, pod: PodRecord) -> WorkloadRecord | None:
+        """The scalable workload a pod belongs to (a ReplicaSet's Deployment when it has one)."""
+        if pod.owner is None:
+            return None
+        owner = self.workloads_by_uid.get(pod.owner.uid)
+        if owner is not None and owner.kind == "ReplicaSet" and owner.owner is not None:
+            return self.workloads_by_uid.get(owner.owner.uid, owner)
+        return owner
+
+    def live_pods_of(self, workload: WorkloadRecord) -> int:
+        uids = set(self._owner_pods.get(workload.uid, ()))
+        for child in self._children.get(workload.uid, ()):
+            uids |= self._owner_pods.get(child, set())
+        return sum(
+            1 for uid in uids if uid in self.pods and self.pods[uid].phase not in ("Succeeded", "Failed")
+        )
+
+    def pods_owned_by(self, uid: str) -> list[PodRecord]:
+        return [self.pods[p] for p in self._owner_pods.get(uid, ()) if p in self.pods]
+
+    def group_demand(self, group: str) -> Counter[CardSpec]:
+        return self._group_demand.get(group, Counter())
+
+    # ---- workloads ---------------------------------------------------------------------
+    def upsert_workload(self, workload: WorkloadRecord) -> None:
+        old = self.workloads_by_uid.get(workload.uid)
+        if old is not None:
+            self.workloads.pop((old.kind, old.key), None)
+            if old.owner is not None:
+                self._children[old.owner.uid].discard(old.uid)
+        if workload.owner is not None:
+            self._children[workload.owner.uid].add(workload.uid)
+        self.workloads[(workload.kind, workload.key)] = workload
+        self.workloads_by_uid[workload.uid] = workload
+        self._after_owner_change(workload.uid)
+
+    def delete_workload(self, kind: str, key: str) -> None:
+        workload = self.workloads.pop((kind, key), None)
+        if workload is not None:
+            self.workloads_by_uid.pop(workload.uid, None)
+            if workload.owner is not None:
+                self._children[workload.owner.uid].discard(workload.uid)
+            self._after_owner_change(workload.uid)
+
+    def workload(self, kind: str, namespace: str, name: str) -> WorkloadRecord | None:
+        return self.workloads.get((kind, f"{namespace}/{name}"))
+
+    def _after_owner_change(self, uid: str) -> None:
+        self._recharge(list(self._owner_pods.get(uid, ())))
+        for group in list(self._owner_groups.get(uid, ())):
+            self._refresh_reservation(group)
+
+    # ---- PodGroups ---------------------------------------------------------------------
+    def upsert_podgroup(self, group: PodGroupRecord) -> None:
+        old = self.podgroups.get(group.key)
+        if old is not None and old.owner is not None:
+            self._owner_groups[old.owner.uid].discard(group.key)
+        self.podgroups[group.key] = group
+        if group.owner is not None:
+            self._owner_groups[group.owner.uid].add(group.key)
+        if old is None or old.queue != group.queue:
+            self._recharge(list(self._group_pods.get(group.key, ())))
+        self._refresh_reservation(group.key)
+
+    def delete_podgroup(self, key: str) -> None:
+        group = self.podgroups.pop(key, None)
+        if group is None:
+            return
+        if group.owner is not None:
+            self._owner_groups[group.owner.uid].discard(key)
+        self._refresh_reservation(key)
+        self._recharge(list(self._group_pods.get(key, ())))
+
+    def _refresh_reservation(self, key: str) -> None:
+        old = self._reservations.pop(key, None)
+        if old is not None:
+            self.tallies[old.queue].reserve(old, -1)
+        new = self._reservation_of(key)
+        if new is not None and (new.fixed or new.flex):
+            self._reservations[key] = new
+            self.tallies[new.queue].reserve(new, +1)
+
+    def reservation_of(self, key: str) -> Reservation | None:
+        return self._reservations.get(key)
+
+    def group_request(self, group: PodGroupRecord) -> dict[CardSpec, int]:
+        """What a PodGroup asks for: ``card.request``, else ``minResources`` of its card resource."""
+        text = group.annotations.get(keys.CARD_REQUEST)
+        if text:
+            try:
+                return dict(parse_card_request(keys.CARD_REQUEST, text).counts)
+            except AnnotationError:
+                return {}
+        owner = self.workloads_by_uid.get(group.owner.uid) if group.owner else None
+        if owner is None:
+            return {}
+        asked: dict[CardSpec, int] = {}
+        for task in owner.tasks:
+            demand = pod_demand(task.template, self.inventory, self.policy)
+            if isinstance(demand, PodDemand) and demand.resource in group.min_resources:
+                try:
+                    asked[demand.spec] = ceil_quantity(group.min_resources[demand.resource])
+                except QuantityError:
+                    continue
+        return asked
+
+    def _reservation_of(self, key: str) -> Reservation | None:
+        group = self.podgroups.get(key)
+        if group is None or group.phase not in RESERVING_PHASES:
+            return None
+        existing = self._group_demand.get(key, Counter())
+        fixed: Counter[CardName] = Counter()
+        flex: Counter[FlexKey] = Counter()
+        for spec, count in self.group_request(group).items():
+            rest = count - existing.get(spec, 0)
+            if rest <= 0:
+                continue
+            if spec.is_multi:
+                flex[(spec, 1)] += rest
+            else:
+                fixed[spec.cards[0]] += rest
+        return Reservation(group.queue or keys.DEFAULT_QUEUE, fixed, flex)
+
+
+def scale_key(workload: WorkloadRecord) -> str:
+    return f"scale:{workload.kind}/{workload.key}"

@@ -1,0 +1,63 @@
+"""What a decision returns: ``Allowed | Denied``, a closed union consumed with ``match``."""
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from webhook.core.cards import CardSpec
+
+PatchOp = Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """Demand to record in the in-flight ledger once the request is really admitted."""
+
+    key: str
+    queue: str
+    spec: CardSpec
+    per_pod: int
+    pods: int
+    transfer_from: str = ""  # a scale-up entry this pod was admitted under
+
+
+@dataclass(frozen=True, slots=True)
+class Allowed:
+    reason: str = ""
+    warnings: tuple[str, ...] = ()
+    patch: tuple[PatchOp, ...] = ()
+    hold: Hold | None = None
+    queue: str = ""
+    card: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Denied:
+    message: str
+    code: int = 403
+    queue: str = ""
+    card: str = ""
+
+
+Decision = Allowed | Denied
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """An admission request, as the core needs it."""
+
+    uid: str
+    kind: str  # e.g. "Pod", "Scale", "Deployment", "Job", "Queue", "PodGroup"
+    group: str  # API group of the kind
+    resource: str  # e.g. "pods", "deployments"
+    sub_resource: str
+    operation: str
+    namespace: str
+    name: str
+    obj: Mapping[str, Any]
+    old_obj: Mapping[str, Any]
+    dry_run: bool = False
+
+    @property
+    def target(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name

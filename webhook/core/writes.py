@@ -1,0 +1,104 @@
+"""Validation of quota and job writes: Queue and Volcano Job CREATE/UPDATE (SPEC §6)."""
+
+from collections import Counter
+
+from webhook.core import keys
+from webhook.core.cards import CardName, CardSpec
+from webhook.core.decisions import annotation_problem
+from webhook.core.demand import PodDemand, pod_demand
+from webhook.core.feasibility import Group, place
+from webhook.core.messages import breakdown
+from webhook.core.objects import Task, queue_record, workload_record
+from webhook.core.quota import AnnotationError, parse_card_request, parse_quota
+from webhook.core.state import ClusterState
+from webhook.core.usage import queue_usage
+from webhook.core.verdicts import Allowed, Decision, Denied, Request
+
+
+def decide_queue(state: ClusterState, request: Request) -> Decision:
+    record = queue_record(request.obj)
+    name = record.name or request.name
+    text = record.annotations.get(keys.CARD_QUOTA)
+    if text is None:
+        return Allowed("no card quota: the queue may use no card")
+    try:
+        quota = parse_quota(keys.CARD_QUOTA, text)
+    except AnnotationError as exc:
+        return Denied(f'queue "{name}" has a malformed {exc}', queue=name)
+    return Allowed("well-formed quota", warnings=tuple(_quota_warnings(state, name, quota)), queue=name)
+
+
+def _quota_warnings(state: ClusterState, name: str, quota: dict[CardName, int]) -> list[str]:
+    warnings: list[str] = []
+    totals: Counter[CardName] = Counter(quota)
+    for other, info in state.queues.items():
+        if other != name and info.quota:
+            totals.update({card: n for card, n in info.quota.items() if card in quota})
+    for card, count in quota.items():
+        cluster = state.inventory.cards.get(card)
+        if cluster is None:
+            if count:
+                warnings.append(
+                    f"{card} is on no node yet: the quota of {count} cannot be used until one joins"
+                )
+        elif totals[card] > cluster.total:
+            warnings.append(
+                f"{card}: all queues' quotas sum to {totals[card]} but the cluster has {cluster.total};"
+                " queues will compete for the cards"
+            )
+    if name in state.queues:
+        usage = queue_usage(state, name)
+        for card in sorted(set(usage.fixed) | {c for (_, c) in usage.placement.placed}):
+            use = usage.card(card)
+            if use.used > quota.get(card, 0):
+                detail = breakdown(use).partition(": ")[2]
+                warnings.append(
+                    f'queue "{name}": new {card} quota {quota.get(card, 0)} is below its current use'
+                    f" {use.used} ({detail}); nothing is evicted, new pods wait until use falls below it"
+                )
+    return warnings
+
+
+def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
+    job = workload_record({**request.obj, "kind": "Job"})
+    what = f"volcano job {request.namespace}/{job.name or request.name}"
+    problem = annotation_problem(state, job.annotations, [t.template for t in job.tasks], what)
+    if problem:
+        return Denied(problem)
+    queue = job.queue or keys.DEFAULT_QUEUE
+    info = state.queues.get(queue)
+    if info is None or info.quota is None:
+        return Allowed("queue unknown or without card quota: Volcano decides")
+    groups = _minimum_demand(state, job.annotations.get(keys.CARD_REQUEST), job.tasks, job.min_available)
+    if not groups:
+        return Allowed("no card demand")
+    total = sum(g.demand for g in groups)
+    if place(dict(info.quota), groups).total < total:
+        named = list(dict.fromkeys(c for g in groups for c in g.cards))
+        whole = ", ".join(f"{info.quota.get(c, 0)} {c}" for c in named)
+        return Denied(
+            f'{what} needs at least {total} {"|".join(named)} but the whole quota of queue "{queue}"'
+            f" is {whole}: it could never run",
+            queue=queue,
+            card="|".join(named),
+        )
+    return Allowed("can run within the queue's whole quota; queueing is Volcano's job", queue=queue)
+
+
+def _minimum_demand(
+    state: ClusterState, request_text: str | None, tasks: tuple[Task, ...], min_available: int
+) -> list[Group]:
+    if request_text:
+        counts = parse_card_request(keys.CARD_REQUEST, request_text).counts
+        return [Group(spec.cards, 1, n) for spec, n in counts.items()]
+    per_task: list[tuple[int, CardSpec]] = []
+    for task in tasks:
+        demand = pod_demand(task.template, state.inventory, state.policy)
+        if isinstance(demand, PodDemand):
+            per_task.extend([(demand.count, demand.spec)] * task.replicas)
+    total_pods = sum(task.replicas for task in tasks)
+    needed = min_available if 0 < min_available < total_pods else total_pods
+    # The cheapest `needed` pods are a lower bound: if even they exceed the whole quota, it never runs.
+    cheapest = sorted(per_task, key=lambda item: item[0])[: max(0, needed - (total_pods - len(per_task)))]
+    grouped: Counter[tuple[CardSpec, int]] = Counter((spec, count) for count, spec in cheapest)
+    return [Group(spec.cards, count, pods) for (spec, count), pods in grouped.items()]

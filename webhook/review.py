@@ -1,0 +1,57 @@
+"""One AdmissionReview in, one AdmissionReview response out: the glue every front shares."""
+
+import logging
+import time
+from typing import Any, Literal
+
+from webhook import wire
+from webhook.core import admission
+from webhook.core.state import ClusterState
+from webhook.core.verdicts import Allowed, Decision, Denied
+
+log = logging.getLogger(__name__)
+Webhook = Literal["validate", "mutate"]
+
+
+def decide(state: ClusterState, body: bytes | str, webhook: Webhook, now: float) -> tuple[str, Decision]:
+    """Parse, decide and (unless dry-run) record; raises ``BadReview`` for unanswerable input."""
+    started = time.perf_counter()
+    raw = wire.parse_review(body)
+    request = wire.to_request(raw)
+    if webhook == "validate":
+        decision = admission.validate(state, request, now)
+        admission.admit(state, request, decision, now)
+    else:
+        decision = admission.mutate(state, request)
+    log.info(
+        "review",
+        extra={
+            "uid": request.uid,
+            "webhook": webhook,
+            "kind": request.kind,
+            "object": request.target,
+            "operation": request.operation,
+            "dry_run": request.dry_run,
+            "decision": "allowed" if isinstance(decision, Allowed) else "denied",
+            "queue": decision.queue,
+            "card": decision.card,
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+        },
+    )
+    return request.uid, decision
+
+
+def answer(state: ClusterState, body: bytes | str, webhook: Webhook, now: float) -> dict[str, Any]:
+    uid, decision = decide(state, body, webhook, now)
+    return wire.response(uid, decision)
+
+
+def summary(decision: Decision) -> str:
+    """One line for people: ``DENIED 403: ...`` / ``ALLOWED (+2 patch ops): ...``."""
+    match decision:
+        case Denied(message=message, code=code):
+            return f"DENIED {code}: {message}"
+        case Allowed(reason=reason, patch=patch, warnings=warnings):
+            ops = f" (+{len(patch)} patch op{'s' if len(patch) != 1 else ''})" if patch else ""
+            extra = "".join(f"\n  warning: {w}" for w in warnings)
+            return f"ALLOWED{ops}: {reason}{extra}"

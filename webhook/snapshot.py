@@ -1,0 +1,100 @@
+"""Offline cluster snapshots: a directory of YAML/JSON files becomes a :class:`ClusterState`.
+
+Multi-document files and ``kind: List`` are accepted. Unknown kinds are skipped with a note;
+a malformed file or document raises :class:`SnapshotError` naming the file and document.
+"""
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from webhook.core import nodes, objects
+from webhook.core.policy import Policy
+from webhook.core.state import ClusterState
+from webhook.errors import SnapshotError
+
+SUFFIXES = (".yaml", ".yml", ".json")
+WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "ReplicaSet"})
+# Applied in this order so each object finds what it refers to already there.
+ORDER = ("Node", "Queue", "Workload", "PodGroup", "Pod")
+
+
+def _documents(path: Path) -> Iterator[tuple[int, Any]]:
+    try:
+        text = path.read_text(encoding="utf-8")
+        yield from enumerate(yaml.safe_load_all(text), start=1)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SnapshotError(f"{path}: cannot read: {exc}") from exc
+    except yaml.YAMLError as exc:
+        raise SnapshotError(f"{path}: not YAML/JSON: {exc}") from exc
+
+
+def _objects(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    for index, doc in _documents(path):
+        where = f"{path} document {index}"
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise SnapshotError(f"{where}: expected a Kubernetes object, got {type(doc).__name__}")
+        items = doc.get("items") if str(doc.get("kind", "")).endswith("List") else [doc]
+        if not isinstance(items, list):
+            raise SnapshotError(f"{where}: a List's items must be a list")
+        for position, obj in enumerate(items):
+            label = where if len(items) == 1 and obj is doc else f"{where} item {position}"
+            if not isinstance(obj, dict) or not obj.get("kind"):
+                raise SnapshotError(f"{label}: object without a kind")
+            yield label, obj
+
+
+def _bucket(obj: dict[str, Any]) -> str | None:
+    kind, api = str(obj["kind"]), str(obj.get("apiVersion", ""))
+    if kind in WORKLOAD_KINDS or (kind == "Job" and api.startswith("batch.volcano.sh")):
+        return "Workload"
+    if kind == "PodGroup" and api.startswith("scheduling.volcano.sh"):
+        return "PodGroup"
+    if kind == "Queue" and api.startswith("scheduling.volcano.sh"):
+        return "Queue"
+    return kind if kind in ("Node", "Pod") else None
+
+
+def load_snapshot(directory: Path | str, policy: Policy | None = None) -> ClusterState:
+    """Load every file under ``directory`` (recursively, in name order)."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise SnapshotError(f"{root}: not a directory")
+    buckets: dict[str, list[tuple[str, dict[str, Any]]]] = {name: [] for name in ORDER}
+    state = ClusterState(policy)
+    for path in sorted(p for p in root.rglob("*") if p.suffix in SUFFIXES and p.is_file()):
+        for label, obj in _objects(path):
+            bucket = _bucket(obj)
+            if bucket is None:
+                state.notes.append(f"{label}: skipped {obj.get('apiVersion', '')} {obj['kind']}: not used")
+                continue
+            buckets[bucket].append((label, obj))
+    for bucket in ORDER:
+        for label, obj in buckets[bucket]:
+            try:
+                _apply(state, bucket, obj)
+            except (TypeError, ValueError, AttributeError) as exc:
+                raise SnapshotError(f"{label}: malformed {obj['kind']}: {exc}") from exc
+    return state
+
+
+def _apply(state: ClusterState, bucket: str, obj: dict[str, Any]) -> None:
+    if bucket == "Node":
+        meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+        state.upsert_node(
+            nodes.discover_node_cards(
+                str(meta.get("name", "")), meta.get("labels") or {}, status.get("allocatable") or {}
+            )
+        )
+    elif bucket == "Queue":
+        state.upsert_queue(objects.queue_record(obj))
+    elif bucket == "Workload":
+        state.upsert_workload(objects.workload_record(obj))
+    elif bucket == "PodGroup":
+        state.upsert_podgroup(objects.podgroup_record(obj))
+    else:
+        state.upsert_pod(objects.pod_record(obj))
