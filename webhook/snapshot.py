@@ -4,7 +4,7 @@ Multi-document files and ``kind: List`` are accepted. Unknown kinds are skipped 
 a malformed file or document raises :class:`SnapshotError` naming the file and document.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -64,15 +64,24 @@ def load_snapshot(directory: Path | str, policy: Policy | None = None) -> Cluste
     root = Path(directory)
     if not root.is_dir():
         raise SnapshotError(f"{root}: not a directory")
+    labelled = [
+        item
+        for path in sorted(p for p in root.rglob("*") if p.suffix in SUFFIXES and p.is_file())
+        for item in _objects(path)
+    ]
+    return build_state(labelled, policy)
+
+
+def build_state(labelled: Iterable[tuple[str, dict[str, Any]]], policy: Policy | None = None) -> ClusterState:
+    """Apply ``(where, object)`` pairs in dependency order; ``where`` names them in errors."""
     buckets: dict[str, list[tuple[str, dict[str, Any]]]] = {name: [] for name in ORDER}
     state = ClusterState(policy)
-    for path in sorted(p for p in root.rglob("*") if p.suffix in SUFFIXES and p.is_file()):
-        for label, obj in _objects(path):
-            bucket = _bucket(obj)
-            if bucket is None:
-                state.notes.append(f"{label}: skipped {obj.get('apiVersion', '')} {obj['kind']}: not used")
-                continue
-            buckets[bucket].append((label, obj))
+    for label, obj in labelled:
+        bucket = _bucket(obj)
+        if bucket is None:
+            state.notes.append(f"{label}: skipped {obj.get('apiVersion', '')} {obj['kind']}: not used")
+            continue
+        buckets[bucket].append((label, obj))
     for bucket in ORDER:
         for label, obj in buckets[bucket]:
             try:

@@ -5,6 +5,9 @@ never split across models. When every card is only wanted in one pod size (the u
 sizes 1, or all 8), pods are units and the question is a small max-flow
 (source → group → card → sink). Otherwise a bounded branch-and-bound search answers it.
 Either way the cost depends on the number of cards and groups, never on the number of pods.
+
+Admission (:func:`fits`) asks for an assignment of *all* demand near the request within quota,
+the request included; that is exact, and monotone in free quota.
 """
 
 from collections import defaultdict, deque
@@ -48,15 +51,39 @@ def place(capacity: Mapping[CardName, int], groups: Sequence[Group]) -> Placemen
 
 
 def fits(capacity: Mapping[CardName, int], groups: Sequence[Group], request: Group) -> tuple[bool, Placement]:
-    """Whether ``request`` fits on top of ``groups`` without displacing what they already place.
+    """Whether there is an assignment of every flexible demand, ``request`` included, within quota.
 
-    Returns the placement of ``groups`` alone, which explains a denial. When the groups fit,
-    this is exactly "there is an assignment of everything, request included, within quota";
-    demand that is already over quota only blocks the cards it could use.
+    Only the cards the request can reach matter (its alternatives, and the alternatives of every
+    group that shares a card with them, transitively): over-use elsewhere blocks nothing. This is
+    monotone in free quota. Returns the placement of ``groups`` alone, which explains a denial.
     """
-    before = place(capacity, groups)
-    after = place(capacity, [*groups, request])
-    return after.total >= before.total + request.demand, before
+    cards, related = component(groups, request.cards)
+    local = {card: capacity.get(card, 0) for card in cards}
+    wanted = [*related, request]
+    ok = min(local.values(), default=0) >= 0 and place(local, wanted).total == sum(g.demand for g in wanted)
+    return ok, place(capacity, groups)
+
+
+def backlog(capacity: Mapping[CardName, int], groups: Sequence[Group], cards: Sequence[CardName]) -> bool:
+    """Whether the demand already around ``cards`` cannot all be placed, before any new request."""
+    reach, related = component(groups, tuple(cards))
+    local = {card: capacity.get(card, 0) for card in reach}
+    return min(local.values(), default=0) < 0 or place(local, related).total < sum(g.demand for g in related)
+
+
+def component(groups: Sequence[Group], cards: tuple[CardName, ...]) -> tuple[set[CardName], list[Group]]:
+    """The cards reachable from ``cards`` through groups sharing a card, and those groups."""
+    reach, related, rest = set(cards), [], list(groups)
+    grew = True
+    while grew:
+        grew = False
+        for group in list(rest):
+            if reach.intersection(group.cards):
+                reach.update(group.cards)
+                related.append(group)
+                rest.remove(group)
+                grew = True
+    return reach, related
 
 
 def _uniform_sizes(groups: Sequence[Group]) -> bool:

@@ -29,6 +29,13 @@ def left_of(usage: QueueUsage, card: CardName) -> str:
 
 def no_room(usage: QueueUsage, spec: CardSpec, what: str, per_pod: int, pods: int = 1) -> str:
     """Why ``pods`` pods of ``spec`` do not fit; ``what`` names the object."""
+    text = _no_room(usage, spec, what, per_pod, pods)
+    if usage.backlog(spec):
+        text += f'; queue "{usage.queue}" already has more demand for these cards than quota: new pods wait'
+    return text
+
+
+def _no_room(usage: QueueUsage, spec: CardSpec, what: str, per_pod: int, pods: int) -> str:
     queue = f'queue "{usage.queue}"'
     if not spec.is_multi:
         card = spec.cards[0]

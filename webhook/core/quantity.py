@@ -31,7 +31,7 @@ def parse_quantity(value: object) -> Fraction:
     """Exact value of a quantity such as ``2``, ``500m`` or ``1Ki``."""
     if isinstance(value, bool):
         raise QuantityError(f"quantity {value!r} is not a number")
-    if isinstance(value, int):
+    if isinstance(value, int | Fraction):
         return Fraction(value)
     if isinstance(value, float):
         return Fraction(str(value))

@@ -23,16 +23,20 @@ class CardRequest:
     counts: Mapping[CardSpec, int]
 
 
+class _Pairs(list[tuple[str, Any]]):
+    """A decoded JSON object, kept as pairs so duplicate keys can be seen."""
+
+
 def _load_object(key: str, text: str) -> list[tuple[str, Any]]:
-    def pairs(items: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-        return items
+    def pairs(items: list[tuple[str, Any]]) -> _Pairs:
+        return _Pairs(items)
 
     try:
         value = json.loads(text, object_pairs_hook=pairs)
     except json.JSONDecodeError as exc:
         raise AnnotationError(f"{key}: not JSON ({exc.msg} at column {exc.colno}): {text!r}") from exc
-    if not isinstance(value, list):
-        raise AnnotationError(f'{key} must be a JSON object like {{"NVIDIA-H200": 2}}, got {text!r}')
+    if not isinstance(value, _Pairs):
+        raise AnnotationError(f'{key}: must be a JSON object like {{"NVIDIA-H200": 2}}, got {text!r}')
     seen: set[str] = set()
     for name, _ in value:
         if name in seen:

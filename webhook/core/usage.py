@@ -4,7 +4,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from webhook.core.cards import CardName, CardSpec
-from webhook.core.feasibility import Group, Placement, fits, place
+from webhook.core.feasibility import Group, Placement, backlog, fits, place
 from webhook.core.state import ClusterState
 
 ORIGINS = ("pending", "reserved", "in flight")
@@ -49,6 +49,10 @@ class QueueUsage:
         return CardUse(
             self.quota.get(card, 0), parts["bound"], parts["pending"], parts["reserved"], parts["in flight"]
         )
+
+    def backlog(self, spec: CardSpec) -> bool:
+        """Whether demand already waiting around ``spec``'s cards exceeds what the quota holds."""
+        return backlog(self.capacity(), self.groups, spec.cards)
 
     def fits(self, spec: CardSpec, per_pod: int, pods: int) -> bool:
         ok, _ = fits(self.capacity(), self.groups, Group(spec.cards, per_pod, pods, "request"))

@@ -1,0 +1,211 @@
+"""Small builders of raw Kubernetes objects and AdmissionRequests for tests."""
+
+from typing import Any
+
+from webhook.core.policy import Policy
+from webhook.core.state import ClusterState
+from webhook.core.verdicts import Request
+from webhook.snapshot import build_state
+
+H200, H800 = "NVIDIA-H200", "NVIDIA-H800"
+R4090, R4090D = "NVIDIA-GeForce-RTX-4090", "NVIDIA-GeForce-RTX-4090-D"
+GPU = "nvidia.com/gpu"
+
+
+def node(name: str, product: str, gpus: int = 8, memory: int = 81920, **allocatable: Any) -> dict[str, Any]:
+    labels = {
+        "nvidia.com/gpu.product": product,
+        "nvidia.com/gpu.count": str(gpus),
+        "nvidia.com/gpu.memory": str(memory),
+    }
+    alloc = {"cpu": "64", GPU: str(gpus)} if not allocatable else {"cpu": "64", **allocatable}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {"allocatable": alloc},
+    }
+
+
+def queue(name: str, quota: str | None = None, state: str = "Open", **extra: Any) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if quota is not None:
+        meta["annotations"] = {"volcano.sh/card.quota": quota}
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": meta,
+        "spec": {"weight": 1, **extra},
+        "status": {"state": state},
+    }
+
+
+def pod(
+    name: str,
+    card: str | None = H200,
+    count: int | str | None = 1,
+    *,
+    queue_name: str | None = "q",
+    namespace: str = "ns",
+    node_name: str = "",
+    phase: str | None = "Pending",
+    resource: str = GPU,
+    owner: dict[str, Any] | None = None,
+    group: str = "",
+    spec: dict[str, Any] | None = None,
+    uid: str | None = None,
+) -> dict[str, Any]:
+    annotations: dict[str, str] = {}
+    if card is not None:
+        annotations["volcano.sh/card.name"] = card
+    if queue_name:
+        annotations["scheduling.volcano.sh/queue-name"] = queue_name
+    if group:
+        annotations["scheduling.k8s.io/group-name"] = group
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": uid or f"uid-{namespace}-{name}"}
+    if annotations:
+        meta["annotations"] = annotations
+    if owner:
+        meta["ownerReferences"] = [owner]
+    container: dict[str, Any] = {"name": "c", "image": "i"}
+    if count is not None:
+        container["resources"] = {"limits": {resource: str(count)}}
+    body: dict[str, Any] = {"containers": [container], **(spec or {})}
+    if node_name:
+        body["nodeName"] = node_name
+    out: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": body}
+    if phase:
+        out["status"] = {"phase": phase}
+    return out
+
+
+def owner(kind: str, name: str, uid: str, api: str = "apps/v1") -> dict[str, Any]:
+    return {"apiVersion": api, "kind": kind, "name": name, "uid": uid, "controller": True}
+
+
+def template(card: str | None, count: int = 1, queue_name: str = "q", resource: str = GPU) -> dict[str, Any]:
+    annotations = {"scheduling.volcano.sh/queue-name": queue_name}
+    if card is not None:
+        annotations["volcano.sh/card.name"] = card
+    return {
+        "metadata": {"annotations": annotations},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {resource: str(count)}}}]},
+    }
+
+
+def deployment(
+    name: str, replicas: int, card: str | None = H200, count: int = 1, **kw: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-dep-{name}"},
+        "spec": {"replicas": replicas, "template": template(card, count, **kw)},
+    }
+
+
+def replicaset(
+    name: str, replicas: int, deployment_name: str, card: str | None = H200, **kw: Any
+) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-rs-{name}",
+            "ownerReferences": [owner("Deployment", deployment_name, f"uid-dep-{deployment_name}")],
+        },
+        "spec": {"replicas": replicas, "template": template(card, **kw)},
+    }
+
+
+def podgroup(
+    name: str,
+    phase: str,
+    request: str | None = None,
+    queue_name: str = "q",
+    owner_ref: Any = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-pg-{name}"}
+    if request is not None:
+        meta["annotations"] = {"volcano.sh/card.request": request}
+    if owner_ref:
+        meta["ownerReferences"] = [owner_ref]
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": meta,
+        "spec": {"queue": queue_name, **spec},
+        "status": {"phase": phase},
+    }
+
+
+def vcjob(
+    name: str, tasks: list[tuple[int, dict[str, Any]]], request: str | None = None, **spec: Any
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "ns", "uid": f"uid-job-{name}"}
+    if request is not None:
+        meta["annotations"] = {"volcano.sh/card.request": request}
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": meta,
+        "spec": {
+            "queue": "q",
+            **spec,
+            "tasks": [{"name": f"t{i}", "replicas": n, "template": t} for i, (n, t) in enumerate(tasks)],
+        },
+    }
+
+
+def cluster(*objects: dict[str, Any], policy: Policy | None = None) -> ClusterState:
+    return build_state(((f"object {i}", o) for i, o in enumerate(objects)), policy)
+
+
+def request(
+    obj: dict[str, Any] | None,
+    *,
+    resource: str = "pods",
+    operation: str = "CREATE",
+    old: dict[str, Any] | None = None,
+    sub: str = "",
+    group: str = "",
+    dry_run: bool = False,
+) -> Request:
+    meta = (obj or old or {}).get("metadata", {})
+    return Request(
+        uid="uid-review",
+        kind=(obj or old or {}).get("kind", ""),
+        group=group,
+        resource=resource,
+        sub_resource=sub,
+        operation=operation,
+        namespace=meta.get("namespace", ""),
+        name=meta.get("name", ""),
+        obj=obj or {},
+        old_obj=old or {},
+        dry_run=dry_run,
+    )
+
+
+def scale_request(
+    name: str, old: int, new: int, resource: str = "deployments", dry_run: bool = False
+) -> Request:
+    def scale(replicas: int) -> dict[str, Any]:
+        return {
+            "kind": "Scale",
+            "metadata": {"name": name, "namespace": "ns"},
+            "spec": {"replicas": replicas},
+        }
+
+    return request(
+        scale(new),
+        resource=resource,
+        operation="UPDATE",
+        old=scale(old),
+        sub="scale",
+        group="apps",
+        dry_run=dry_run,
+    )
