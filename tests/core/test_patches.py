@@ -1,0 +1,210 @@
+"""SPEC §6b: RFC 6902 patches that never overwrite what the user set and change nothing twice."""
+
+import json
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from tests.builders import (
+    H200,
+    R4090,
+    R4090D,
+    cluster,
+    deployment,
+    node,
+    owner,
+    pod,
+    podgroup,
+    replicaset,
+    request,
+    template,
+    vcjob,
+)
+from webhook.core import admission
+from webhook.core.policy import Policy
+from webhook.core.state import ClusterState
+from webhook.core.verdicts import Allowed
+
+KEY = "nvidia.com/gpu.product"
+REQ = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def mutated(
+    state: ClusterState, obj: dict[str, Any], resource: str = "pods", group: str = ""
+) -> dict[str, Any]:
+    decision = admission.mutate(state, request(obj, resource=resource, group=group))
+    assert isinstance(decision, Allowed)
+    return jsonpatch.apply_patch(obj, [dict(op) for op in decision.patch])
+
+
+def terms(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    return obj["spec"]["affinity"]["nodeAffinity"][REQ]["nodeSelectorTerms"]
+
+
+OURS = {"key": KEY, "operator": "In", "values": [R4090, R4090D]}
+ZONE_A = {"key": "zone", "operator": "In", "values": ["a"]}
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected_terms"),
+    [
+        pytest.param({}, [{"matchExpressions": [OURS]}], id="no affinity"),
+        pytest.param(
+            {"affinity": {"podAntiAffinity": {}}}, [{"matchExpressions": [OURS]}], id="other affinity kept"
+        ),
+        pytest.param(
+            {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}}},
+            [{"matchExpressions": [OURS]}],
+            id="only preferred",
+        ),
+        pytest.param(
+            {"affinity": {"nodeAffinity": {REQ: {"nodeSelectorTerms": []}}}},
+            [{"matchExpressions": [OURS]}],
+            id="empty terms",
+        ),
+        pytest.param(
+            {
+                "affinity": {
+                    "nodeAffinity": {
+                        REQ: {
+                            "nodeSelectorTerms": [
+                                {"matchExpressions": [ZONE_A]},
+                                {
+                                    "matchFields": [
+                                        {"key": "metadata.name", "operator": "In", "values": ["n1"]}
+                                    ]
+                                },
+                            ]
+                        }
+                    }
+                }
+            },
+            [
+                {"matchExpressions": [ZONE_A, OURS]},
+                {
+                    "matchFields": [{"key": "metadata.name", "operator": "In", "values": ["n1"]}],
+                    "matchExpressions": [OURS],
+                },
+            ],
+            id="ANDed into every term",
+        ),
+    ],
+)
+def test_card_pods_get_required_affinity_for_their_models(
+    spec: dict[str, Any], expected_terms: list[dict[str, Any]]
+) -> None:
+    state = cluster(node("r", R4090))
+    out = mutated(state, pod("p", f"{R4090}|{R4090D}", spec=spec))
+    assert terms(out) == expected_terms
+    for key, value in spec.get("affinity", {}).items():
+        if key != "nodeAffinity":
+            assert out["spec"]["affinity"][key] == value
+
+
+def test_a_second_pass_changes_nothing() -> None:
+    state = cluster(node("r", R4090))
+    once = mutated(state, pod("p", f" {R4090} | {R4090D} "))
+    assert admission.mutate(state, request(once)) == Allowed(
+        "card pod confined to its models", card=f"{R4090}|{R4090D}"
+    )
+    assert mutated(state, once) == once
+
+
+def test_the_card_name_is_rewritten_to_the_canonical_form_the_scheduler_reads() -> None:
+    out = mutated(cluster(), pod("p", f" {R4090} |{R4090D}"))
+    assert out["metadata"]["annotations"]["volcano.sh/card.name"] == f"{R4090}|{R4090D}"
+
+
+def test_the_label_key_comes_from_discovery() -> None:
+    ascend = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": "a",
+            "labels": {
+                "huawei.com/npu.product": "Ascend-910B",
+                "huawei.com/npu.count": "8",
+                "huawei.com/npu.memory": "65536",
+            },
+        },
+        "status": {"allocatable": {"huawei.com/Ascend910": "8"}},
+    }
+    out = mutated(cluster(ascend), pod("p", "Ascend-910B", resource="huawei.com/Ascend910"))
+    assert terms(out) == [
+        {"matchExpressions": [{"key": "huawei.com/npu.product", "operator": "In", "values": ["Ascend-910B"]}]}
+    ]
+
+
+def test_sub_cards_are_confined_to_their_product() -> None:
+    out = mutated(cluster(), pod("p", "NVIDIA-H200/mig-1g.18gb-mixed", resource="nvidia.com/mig-1g.18gb"))
+    assert terms(out)[0]["matchExpressions"] == [{"key": KEY, "operator": "In", "values": [H200]}]
+
+
+def test_non_card_pods_are_untouched() -> None:
+    decision = admission.mutate(cluster(), request(pod("web", card=None, count=None)))
+    assert isinstance(decision, Allowed) and decision.patch == ()
+
+
+RS = owner("ReplicaSet", "chat-1", "uid-rs-chat-1")
+JOB = owner("Job", "train", "uid-job-train", "batch.volcano.sh/v1alpha1")
+PG = dict(resource="podgroups", group="scheduling.volcano.sh")
+
+
+def annotations_after(state: ClusterState, group: dict[str, Any]) -> dict[str, str]:
+    return mutated(state, group, **PG)["metadata"].get("annotations", {})
+
+
+def test_podgroups_of_a_replicaset_get_card_name_and_a_derived_request() -> None:
+    state = cluster(deployment("chat", 3, count=2), replicaset("chat-1", 3, "chat", count=2))
+    out = annotations_after(state, podgroup("pg", "Pending", owner_ref=RS, minMember=3))
+    assert out == {
+        "volcano.sh/card.name": H200,
+        "volcano.sh/card.request": json.dumps({H200: 6}, separators=(",", ":")),
+    }
+
+
+def test_podgroups_of_a_volcano_job_sum_their_tasks_by_card_spec() -> None:
+    job = vcjob("train", [(2, template(H200)), (3, template(f"{R4090}|{R4090D}")), (1, template(H200, 2))])
+    out = annotations_after(cluster(job), podgroup("pg", "Pending", owner_ref=JOB, minMember=6))
+    assert "volcano.sh/card.name" not in out  # tasks use different specs
+    assert json.loads(out["volcano.sh/card.request"]) == {H200: 4, f"{R4090}|{R4090D}": 3}
+
+
+def test_podgroup_annotations_the_user_set_are_never_overwritten() -> None:
+    state = cluster(deployment("chat", 3), replicaset("chat-1", 3, "chat"))
+    group = podgroup("pg", "Pending", '{"NVIDIA-H200": 1}', owner_ref=RS, minMember=3)
+    out = annotations_after(state, group)
+    assert out["volcano.sh/card.request"] == '{"NVIDIA-H200": 1}' and out["volcano.sh/card.name"] == H200
+    assert mutated(state, mutated(state, group, **PG), **PG) == mutated(state, group, **PG)
+
+
+def test_service_type_and_preemptable_follow_the_owner_kind_when_enabled() -> None:
+    policy = Policy(service_type=True)
+    state = cluster(
+        deployment("chat", 1),
+        replicaset("chat-1", 1, "chat"),
+        vcjob("train", [(1, template(H200))]),
+        policy=policy,
+    )
+    inference = annotations_after(state, podgroup("a", "Pending", owner_ref=RS, minMember=1))
+    training = annotations_after(state, podgroup("b", "Pending", owner_ref=JOB, minMember=1))
+    assert (inference["volcano.sh/service.type"], inference["volcano.sh/preemptable"]) == (
+        "inference",
+        "false",
+    )
+    assert (training["volcano.sh/service.type"], training["volcano.sh/preemptable"]) == ("training", "true")
+
+
+def test_a_bare_pod_podgroup_reads_the_pod_itself() -> None:
+    bare = pod("solo", count=2)
+    state = cluster(bare)
+    group = podgroup(
+        "podgroup-solo", "Pending", owner_ref=owner("Pod", "solo", "uid-ns-solo", "v1"), minMember=1
+    )
+    assert annotations_after(state, group)["volcano.sh/card.request"] == '{"NVIDIA-H200":2}'
+
+
+def test_an_owner_missing_from_the_cache_leaves_the_podgroup_unchanged() -> None:
+    decision = admission.mutate(cluster(), request(podgroup("pg", "Pending", owner_ref=RS), **PG))
+    assert isinstance(decision, Allowed) and decision.patch == () and "not found" in decision.reason
