@@ -4,6 +4,8 @@ import logging
 import time
 from typing import Any, Literal
 
+import orjson
+
 from webhook import wire
 from webhook.core import admission
 from webhook.core.state import ClusterState
@@ -52,6 +54,6 @@ def summary(decision: Decision) -> str:
         case Denied(message=message, code=code):
             return f"DENIED {code}: {message}"
         case Allowed(reason=reason, patch=patch, warnings=warnings):
-            ops = f" (+{len(patch)} patch op{'s' if len(patch) != 1 else ''})" if patch else ""
             extra = "".join(f"\n  warning: {w}" for w in warnings)
-            return f"ALLOWED{ops}: {reason}{extra}"
+            extra += "".join(f"\n  patch: {orjson.dumps(dict(op)).decode()}" for op in patch)
+            return f"ALLOWED: {reason}{extra}"

@@ -1,0 +1,76 @@
+from pathlib import Path
+
+import pytest
+
+from webhook.errors import SnapshotError
+from webhook.snapshot import load_snapshot
+
+NODE = """
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {nvidia.com/gpu.product: NVIDIA-H200, nvidia.com/gpu.count: "8", nvidia.com/gpu.memory: "143771"}}
+status: {allocatable: {nvidia.com/gpu: "8"}}
+"""
+
+
+def write(tmp_path: Path, name: str, text: str) -> None:
+    (tmp_path / name).write_text(text)
+
+
+def test_multi_document_files_lists_and_json_all_load(tmp_path: Path) -> None:
+    write(tmp_path, "nodes.yaml", NODE + "---\n" + NODE.replace("n1", "n2"))
+    write(
+        tmp_path,
+        "queues.json",
+        '{"apiVersion": "v1", "kind": "List", "items": [{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": "q"}}]}',
+    )
+    (tmp_path / "sub").mkdir()
+    write(
+        tmp_path / "sub",
+        "pods.yml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns}\nspec: {containers: []}\n",
+    )
+    state = load_snapshot(tmp_path)
+    assert sorted(state.nodes) == ["n1", "n2"] and "q" in state.queues and len(state.pods) == 1
+    assert state.inventory.cards["NVIDIA-H200"].total == 16
+
+
+def test_unknown_kinds_are_skipped_with_a_note(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        "misc.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\napiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\n",
+    )
+    state = load_snapshot(tmp_path)
+    assert len(state.notes) == 2 and "document 1: skipped v1 ConfigMap" in state.notes[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        pytest.param("kind: [unclosed", "bad.yaml: not YAML/JSON", id="broken YAML"),
+        pytest.param(
+            NODE + "---\n- just\n- a list\n",
+            "bad.yaml document 2: expected a Kubernetes object, got list",
+            id="not an object",
+        ),
+        pytest.param(
+            "apiVersion: v1\nkind: List\nitems:\n- {metadata: {name: x}}\n",
+            "bad.yaml document 1 item 0: object without a kind",
+            id="item without kind",
+        ),
+        pytest.param(
+            "apiVersion: v1\nkind: List\nitems: 3\n", "items must be a list", id="List items not a list"
+        ),
+        pytest.param(
+            "apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec: {containers: 5}\n",
+            "bad.yaml document 1: malformed Pod",
+            id="malformed pod",
+        ),
+    ],
+)
+def test_malformed_files_name_the_file_and_document(tmp_path: Path, text: str, says: str) -> None:
+    write(tmp_path, "bad.yaml", text)
+    with pytest.raises(SnapshotError) as caught:
+        load_snapshot(tmp_path)
+    assert says in str(caught.value)
