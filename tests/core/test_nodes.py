@@ -133,3 +133,23 @@ def test_inventory_sums_cards_across_nodes_and_keeps_the_label_key() -> None:
         "nvidia.com/gpu.product",
         "nvidia.com/gpu",
     )
+
+
+def test_the_inventory_kept_node_by_node_equals_one_built_from_scratch() -> None:
+    from webhook.core.nodes import Inventory
+
+    h800 = {
+        n: discover_node_cards(n, GPU_LABELS, {"nvidia.com/gpu": str(i + 1)})
+        for i, n in enumerate(["a", "b", "c"])
+    }
+    other = discover_node_cards(
+        "b", {**GPU_LABELS, "nvidia.com/gpu.product": "NVIDIA-H200"}, {"nvidia.com/gpu": "4"}
+    )
+    live = Inventory()
+    for cards in h800.values():
+        live.put(cards)
+    live.put(other)  # node b changes model
+    live.remove("a")
+    assert live.cards == build_inventory({"b": other, "c": h800["c"]}).cards
+    assert live.total("NVIDIA-H800").total == 3 and live.total("NVIDIA-H200").nodes == ("b",)  # type: ignore[union-attr]
+    assert live.remove("c") == {"NVIDIA-H800"} and "NVIDIA-H800" not in live  # gone counts as changed

@@ -68,7 +68,7 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
 
 
 def _unnamed(state: ClusterState, what: str, resource: str, count: int) -> Decision:
-    models = sorted(name for name, total in state.inventory.cards.items() if total.resource == resource)
+    models = state.inventory.cards_of_resource(resource)
     example = f", one of: {', '.join(models)}" if models else ""
     text = (
         f"{what} requests {count} {resource} but has no {keys.CARD_NAME} annotation, so it would"

@@ -44,8 +44,8 @@ Demand = NotCardPod | UnnamedCardPod | PodDemand | BadDemand
 
 def resource_of(card: CardName, inventory: Inventory, policy: Policy) -> str:
     """The resource name a card is requested through: discovered, else the naming rules."""
-    if (total := inventory.cards.get(card)) is not None:
-        return total.resource
+    if (resource := inventory.resource(card)) is not None:
+        return resource
     parsed = parse_card_name(card)
     if parsed.kind is CardKind.MPS:
         return keys.MPS_RESOURCE
@@ -55,8 +55,7 @@ def resource_of(card: CardName, inventory: Inventory, policy: Policy) -> str:
 
 
 def label_key_of(card: CardName, inventory: Inventory, policy: Policy) -> str:
-    total = inventory.cards.get(card)
-    return total.label_key if total is not None and total.label_key else policy.default_label_key
+    return inventory.label_key(card) or policy.default_label_key
 
 
 def is_card_resource(resource: str, inventory: Inventory, policy: Policy) -> bool:

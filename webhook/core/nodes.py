@@ -13,7 +13,7 @@ Rules (SPEC §3), in the plugin's order:
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from webhook.core import keys
 from webhook.core.cards import CardName, mig_card_name, mps_card_name
@@ -187,32 +187,112 @@ class CardTotal:
 
 
 @dataclass(frozen=True, slots=True)
-class Inventory:
-    """The discovered map ``card name -> (resource, label key, product, total, nodes)``."""
+class CardSource:
+    """Where a card's resource name and label key come from: the first node that showed it."""
 
-    cards: Mapping[CardName, CardTotal] = field(default_factory=dict)
-    by_node: Mapping[str, NodeCards] = field(default_factory=dict)
+    node: str
+    resource: str
+    label_key: str
+    product: str
+
+
+class Inventory:
+    """The discovered map ``card name -> (resource, label key, product, total, nodes)``.
+
+    Updated one node at a time; what the hot path reads (a card's resource and label key) is a
+    dictionary look-up, and totals are summed only when asked for.
+    """
+
+    def __init__(self) -> None:
+        self.by_node: dict[str, NodeCards] = {}
+        self._holders: dict[CardName, dict[str, int]] = {}
+        self._sources: dict[CardName, CardSource] = {}
+        self._resources: frozenset[str] | None = None
+
+    def put(self, node: NodeCards) -> set[CardName]:
+        """Add or replace a node; returns the cards whose resource name changed (or vanished)."""
+        before = self._resource_map(node.node)
+        self._drop(node.node)
+        self.by_node[node.node] = node
+        for card in node.cards:
+            self._holders.setdefault(card.name, {})[node.node] = card.count
+            if card.name not in self._sources:
+                self._sources[card.name] = CardSource(node.node, card.resource, node.label_key, node.product)
+        self._resources = None
+        return self._changed(before)
+
+    def remove(self, name: str) -> set[CardName]:
+        before = self._resource_map(name)
+        self._drop(name)
+        self.by_node.pop(name, None)
+        self._resources = None
+        return self._changed(before)
+
+    def _resource_map(self, node: str) -> dict[CardName, str]:
+        old = self.by_node.get(node)
+        return {c.name: self._sources[c.name].resource for c in old.cards} if old else {}
+
+    def _changed(self, before: dict[CardName, str]) -> set[CardName]:
+        return {c for c, res in before.items() if self.resource(c) != res}
+
+    def _drop(self, name: str) -> None:
+        old = self.by_node.get(name)
+        for card in old.cards if old else ():
+            holders = self._holders.get(card.name, {})
+            holders.pop(name, None)
+            if not holders:
+                self._holders.pop(card.name, None)
+                self._sources.pop(card.name, None)
+            elif self._sources[card.name].node == name:
+                heir = min(holders)
+                found = next(c for c in self.by_node[heir].cards if c.name == card.name)
+                info = self.by_node[heir]
+                self._sources[card.name] = CardSource(heir, found.resource, info.label_key, info.product)
+
+    def resource(self, card: CardName) -> str | None:
+        source = self._sources.get(card)
+        return source.resource if source else None
+
+    def label_key(self, card: CardName) -> str | None:
+        source = self._sources.get(card)
+        return source.label_key if source and source.label_key else None
+
+    def __contains__(self, card: object) -> bool:
+        return card in self._sources
+
+    def cards_of_resource(self, resource: str) -> list[CardName]:
+        return sorted(card for card, source in self._sources.items() if source.resource == resource)
+
+    def card_resources(self) -> frozenset[str]:
+        if self._resources is None:
+            self._resources = frozenset(source.resource for source in self._sources.values())
+        return self._resources
+
+    def total(self, card: CardName) -> CardTotal | None:
+        source = self._sources.get(card)
+        if source is None:
+            return None
+        holders = self._holders[card]
+        return CardTotal(
+            card,
+            source.resource,
+            source.label_key,
+            source.product,
+            sum(holders.values()),
+            tuple(sorted(holders)),
+        )
+
+    @property
+    def cards(self) -> dict[CardName, CardTotal]:
+        """Every card with its total (sums over nodes: for status and warnings, not the hot path)."""
+        return {card: total for card in sorted(self._sources) if (total := self.total(card)) is not None}
 
     def warnings(self) -> list[str]:
         return [w for node in sorted(self.by_node) for w in self.by_node[node].warnings]
 
-    def card_resources(self) -> frozenset[str]:
-        return frozenset(total.resource for total in self.cards.values())
-
 
 def build_inventory(nodes: Mapping[str, NodeCards]) -> Inventory:
-    """Sum per-node discoveries into cluster totals."""
-    acc: dict[CardName, tuple[str, str, str, int, list[str]]] = {}
-    for node_name in sorted(nodes):
-        node = nodes[node_name]
-        for card in node.cards:
-            resource, key, product, total, names = acc.get(
-                card.name, (card.resource, node.label_key, node.product, 0, [])
-            )
-            names.append(node_name)
-            acc[card.name] = (resource, key, product, total + card.count, names)
-    cards = {
-        name: CardTotal(name, resource, key, product, total, tuple(names))
-        for name, (resource, key, product, total, names) in sorted(acc.items())
-    }
-    return Inventory(cards, dict(nodes))
+    inventory = Inventory()
+    for name in sorted(nodes):
+        inventory.put(nodes[name])
+    return inventory

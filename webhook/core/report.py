@@ -46,7 +46,7 @@ def cluster_status(state: ClusterState) -> dict[str, Any]:
                 warnings.append(f'queue "{name}" uses {use.used} {card}, above its quota of {use.quota}')
         queues[name] = per_card
     for card, total in sorted(quota_sum.items()):
-        have = state.inventory.cards.get(card)
+        have = state.inventory.total(card)
         if have is None and total:
             warnings.append(f"{card}: queues' quotas sum to {total} but no node carries it")
         elif have is not None and total > have.total:

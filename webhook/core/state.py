@@ -11,9 +11,9 @@ from dataclasses import dataclass
 
 from webhook.core import keys
 from webhook.core.cards import CardName, CardSpec
-from webhook.core.demand import PodDemand, pod_demand, resource_of
+from webhook.core.demand import PodDemand, pod_demand
 from webhook.core.ledger import Ledger
-from webhook.core.nodes import Inventory, NodeCards, build_inventory
+from webhook.core.nodes import Inventory, NodeCards
 from webhook.core.objects import PodGroupRecord, PodRecord, QueueRecord, WorkloadRecord
 from webhook.core.policy import Policy
 from webhook.core.quantity import QuantityError, ceil_quantity
@@ -116,18 +116,14 @@ class ClusterState:
         if self.nodes.get(cards.node) == cards:
             return
         self.nodes[cards.node] = cards
-        self._refresh_inventory(cards.node)
+        self._after_node_change(cards.node, self.inventory.put(cards))
 
     def delete_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
-            self._refresh_inventory(name)
+            self._after_node_change(name, self.inventory.remove(name))
 
-    def _refresh_inventory(self, node: str) -> None:
-        before = {card: total.resource for card, total in self.inventory.cards.items()}
-        self.inventory = build_inventory(self.nodes)
-        after = {card: total.resource for card, total in self.inventory.cards.items()}
-        changed = {c for c in before.keys() | after.keys() if before.get(c) != after.get(c)}
-        if any(resource_of(c, self.inventory, self.policy) != before.get(c) for c in changed):
+    def _after_node_change(self, node: str, moved: set[CardName]) -> None:
+        if moved:
             self._recharge(list(self.pods))  # a card's resource name moved: rare, walk all
         else:
             self._recharge(list(self._node_pods.get(node, ())))

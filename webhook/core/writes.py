@@ -35,7 +35,7 @@ def _quota_warnings(state: ClusterState, name: str, quota: dict[CardName, int]) 
         if other != name and info.quota:
             totals.update({card: n for card, n in info.quota.items() if card in quota})
     for card, count in quota.items():
-        cluster = state.inventory.cards.get(card)
+        cluster = state.inventory.total(card)
         if cluster is None:
             if count:
                 warnings.append(
