@@ -209,3 +209,27 @@ def scale_request(
         group="apps",
         dry_run=dry_run,
     )
+
+
+def ascend_node(name: str = "ascend-0", npus: int = 8) -> dict[str, Any]:
+    labels = {
+        "huawei.com/npu.product": "Ascend-910B",
+        "huawei.com/npu.count": str(npus),
+        "huawei.com/npu.memory": "65536",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {"allocatable": {"huawei.com/Ascend910": str(npus)}},
+    }
+
+
+def expression(operator: str, *values: str, key: str = "nvidia.com/gpu.product") -> dict[str, Any]:
+    return {"key": key, "operator": operator, "values": list(values)}
+
+
+def required_affinity(*terms: list[dict[str, Any]]) -> dict[str, Any]:
+    """A pod spec fragment: required node affinity with one term per list of expressions."""
+    selector = {"nodeSelectorTerms": [{"matchExpressions": list(term)} for term in terms]}
+    return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": selector}}}

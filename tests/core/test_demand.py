@@ -104,23 +104,11 @@ def test_card_pods_that_must_be_refused_say_why(
 
 
 def test_mixed_vendors_are_refused_once_nodes_show_their_resources() -> None:
-    from tests.builders import cluster, node
+    from tests.builders import ascend_node, cluster, node
 
     state = cluster(
         node("h", H200),
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": "a",
-                "labels": {
-                    "huawei.com/npu.product": "Ascend-910B",
-                    "huawei.com/npu.count": "8",
-                    "huawei.com/npu.memory": "1",
-                },
-            },
-            "status": {"allocatable": {"huawei.com/Ascend910": "8"}},
-        },
+        ascend_node(),
     )
     template = pod_template_of(
         {

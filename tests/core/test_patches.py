@@ -10,6 +10,7 @@ from tests.builders import (
     H200,
     R4090,
     R4090D,
+    ascend_node,
     cluster,
     deployment,
     node,
@@ -117,19 +118,7 @@ def test_the_card_name_is_rewritten_to_the_canonical_form_the_scheduler_reads() 
 
 
 def test_the_label_key_comes_from_discovery() -> None:
-    ascend = {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {
-            "name": "a",
-            "labels": {
-                "huawei.com/npu.product": "Ascend-910B",
-                "huawei.com/npu.count": "8",
-                "huawei.com/npu.memory": "65536",
-            },
-        },
-        "status": {"allocatable": {"huawei.com/Ascend910": "8"}},
-    }
+    ascend = ascend_node()
     out = mutated(cluster(ascend), pod("p", "Ascend-910B", resource="huawei.com/Ascend910"))
     assert terms(out) == [
         {"matchExpressions": [{"key": "huawei.com/npu.product", "operator": "In", "values": ["Ascend-910B"]}]}

@@ -12,6 +12,7 @@ from tests.builders import (
     R4090D,
     cluster,
     deployment,
+    expression,
     node,
     owner,
     pod,
@@ -19,6 +20,7 @@ from tests.builders import (
     queue,
     replicaset,
     request,
+    required_affinity,
 )
 from webhook.core import admission
 from webhook.core.policy import Policy
@@ -149,56 +151,13 @@ CASES = [
     ),
     pytest.param(
         [queue("q", '{"NVIDIA-H200": 4}')],
-        pod(
-            "aff",
-            spec={
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchExpressions": [
-                                        {
-                                            "key": "nvidia.com/gpu.product",
-                                            "operator": "NotIn",
-                                            "values": [H200],
-                                        }
-                                    ]
-                                }
-                            ]
-                        }
-                    }
-                }
-            },
-        ),
+        pod("aff", spec=required_affinity([expression("NotIn", H200)])),
         "required node affinity (nvidia.com/gpu.product NotIn [NVIDIA-H200]) selects no node of that model",
         id="required affinity contradicts the card",
     ),
     pytest.param(
         [queue("q", '{"NVIDIA-H200": 4}')],
-        pod(
-            "aff-ok",
-            spec={
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {
-                                    "matchExpressions": [
-                                        {"key": "nvidia.com/gpu.product", "operator": "In", "values": [H800]}
-                                    ]
-                                },
-                                {
-                                    "matchExpressions": [
-                                        {"key": "nvidia.com/gpu.product", "operator": "In", "values": [H200]}
-                                    ]
-                                },
-                            ]
-                        }
-                    }
-                }
-            },
-        ),
+        pod("aff-ok", spec=required_affinity([expression("In", H800)], [expression("In", H200)])),
         None,
         id="one satisfiable term is enough",
     ),
