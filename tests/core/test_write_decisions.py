@@ -234,3 +234,40 @@ def test_queue_warnings_for_overcommit_and_quota_below_use() -> None:
     assert "quotas sum to 11 but the cluster has 8" in "\n".join(
         admission.validate(state, bigger, 0.0).warnings
     )  # type: ignore[union-attr]
+
+
+def test_the_deployment_controller_can_resize_its_replicaset_after_an_admitted_scale_up() -> None:
+    state = inference(running=2, pending=0)  # 6 free
+    up = scale_request("chat", 2, 8)
+    admission.admit(state, up, admission.validate(state, up, 0.0), 0.0)
+    old_rs = replicaset("chat-1", 2, "chat")
+    new_rs = copy.deepcopy(old_rs)
+    new_rs["spec"]["replicas"] = 8
+    decision = admission.validate(
+        state, request(new_rs, resource="replicasets", operation="UPDATE", old=old_rs, group="apps"), 1.0
+    )
+    assert isinstance(decision, Allowed) and "deployment" in decision.reason
+
+
+def test_a_standalone_replicaset_scale_up_is_checked() -> None:
+    rs = replicaset("solo", 1, "gone")
+    rs["metadata"].pop("ownerReferences")
+    state = cluster(node("h200", H200), queue("q", '{"NVIDIA-H200": 1}'), rs)
+    decision = admission.validate(state, scale_request("solo", 1, 3, resource="replicasets"), 0.0)
+    assert isinstance(decision, Denied) and "scale-up of replicaset ns/solo from 1 to 3" in decision.message
+
+
+def test_pods_admitted_under_a_scale_up_are_counted_once_when_they_arrive() -> None:
+    from webhook.core.objects import pod_record
+
+    state = inference(running=2, pending=0)  # 6 free
+    up = scale_request("chat", 2, 5)  # holds 3
+    admission.admit(state, up, admission.validate(state, up, 0.0), 0.0)
+    rs_owner = owner("ReplicaSet", "chat-1", "uid-rs-chat-1")
+    for i in range(2):  # two of the three pods are created and arrive
+        new = request(pod(f"chat-1-n{i}", owner=rs_owner))
+        admission.admit(state, new, admission.validate(state, new, 0.1), 0.1)
+        state.upsert_pod(pod_record(pod(f"chat-1-n{i}", owner=rs_owner)))
+    # 2 running + 2 pending + 1 still held for the third pod = 5: 3 left, not 4
+    decision = admission.validate(state, request(pod("bare", count=4)), 0.2)
+    assert isinstance(decision, Denied) and "has 3 NVIDIA-H200 left" in decision.message

@@ -134,6 +134,10 @@ def decide_scale(state: ClusterState, request: Request) -> Decision:
         workload = replace(workload, uid=cached.uid) if cached else workload
     if new is None or old is None or new <= old:
         return Allowed("not a scale-up")
+    if workload.kind == "ReplicaSet" and workload.owner is not None and workload.owner.kind == "Deployment":
+        return Allowed(
+            f"replicas of deployment {workload.namespace}/{workload.owner.name} are checked on the deployment"
+        )
     pods = new - max(old, 0)
     pods = max(pods, new - state.live_pods_of(workload))
     if pods <= 0:

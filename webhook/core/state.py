@@ -148,9 +148,12 @@ class ClusterState:
         self._unindex_pod(pod.uid)
         self.pods[pod.uid] = pod
         if old is None:
-            self.ledger.settle(pod.uid)
+            # A pod admitted here holds its own entry (taken from its scale-up's at admission);
+            # one admitted elsewhere still comes out of its workload's scale-up hold.
             workload = self.workload_of(pod)
-            if workload is not None:
+            if self.ledger.get(pod.uid) is not None:
+                self.ledger.settle(pod.uid)
+            elif workload is not None:
                 self.ledger.settle(scale_key(workload))
         if pod.deletion_deadline is not None:
             heapq.heappush(self._deadlines, (pod.deletion_deadline, pod.uid))
