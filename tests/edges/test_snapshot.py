@@ -74,3 +74,10 @@ def test_malformed_files_name_the_file_and_document(tmp_path: Path, text: str, s
     with pytest.raises(SnapshotError) as caught:
         load_snapshot(tmp_path)
     assert says in str(caught.value)
+
+
+def test_status_shows_skipped_objects_as_notes(tmp_path: Path) -> None:
+    from webhook.core.report import cluster_status, status_table
+
+    write(tmp_path, "misc.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")
+    assert "skipped v1 ConfigMap" in status_table(cluster_status(load_snapshot(tmp_path)))

@@ -67,4 +67,6 @@ def status_table(status: dict[str, Any]) -> str:
             )
     lines += ["", "WARNINGS" if status["warnings"] else "no warnings"]
     lines += [f"- {w}" for w in status["warnings"]]
+    if status["notes"]:
+        lines += ["", "NOTES", *[f"- {n}" for n in status["notes"]]]
     return "\n".join(lines)
