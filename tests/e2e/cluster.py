@@ -1,0 +1,353 @@
+"""A real control plane as plain processes on loopback: etcd, kube-apiserver, kube-controller-manager,
+kube-scheduler and kwok with fake GPU nodes, plus the project's minimal Volcano CRDs.
+
+Used by the pytest fixtures (``tests/e2e/conftest.py``) and by ``make cluster`` / ``make cluster-down``
+(``python -m tests.e2e.cluster up|down``).
+"""
+
+import base64
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.e2e.build import ensure_binaries
+from tests.e2e.pki import ensure_pki
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+CONTROLLERS = "deployment-controller,replicaset-controller,horizontal-pod-autoscaler-controller,garbage-collector-controller,namespace-controller"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ComponentDied(RuntimeError):
+    """A control-plane process exited: waiting longer cannot help."""
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0, every: float = 0.5) -> Any:
+    """Poll ``check`` until it returns something truthy; fail naming ``what``."""
+    deadline = time.monotonic() + timeout
+    last: BaseException | None = None
+    while time.monotonic() < deadline:
+        try:
+            result = check()
+            if result:
+                return result
+        except ComponentDied:
+            raise
+        except Exception as exc:  # polling: keep the last error for the timeout message
+            last = exc
+        time.sleep(every)
+    raise TimeoutError(
+        f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last})" if last else "")
+    )
+
+
+def gpu_nodes() -> list[dict[str, Any]]:
+    """The example cluster's GPU nodes as kwok nodes: labels as the NVIDIA GPU operator sets them."""
+    docs = yaml.safe_load((ROOT / "examples" / "cluster" / "nodes.yaml").read_text())["items"]
+    nodes = []
+    for doc in docs:
+        name = doc["metadata"]["name"]
+        if name in ("h200-mig-0", "h800-mps-0", "rtx4090-0", "rtx4090d-0"):
+            allocatable = {**doc["status"]["allocatable"], "pods": "110"}
+            nodes.append(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {
+                        "name": name,
+                        "labels": {
+                            **doc["metadata"]["labels"],
+                            "type": "kwok",
+                            "kubernetes.io/hostname": name,
+                        },
+                        "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+                    },
+                    "spec": {"taints": []},
+                    "status": {"allocatable": allocatable, "capacity": allocatable},
+                }
+            )
+    return nodes
+
+
+class ControlPlane:
+    """Start, use and stop one control plane under ``workdir``; component logs in ``workdir/logs``."""
+
+    def __init__(self, workdir: Path, certs: Path | None = None) -> None:
+        self.workdir = workdir
+        self.logs = workdir / "logs"
+        self.certs = ensure_pki(certs or ROOT / "certs")
+        self.bin = ensure_binaries()
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: list[Any] = []
+        self.api_port = free_port()
+        self.kubeconfig = workdir / "kubeconfig"
+
+    # ---- processes -------------------------------------------------------------------
+    def _start(self, name: str, args: Sequence[str]) -> None:
+        self.logs.mkdir(parents=True, exist_ok=True)
+        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
+        self._logs.append(log)
+        self.procs[name] = subprocess.Popen(
+            [str(self.bin / name.split("#")[0]), *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def _check_alive(self) -> None:
+        for name, proc in self.procs.items():
+            if proc.poll() is not None:
+                tail = (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
+                raise ComponentDied(f"{name} exited with {proc.returncode}:\n{tail}")
+
+    def start(self) -> "ControlPlane":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self._etcd()
+        self._apiserver()
+        self._write_kubeconfig()
+        wait_for("kube-apiserver /readyz", self._ready, timeout=120)
+        kcm = [
+            "--kubeconfig",
+            str(self.kubeconfig),
+            "--leader-elect=false",
+            "--secure-port=0",
+            f"--controllers={CONTROLLERS}",
+        ]
+        kcm += ["--horizontal-pod-autoscaler-sync-period=1s", "--use-service-account-credentials=true"]
+        kcm += [
+            f"--root-ca-file={self.certs / 'ca.crt'}",
+            f"--service-account-private-key-file={self.certs / 'sa.key'}",
+            "--v=1",
+        ]
+        self._start("kube-controller-manager", kcm)
+        self._start(
+            "kube-scheduler",
+            ["--kubeconfig", str(self.kubeconfig), "--leader-elect=false", "--secure-port=0", "--v=1"],
+        )
+        self._start(
+            "kwok",
+            [
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                f"--config={self.bin / 'kwok-stages.yaml'}",
+            ],
+        )
+        self.apply_file(HERE / "manifests" / "volcano-crds.yaml")
+        self.apply(*gpu_nodes())
+        wait_for("kwok to mark the GPU nodes Ready", self._nodes_ready, timeout=60)
+        wait_for(
+            "the Volcano CRDs to be served",
+            lambda: (
+                self.kubectl(
+                    "get",
+                    "queues.scheduling.volcano.sh,podgroups.scheduling.volcano.sh,jobs.batch.volcano.sh",
+                    "-A",
+                    check=False,
+                ).returncode
+                == 0
+            ),
+        )
+        return self
+
+    def _etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.etcd_url = f"http://127.0.0.1:{client}"
+        data = self.workdir / "etcd"
+        self._start(
+            "etcd",
+            [
+                f"--data-dir={data}",
+                f"--listen-client-urls={self.etcd_url}",
+                f"--advertise-client-urls={self.etcd_url}",
+                f"--listen-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+                f"--initial-cluster=default=http://127.0.0.1:{peer}",
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ],
+        )
+
+    def _apiserver(self) -> None:
+        c = self.certs
+        self._start(
+            "kube-apiserver",
+            [
+                f"--etcd-servers={self.etcd_url}",
+                f"--secure-port={self.api_port}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--tls-cert-file={c / 'apiserver.crt'}",
+                f"--tls-private-key-file={c / 'apiserver.key'}",
+                f"--client-ca-file={c / 'ca.crt'}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-account-key-file={c / 'sa.pub'}",
+                f"--service-account-signing-key-file={c / 'sa.key'}",
+                "--authorization-mode=Node,RBAC",
+                "--disable-admission-plugins=ServiceAccount,TaintNodesByCondition",
+                "--service-cluster-ip-range=10.0.0.0/24",
+                "--endpoint-reconciler-type=none",
+                "--allow-privileged=true",
+                "--enable-priority-and-fairness=false",
+                "--profiling=false",
+                f"--cert-dir={self.workdir / 'apiserver-certs'}",
+                "--v=1",
+            ],
+        )
+
+    def _write_kubeconfig(self) -> None:
+        def b64(name: str) -> str:
+            return base64.b64encode((self.certs / name).read_bytes()).decode()
+
+        config = {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "clusters": [
+                {
+                    "name": "cardquota-e2e",
+                    "cluster": {"server": self.server, "certificate-authority-data": b64("ca.crt")},
+                }
+            ],
+            "users": [
+                {
+                    "name": "admin",
+                    "user": {
+                        "client-certificate-data": b64("admin.crt"),
+                        "client-key-data": b64("admin.key"),
+                    },
+                }
+            ],
+            "contexts": [{"name": "cardquota-e2e", "context": {"cluster": "cardquota-e2e", "user": "admin"}}],
+            "current-context": "cardquota-e2e",
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(config))
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.api_port}"
+
+    def _ready(self) -> bool:
+        self._check_alive()
+        context = ssl.create_default_context(cafile=str(self.certs / "ca.crt"))
+        conn = http.client.HTTPSConnection("127.0.0.1", self.api_port, context=context, timeout=5)
+        try:
+            conn.request("GET", "/readyz")
+            return conn.getresponse().status == 200
+        finally:
+            conn.close()
+
+    def _nodes_ready(self) -> bool:
+        self._check_alive()
+        nodes = self.get("nodes")["items"]
+        ready = [
+            n
+            for n in nodes
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+        ]
+        return len(ready) == len(gpu_nodes())
+
+    def stop(self) -> None:
+        for proc in reversed(list(self.procs.values())):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        for log in self._logs:
+            log.close()
+
+    # ---- kubectl -----------------------------------------------------------------------
+    def kubectl(
+        self, *args: str, stdin: str | None = None, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        done = subprocess.run(
+            [str(self.bin / "kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        if check and done.returncode != 0:
+            raise RuntimeError(f"kubectl {' '.join(args)} failed: {done.stderr.strip()}")
+        return done
+
+    def apply(self, *objects: dict[str, Any], namespace: str | None = None) -> None:
+        args = ["create", "-f", "-"] + (["-n", namespace] if namespace else [])
+        self.kubectl(*args, stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": list(objects)}))
+
+    def apply_file(self, path: Path) -> None:
+        self.kubectl("apply", "-f", str(path))
+
+    def get(self, *what: str, namespace: str | None = None) -> Any:
+        args = ["get", *what, "-o", "json"] + (["-n", namespace] if namespace else [])
+        return json.loads(self.kubectl(*args).stdout)
+
+
+STATE = Path(os.environ.get("CARDQUOTA_E2E_CACHE", Path.home() / ".cache" / "cardquota" / "e2e")) / "cluster"
+
+
+def up() -> None:
+    if (STATE / "pids.json").exists():
+        raise SystemExit(f"a cluster is already up (state in {STATE}); run make cluster-down first")
+    plane = ControlPlane(STATE).start()
+    (STATE / "pids.json").write_text(json.dumps({name: p.pid for name, p in plane.procs.items()}))
+    print(
+        f"\nThe control plane is up (logs in {plane.logs}).\n\n"
+        f"  export KUBECONFIG={plane.kubeconfig}\n\n"
+        "  kubectl get nodes -L nvidia.com/gpu.product\n"
+        "  kubectl get crd\n"
+        "  kubectl create deployment demo --image=registry.example/app:1 --replicas=2\n"
+        "  kubectl get pods -o wide\n\n"
+        "Stop it with: make cluster-down"
+    )
+
+
+def down() -> None:
+    """Stop what ``up`` started, newest first (the API server before etcd), then forget it."""
+    pids = json.loads((STATE / "pids.json").read_text()) if (STATE / "pids.json").exists() else {}
+    for name, pid in reversed(list(pids.items())):
+        try:
+            os.killpg(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            continue
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.2)
+        if _alive(pid):
+            os.killpg(pid, signal.SIGKILL)
+        print(f"stopped {name}")
+    shutil.rmtree(STATE, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    {"up": up, "down": down}[sys.argv[1] if len(sys.argv) > 1 else "up"]()

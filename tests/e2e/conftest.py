@@ -1,0 +1,88 @@
+"""Fixtures for end-to-end tests against a real control plane (one per session, one namespace per
+test). When a test fails, every component's log is copied to ``out/e2e/<test>/`` and the tails are
+attached to the report."""
+
+import json
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.cluster import ROOT, ControlPlane, wait_for
+from tests.e2e.recorder import Recorder
+
+SELECTOR = {"cardquota-e2e": "true"}
+OUT = ROOT / "out" / "e2e"
+
+
+@pytest.fixture(scope="session")
+def control_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    plane = ControlPlane(tmp_path_factory.mktemp("control-plane"))
+    try:
+        yield plane.start()
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="session")
+def recorder(control_plane: ControlPlane) -> Iterator[Recorder]:
+    hook = Recorder(control_plane.certs).start()
+    control_plane.apply(hook.configuration("cardquota-e2e-recorder", SELECTOR))
+    probe = f"webhook-probe-{uuid.uuid4().hex[:6]}"
+    control_plane.apply(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": probe, "labels": SELECTOR}}
+    )
+
+    def answered() -> bool:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "probe"},
+            "spec": {"containers": [{"name": "c", "image": "i"}]},
+        }
+        control_plane.kubectl("create", "--dry-run=server", "-n", probe, "-f", "-", stdin=json.dumps(pod))
+        return bool(hook.matching("pods", "CREATE", namespace=probe))
+
+    wait_for("the API server to call the registered webhook", answered, timeout=30)
+    try:
+        yield hook
+    finally:
+        control_plane.kubectl(
+            "delete",
+            "validatingwebhookconfiguration",
+            "cardquota-e2e-recorder",
+            "--ignore-not-found",
+            check=False,
+        )
+        hook.stop()
+
+
+@pytest.fixture
+def namespace(control_plane: ControlPlane) -> Iterator[str]:
+    name = f"e2e-{uuid.uuid4().hex[:8]}"
+    control_plane.apply(
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": SELECTOR}}
+    )
+    yield name
+    control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
+    report = yield
+    plane = getattr(item, "funcargs", {}).get("control_plane")
+    if report.failed and isinstance(plane, ControlPlane) and plane.logs.exists():
+        target = OUT / item.name
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(plane.logs, target)
+        for log in sorted(Path(target).glob("*.log")):
+            report.sections.append(
+                (
+                    f"{log.stem} (last lines; whole log in {log})",
+                    "\n".join(log.read_text(errors="replace").splitlines()[-40:]),
+                )
+            )
+    return report
