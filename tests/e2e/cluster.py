@@ -315,7 +315,8 @@ def up() -> None:
     (STATE / "pids.json").write_text(json.dumps({name: p.pid for name, p in plane.procs.items()}))
     print(
         f"\nThe control plane is up (logs in {plane.logs}).\n\n"
-        f"  export KUBECONFIG={plane.kubeconfig}\n\n"
+        f"  export KUBECONFIG={plane.kubeconfig}\n"
+        f"  export PATH={plane.bin}:$PATH    # kubectl and helm matching this control plane\n\n"
         "  kubectl get nodes -L nvidia.com/gpu.product\n"
         "  kubectl get crd\n"
         "  kubectl create deployment demo --image=registry.example/app:1 --replicas=2\n"
