@@ -12,19 +12,16 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.cluster import ROOT, ControlPlane, wait_for
-from tests.e2e.conftest import SELECTOR
+from tests.e2e.objects import SELECTOR, gpu_deployment, namespace
 from tests.e2e.recorder import Recorder
-from tests.e2e.test_smoke import gpu_deployment
 
 DATA = ROOT / "tests" / "data"
 
 
 def capture(plane: ControlPlane, hook: Recorder) -> dict[str, dict[str, Any]]:
-    namespace = f"capture-{uuid.uuid4().hex[:6]}"
-    plane.apply(
-        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace, "labels": SELECTOR}}
-    )
-    plane.apply(gpu_deployment("chat", 1), namespace=namespace)
+    name = f"capture-{uuid.uuid4().hex[:6]}"
+    plane.apply(namespace(name))
+    plane.apply(gpu_deployment("chat", 1), namespace=name)
     hpa = {
         "apiVersion": "autoscaling/v2",
         "kind": "HorizontalPodAutoscaler",
@@ -35,15 +32,15 @@ def capture(plane: ControlPlane, hook: Recorder) -> dict[str, dict[str, Any]]:
             "maxReplicas": 4,
         },
     }
-    plane.apply(hpa, namespace=namespace)
+    plane.apply(hpa, namespace=name)
     scale = wait_for(
         "the HPA's scale write",
-        lambda: hook.matching("deployments", "UPDATE", "scale", namespace),
+        lambda: hook.matching("deployments", "UPDATE", "scale", name),
         timeout=90,
     )[0]
-    rs = wait_for(
-        "chat's ReplicaSet", lambda: plane.get("replicasets", namespace=namespace)["items"], timeout=30
-    )[0]
+    rs = wait_for("chat's ReplicaSet", lambda: plane.get("replicasets", namespace=name)["items"], timeout=30)[
+        0
+    ]
     owner = {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
@@ -58,8 +55,8 @@ def capture(plane: ControlPlane, hook: Recorder) -> dict[str, dict[str, Any]]:
         "metadata": {"name": f"podgroup-{rs['metadata']['uid']}", "ownerReferences": [owner]},
         "spec": {"minMember": 1, "queue": "default"},
     }
-    plane.apply(group, namespace=namespace)
-    created = hook.matching("podgroups", "CREATE", namespace=namespace)[0]
+    plane.apply(group, namespace=name)
+    created = hook.matching("podgroups", "CREATE", namespace=name)[0]
     return {
         "scale-subresource.review.json": {
             "apiVersion": "admission.k8s.io/v1",

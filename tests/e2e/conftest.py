@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from tests.e2e.cluster import ROOT, ControlPlane, wait_for
+from tests.e2e.objects import SELECTOR
 from tests.e2e.recorder import Recorder
 
-SELECTOR = {"cardquota-e2e": "true"}
 OUT = ROOT / "out" / "e2e"
 
 

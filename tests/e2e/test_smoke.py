@@ -8,32 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.cluster import ControlPlane, wait_for
+from tests.e2e.objects import gpu_deployment
 from tests.e2e.recorder import Recorder
 
-R4090 = "NVIDIA-GeForce-RTX-4090"
 CAPTURED = Path(__file__).resolve().parents[1] / "data"
-
-
-def gpu_deployment(name: str, replicas: int, product: str = R4090, gpus: int = 1) -> dict[str, Any]:
-    labels = {"app": name}
-    container = {
-        "name": "main",
-        "image": "registry.example/app:1",
-        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": "100m"}},
-    }
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels, "annotations": {"volcano.sh/card.name": product}},
-                "spec": {"nodeSelector": {"nvidia.com/gpu.product": product}, "containers": [container]},
-            },
-        },
-    }
 
 
 def running_pods(plane: ControlPlane, namespace: str, app: str) -> list[dict[str, Any]]:

@@ -1,0 +1,32 @@
+"""Objects the end-to-end tests and the capture script create."""
+
+from typing import Any
+
+SELECTOR = {"cardquota-e2e": "true"}  # namespaces the test webhooks apply to
+R4090 = "NVIDIA-GeForce-RTX-4090"
+
+
+def namespace(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": SELECTOR}}
+
+
+def gpu_deployment(name: str, replicas: int, product: str = R4090, gpus: int = 1) -> dict[str, Any]:
+    labels = {"app": name}
+    container = {
+        "name": "main",
+        "image": "registry.example/app:1",
+        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": "100m"}},
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {"volcano.sh/card.name": product}},
+                "spec": {"nodeSelector": {"nvidia.com/gpu.product": product}, "containers": [container]},
+            },
+        },
+    }
