@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.cluster import ROOT, ControlPlane, wait_for
-from tests.e2e.objects import SELECTOR, gpu_deployment, namespace
+from tests.e2e.objects import SELECTOR, gpu_deployment, hpa, namespace
 from tests.e2e.recorder import Recorder
 
 DATA = ROOT / "tests" / "data"
@@ -22,17 +22,7 @@ def capture(plane: ControlPlane, hook: Recorder) -> dict[str, dict[str, Any]]:
     name = f"capture-{uuid.uuid4().hex[:6]}"
     plane.apply(namespace(name))
     plane.apply(gpu_deployment("chat", 1), namespace=name)
-    hpa = {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": "chat"},
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "chat"},
-            "minReplicas": 3,
-            "maxReplicas": 4,
-        },
-    }
-    plane.apply(hpa, namespace=name)
+    plane.apply(hpa("chat", 3, 4), namespace=name)
     scale = wait_for(
         "the HPA's scale write",
         lambda: hook.matching("deployments", "UPDATE", "scale", name),

@@ -30,3 +30,20 @@ def gpu_deployment(name: str, replicas: int, product: str = R4090, gpus: int = 1
             },
         },
     }
+
+
+def hpa(deployment: str, min_replicas: int, max_replicas: int) -> dict[str, Any]:
+    """An HPA on CPU: with no metrics server it still scales a Deployment below ``min_replicas`` up to
+    it (the controller checks the replica bounds before it asks for metrics)."""
+    target = {"type": "Utilization", "averageUtilization": 50}
+    return {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": deployment},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": deployment},
+            "minReplicas": min_replicas,
+            "maxReplicas": max_replicas,
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": target}}],
+        },
+    }

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.e2e.cluster import ControlPlane, wait_for
-from tests.e2e.objects import gpu_deployment
+from tests.e2e.objects import gpu_deployment, hpa
 from tests.e2e.recorder import Recorder
 
 CAPTURED = Path(__file__).resolve().parents[1] / "data"
@@ -38,23 +38,7 @@ def test_the_hpa_scales_a_deployment_through_the_scale_subresource(
     control_plane: ControlPlane, recorder: Recorder, namespace: str
 ) -> None:
     control_plane.apply(gpu_deployment("chat", 1), namespace=namespace)
-    hpa = {
-        "apiVersion": "autoscaling/v2",
-        "kind": "HorizontalPodAutoscaler",
-        "metadata": {"name": "chat"},
-        "spec": {
-            "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "chat"},
-            "minReplicas": 3,
-            "maxReplicas": 4,
-            "metrics": [
-                {
-                    "type": "Resource",
-                    "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 50}},
-                }
-            ],
-        },
-    }
-    control_plane.apply(hpa, namespace=namespace)
+    control_plane.apply(hpa("chat", 3, 4), namespace=namespace)
     wait_for(
         "the HPA to scale chat to 3",
         lambda: control_plane.get("deployment", "chat", namespace=namespace)["spec"]["replicas"] == 3,
