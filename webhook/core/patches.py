@@ -93,9 +93,7 @@ def resolve_owner(state: ClusterState, group: Raw) -> Owner | None:
         return None
     namespace = str((group.get("metadata") or {}).get("namespace") or "")
     if ref.kind == "Pod":
-        return state.pods.get(ref.uid) or next(
-            (p for p in state.pods.values() if p.namespace == namespace and p.name == ref.name), None
-        )
+        return state.pods.get(ref.uid)
     workload = state.workloads_by_uid.get(ref.uid)
     if workload is not None:
         return workload

@@ -30,10 +30,11 @@ def cluster_status(state: ClusterState) -> dict[str, Any]:
         elif info.quota_error:
             warnings.append(f'queue "{name}": {info.quota_error}; the scheduler reads it as no quota')
         quota_sum.update(usage.quota)
-        placed = {card for (_, card) in usage.placement.placed}
+        placement = usage.placement
+        placed = {card for (_, card) in placement.placed}
         per_card = {}
         for card in sorted(set(usage.quota) | set(usage.fixed) | placed):
-            use = usage.card(card)
+            use = usage.card(card, placement)
             per_card[card] = {
                 "quota": use.quota,
                 "bound": use.bound,

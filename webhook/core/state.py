@@ -8,6 +8,7 @@ import heapq
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from webhook.core import keys
 from webhook.core.cards import CardName, CardSpec
@@ -57,26 +58,25 @@ class Tally:
         self.reserved_flex: Counter[FlexKey] = Counter()
 
     def charge(self, charge: Charge, sign: int) -> None:
-        if charge.bound and charge.card is not None:
-            self.bound[charge.card] += sign * charge.count
-        elif charge.card is not None:
-            self.pending[charge.card] += sign * charge.count
+        if charge.card is None:
+            _bump(self.pending_flex, (charge.spec, charge.count), sign)
         else:
-            self.pending_flex[(charge.spec, charge.count)] += sign
-        _drop_zeros(self.bound, self.pending, self.pending_flex)
+            _bump(self.bound if charge.bound else self.pending, charge.card, sign * charge.count)
 
     def reserve(self, reservation: Reservation, sign: int) -> None:
         for card, count in reservation.fixed.items():
-            self.reserved[card] += sign * count
+            _bump(self.reserved, card, sign * count)
         for key, count in reservation.flex.items():
-            self.reserved_flex[key] += sign * count
-        _drop_zeros(self.reserved, self.reserved_flex)
+            _bump(self.reserved_flex, key, sign * count)
 
 
-def _drop_zeros(*counters: Counter[CardName] | Counter[FlexKey]) -> None:
-    for counter in counters:
-        for key in [k for k, v in counter.items() if v == 0]:
-            del counter[key]
+def _bump(counter: Counter[Any], key: Any, delta: int) -> None:
+    """Add ``delta`` and forget keys that reach zero, so tallies hold only what is in use."""
+    value = counter[key] + delta
+    if value:
+        counter[key] = value
+    else:
+        del counter[key]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,10 +150,9 @@ class ClusterState:
         if old is None:
             # A pod admitted here holds its own entry (taken from its scale-up's at admission);
             # one admitted elsewhere still comes out of its workload's scale-up hold.
-            workload = self.workload_of(pod)
             if self.ledger.get(pod.uid) is not None:
                 self.ledger.settle(pod.uid)
-            elif workload is not None:
+            elif (workload := self.workload_of(pod)) is not None:
                 self.ledger.settle(scale_key(workload))
         if pod.deletion_deadline is not None:
             heapq.heappush(self._deadlines, (pod.deletion_deadline, pod.uid))

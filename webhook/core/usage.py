@@ -1,13 +1,11 @@
 """What a queue has used, per card, and what is left: the numbers decisions and messages show."""
 
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from webhook.core.cards import CardName, CardSpec
 from webhook.core.feasibility import Group, Placement, backlog, fits, place
 from webhook.core.state import ClusterState
-
-ORIGINS = ("pending", "reserved", "in flight")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,15 +33,20 @@ class QueueUsage:
     quota: dict[CardName, int]
     fixed: dict[CardName, dict[str, int]]  # card -> origin ("bound", "pending", ...) -> cards
     groups: tuple[Group, ...]
-    placement: Placement = field(default_factory=lambda: Placement({}))
 
     def capacity(self) -> dict[CardName, int]:
         cards = set(self.quota) | set(self.fixed)
         return {c: self.quota.get(c, 0) - sum(self.fixed.get(c, {}).values()) for c in cards}
 
-    def card(self, card: CardName) -> CardUse:
+    @property
+    def placement(self) -> Placement:
+        """An exact assignment of the flexible demand: what messages and status show. Not needed to
+        decide, so it is computed only when asked for."""
+        return place(self.capacity(), self.groups)
+
+    def card(self, card: CardName, placement: Placement | None = None) -> CardUse:
         parts: Counter[str] = Counter(self.fixed.get(card, {}))
-        for (index, placed_card), cards in self.placement.placed.items():
+        for (index, placed_card), cards in (placement or self.placement).placed.items():
             if placed_card == card:
                 parts[self.groups[index].origin] += cards
         return CardUse(
@@ -55,8 +58,7 @@ class QueueUsage:
         return backlog(self.capacity(), self.groups, spec.cards)
 
     def fits(self, spec: CardSpec, per_pod: int, pods: int) -> bool:
-        ok, _ = fits(self.capacity(), self.groups, Group(spec.cards, per_pod, pods, "request"))
-        return ok
+        return fits(self.capacity(), self.groups, Group(spec.cards, per_pod, pods, "request"))
 
 
 def queue_usage(state: ClusterState, queue: str, exclude_ledger: str = "") -> QueueUsage:
@@ -84,8 +86,7 @@ def queue_usage(state: ClusterState, queue: str, exclude_ledger: str = "") -> Qu
         else:
             slot = fixed.setdefault(spec.cards[0], {})
             slot["in flight"] = slot.get("in flight", 0) + per_pod * pods
-    usage = QueueUsage(queue, quota, fixed, tuple(groups))
-    return QueueUsage(queue, quota, fixed, tuple(groups), place(usage.capacity(), usage.groups))
+    return QueueUsage(queue, quota, fixed, tuple(groups))
 
 
 def _flex_order(item: tuple[tuple[CardSpec, int], int]) -> tuple[str, int]:

@@ -48,8 +48,9 @@ def _quota_warnings(state: ClusterState, name: str, quota: dict[CardName, int]) 
             )
     if name in state.queues:
         usage = queue_usage(state, name)
-        for card in sorted(set(usage.fixed) | {c for (_, c) in usage.placement.placed}):
-            use = usage.card(card)
+        placement = usage.placement
+        for card in sorted(set(usage.fixed) | {c for (_, c) in placement.placed}):
+            use = usage.card(card, placement)
             if use.used > quota.get(card, 0):
                 detail = breakdown(use).partition(": ")[2]
                 warnings.append(
