@@ -1,6 +1,8 @@
 """``cardquota``: review AdmissionReviews and show queue status offline, from a cluster snapshot.
 
 Contract (other tools rely on it):
+  cardquota serve [--cluster DIR] [--cert-dir DIR] ...          the HTTPS webhook (see --help)
+  cardquota dev-certs DIR [--name NAME ...]                     development CA and serving cert
   cardquota review --cluster DIR [--webhook validate|mutate]   AdmissionReview on stdin -> response
   cardquota status --cluster DIR [--output table|json]
   cardquota examples DIR                                       every review under DIR/reviews
@@ -15,7 +17,8 @@ from pathlib import Path
 
 import orjson
 
-from webhook import review, snapshot
+from webhook import devcerts, review, settings, snapshot
+from webhook import main as main_module
 from webhook.core.report import cluster_status, status_table
 from webhook.errors import CardquotaError
 
@@ -31,6 +34,13 @@ def _parser() -> argparse.ArgumentParser:
     stat.add_argument("--output", choices=("table", "json"), default="table")
     ex = sub.add_parser("examples", help="review every file in DIR/reviews against DIR/cluster")
     ex.add_argument("directory", type=Path)
+    serve = sub.add_parser("serve", help="serve /validate and /mutate over HTTPS")
+    settings.add_flags(serve)
+    certs = sub.add_parser("dev-certs", help="write a development CA and serving certificate to DIR")
+    certs.add_argument("directory", type=Path)
+    certs.add_argument(
+        "--name", action="append", help="IP or DNS name of the serving certificate (repeatable)"
+    )
     return parser
 
 
@@ -41,6 +51,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _review(args.cluster, args.webhook)
         if args.command == "status":
             return _status(args.cluster, args.output)
+        if args.command == "serve":
+            return main_module.run(settings.load(args))
+        if args.command == "dev-certs":
+            names = args.name or devcerts.DEFAULT_NAMES
+            print(devcerts.ensure_dev_certs(args.directory, names))
+            return 0
         return _examples(args.directory)
     except CardquotaError as exc:
         print(f"cardquota: {exc}", file=sys.stderr)

@@ -17,8 +17,13 @@ Webhook = Literal["validate", "mutate"]
 
 def decide(state: ClusterState, body: bytes | str, webhook: Webhook, now: float) -> tuple[str, Decision]:
     """Parse, decide and (unless dry-run) record; raises ``BadReview`` for unanswerable input."""
-    started = time.perf_counter()
     raw = wire.parse_review(body)
+    return raw.uid, decide_request(state, raw, webhook, now)
+
+
+def decide_request(state: ClusterState, raw: wire.AdmissionRequest, webhook: Webhook, now: float) -> Decision:
+    """Decide a parsed review and log one line for it."""
+    started = time.perf_counter()
     request = wire.to_request(raw)
     if webhook == "validate":
         decision = admission.validate(state, request, now)
@@ -40,7 +45,7 @@ def decide(state: ClusterState, body: bytes | str, webhook: Webhook, now: float)
             "duration_ms": round((time.perf_counter() - started) * 1000, 3),
         },
     )
-    return request.uid, decision
+    return decision
 
 
 def answer(state: ClusterState, body: bytes | str, webhook: Webhook, now: float) -> dict[str, Any]:

@@ -6,6 +6,7 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from webhook.core.quoting import shorten
 from webhook.core.verdicts import Allowed, Decision, Denied, Request
 from webhook.errors import BadReview
 
@@ -27,7 +28,7 @@ class GroupVersionResource(_Model):
 
 
 class AdmissionRequest(_Model):
-    uid: str
+    uid: str = Field(min_length=1)
     kind: GroupVersionKind
     resource: GroupVersionResource
     sub_resource: str = Field("", alias="subResource")
@@ -40,21 +41,37 @@ class AdmissionRequest(_Model):
 
 
 class AdmissionReview(_Model):
-    api_version: str = Field("admission.k8s.io/v1", alias="apiVersion")
-    kind: str = "AdmissionReview"
+    api_version: str = Field(alias="apiVersion")
+    kind: str
     request: AdmissionRequest
 
 
+API_VERSION = "admission.k8s.io/v1"
+
+
 def parse_review(body: bytes | str) -> AdmissionRequest:
-    """Parse an AdmissionReview; raise :class:`BadReview` saying what is wrong."""
+    """Parse an AdmissionReview; raise :class:`BadReview` saying what is wrong.
+
+    orjson refuses what JSON forbids (NaN, Infinity, lone surrogates, numbers past 64 bits) and
+    nesting past 1,024 levels; pydantic then checks only the envelope, never the whole object.
+    """
     try:
-        review = AdmissionReview.model_validate_json(body)
+        raw = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadReview(f"not JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise BadReview("not an AdmissionReview: the body must be a JSON object")
+    if raw.get("apiVersion") != API_VERSION or raw.get("kind") != "AdmissionReview":
+        raise BadReview(
+            f"expected apiVersion {API_VERSION} and kind AdmissionReview, got"
+            f" {shorten(str(raw.get('apiVersion')))} {shorten(str(raw.get('kind')))}"
+        )
+    try:
+        review = AdmissionReview.model_validate(raw)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "body"
-        raise BadReview(f"not an AdmissionReview: {where}: {first.get('msg')}") from exc
-    if review.kind != "AdmissionReview":
-        raise BadReview(f"expected kind AdmissionReview, got {review.kind!r}")
+        raise BadReview(f"not an AdmissionReview: {shorten(where)}: {first.get('msg')}") from exc
     return review.request
 
 

@@ -74,11 +74,13 @@ def test_the_default_webhook_is_validate() -> None:
 @pytest.mark.parametrize(
     ("stdin", "says"),
     [
-        pytest.param(b"not json", "not an AdmissionReview", id="not JSON"),
-        pytest.param(b'{"kind": "AdmissionReview"}', "request", id="no request"),
+        pytest.param(b"not json", "not JSON", id="not JSON"),
+        pytest.param(
+            b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', "request", id="no request"
+        ),
         pytest.param(
             b'{"kind": "Pod", "request": {"uid": "u", "kind": {}, "resource": {}, "operation": "CREATE"}}',
-            "expected kind AdmissionReview",
+            "expected apiVersion admission.k8s.io/v1 and kind AdmissionReview",
             id="wrong kind",
         ),
     ],

@@ -1,10 +1,10 @@
 """The two entry points every front (CLI, server) calls: ``validate`` and ``mutate``, and
 ``admit`` to record what was really admitted. Routing by resource lives here and nowhere else."""
 
-from webhook.core import decisions, patches, writes
+from webhook.core import decisions, patches, shapes, writes
 from webhook.core.ledger import Entry
 from webhook.core.state import ClusterState
-from webhook.core.verdicts import Allowed, Decision, Request
+from webhook.core.verdicts import Allowed, Decision, Denied, Request
 
 VOLCANO_BATCH = "batch.volcano.sh"
 VOLCANO_SCHEDULING = "scheduling.volcano.sh"
@@ -14,6 +14,8 @@ def validate(state: ClusterState, request: Request, now: float) -> Decision:
     state.expire(now)
     if request.operation == "DELETE":
         return Allowed("deletes are always allowed")
+    if (malformed := _malformed(request)) is not None:
+        return malformed
     resource, sub = request.resource, request.sub_resource
     if resource == "pods" and not sub and request.operation == "CREATE":
         return decisions.decide_pod_create(state, request, now)
@@ -36,12 +38,27 @@ def mutate(state: ClusterState, request: Request, owner: patches.Owner | None = 
     """Pod CREATE: affinity and canonical card name. PodGroup CREATE: annotations from its owner."""
     if request.operation != "CREATE" or request.sub_resource:
         return Allowed("only creates are mutated")
+    if (malformed := _malformed(request)) is not None:
+        return malformed
     if request.resource == "pods":
         return patches.pod_patch(state, request.obj)
     if request.resource == "podgroups" and request.group == VOLCANO_SCHEDULING:
         found = owner or patches.resolve_owner(state, request.obj)
         return patches.podgroup_patch(state, request.obj, found)
     return Allowed(f"{request.resource} is not mutated")
+
+
+def _malformed(request: Request) -> Denied | None:
+    """A denial naming the field the core cannot read, in the object or the old object."""
+    for label, value in (("", request.obj), ("old ", request.old_obj)):
+        if label and not value:
+            continue
+        problem = shapes.problem(request.resource, request.sub_resource, value)
+        if problem:
+            sub = request.sub_resource
+            what = f"{request.resource}/{sub}" if sub else (request.kind.lower() or request.resource)
+            return Denied(f"{label}{what} {request.target} is malformed: {problem}")
+    return None
 
 
 def admit(state: ClusterState, request: Request, decision: Decision, now: float) -> None:

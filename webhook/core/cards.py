@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass
 from typing import NewType
 
+from webhook.core.quoting import shorten
+
 CardName = NewType("CardName", str)
 
 # A product is a Kubernetes label value: it is also the node-affinity value.
@@ -62,14 +64,14 @@ class CardSpec:
 def parse_card_name(text: str) -> Card:
     """Parse one card name (no ``|``); raise :class:`CardNameError` saying what is wrong."""
     if m := _MPS.match(text):
-        if int(m["replicas"]) == 0:
+        if not m["replicas"].strip("0"):
             raise CardNameError(f"MPS card {text!r} has 0 replicas: expected <product>/mps-<G>g*1/<R>, R > 0")
         return Card(CardName(text), CardKind.MPS, m["product"])
     if m := _MIG.match(text):
         return Card(CardName(text), CardKind.MIG, m["product"], m["profile"])
     if _WHOLE.match(text):
         return Card(CardName(text), CardKind.WHOLE, text)
-    raise CardNameError(f"{text!r} is not a card name: {_explain(text)}")
+    raise CardNameError(f"{shorten(text)} is not a card name: {_explain(text)}")
 
 
 def _explain(text: str) -> str:
@@ -79,7 +81,7 @@ def _explain(text: str) -> str:
         return "a whole-card name is a node product label value (letters, digits, '-', '_', '.', at most 63)"
     product, _, rest = text.partition("/")
     if not _WHOLE.match(product):
-        return f"product {product!r} is not a valid label value"
+        return f"product {shorten(product)} is not a valid label value"
     if rest.startswith("mps-"):
         return "an MPS card is <product>/mps-<memGiB>g*1/<replicas>, e.g. NVIDIA-H800/mps-80g*1/2"
     if rest.startswith("mig-"):
@@ -93,14 +95,14 @@ def parse_card_spec(text: str) -> CardSpec:
     cards: list[CardName] = []
     for position, part in enumerate(parts, start=1):
         if not part:
-            raise CardNameError(f"card spec {text!r} has an empty alternative at position {position}")
+            raise CardNameError(f"card spec {shorten(text)} has an empty alternative at position {position}")
         try:
             card = parse_card_name(part)
         except CardNameError as exc:
             where = f" (alternative {position})" if len(parts) > 1 else ""
             raise CardNameError(f"{exc}{where}") from exc
         if card.name in cards:
-            raise CardNameError(f"card spec {text!r} names {card.name} twice")
+            raise CardNameError(f"card spec {shorten(text)} names {card.name} twice")
         cards.append(card.name)
     return CardSpec(tuple(cards))
 

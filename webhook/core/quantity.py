@@ -4,6 +4,8 @@ import math
 import re
 from fractions import Fraction
 
+from webhook.core.quoting import shorten
+
 _QUANTITY = re.compile(r"^([+-]?[0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)([a-zA-Z]*)$")
 _SUFFIX = {
     "": Fraction(1),
@@ -23,6 +25,12 @@ _SUFFIX = {
 }
 
 
+# Kubernetes keeps quantities as int64 (``Quantity.Value()``); anything larger is no real request,
+# and bounding it keeps a hostile ``1e999999999`` from costing time or memory.
+LIMIT = 2**63 - 1
+_MAX_TEXT = 64
+
+
 class QuantityError(ValueError):
     """A quantity string Kubernetes would not accept."""
 
@@ -32,17 +40,28 @@ def parse_quantity(value: object) -> Fraction:
     if isinstance(value, bool):
         raise QuantityError(f"quantity {value!r} is not a number")
     if isinstance(value, int | Fraction):
-        return Fraction(value)
+        return _bounded(Fraction(value), value)
     if isinstance(value, float):
-        return Fraction(str(value))
-    text = str(value).strip()
-    match = _QUANTITY.match(text)
+        if not math.isfinite(value):
+            raise QuantityError(f"quantity {value!r} is not a number")
+        return _bounded(Fraction(str(value)), value)
+    if not isinstance(value, str):
+        raise QuantityError(f"quantity of type {type(value).__name__} is not a Kubernetes quantity")
+    text = value.strip()
+    match = _QUANTITY.match(text) if len(text) <= _MAX_TEXT else None
     if not match or match[2] not in _SUFFIX:
-        raise QuantityError(f"quantity {text!r} is not a Kubernetes quantity")
+        raise QuantityError(f"quantity {shorten(text)} is not a Kubernetes quantity")
     number, suffix = match.groups()
-    if suffix == "" and ("e" in number.lower()):
-        return Fraction(number)
-    return Fraction(number) * _SUFFIX[suffix]
+    exponent = number.lower().partition("e")[2]
+    if exponent and abs(int(exponent)) > 30:
+        raise QuantityError(f"quantity {text!r} has an exponent out of range")
+    return _bounded(Fraction(number) * _SUFFIX[suffix], text)
+
+
+def _bounded(amount: Fraction, shown: object) -> Fraction:
+    if abs(amount) > LIMIT:
+        raise QuantityError(f"quantity {shorten(str(shown))} is too large")
+    return amount
 
 
 def ceil_quantity(value: object) -> int:

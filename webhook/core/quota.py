@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.core.cards import CardName, CardNameError, CardSpec, parse_card_name, parse_card_spec
+from webhook.core.quantity import LIMIT
+from webhook.core.quoting import shorten
 
 
 class AnnotationError(ValueError):
@@ -34,22 +36,27 @@ def _load_object(key: str, text: str) -> list[tuple[str, Any]]:
     try:
         value = json.loads(text, object_pairs_hook=pairs)
     except json.JSONDecodeError as exc:
-        raise AnnotationError(f"{key}: not JSON ({exc.msg} at column {exc.colno}): {text!r}") from exc
+        raise AnnotationError(f"{key}: not JSON ({exc.msg} at column {exc.colno}): {shorten(text)}") from exc
+    except (ValueError, RecursionError) as exc:  # a number over Python's digit limit, deep nesting
+        raise AnnotationError(f"{key}: not a JSON object of counts: {shorten(text)}") from exc
     if not isinstance(value, _Pairs):
-        raise AnnotationError(f'{key}: must be a JSON object like {{"NVIDIA-H200": 2}}, got {text!r}')
+        raise AnnotationError(f'{key}: must be a JSON object like {{"NVIDIA-H200": 2}}, got {shorten(text)}')
     seen: set[str] = set()
     for name, _ in value:
         if name in seen:
-            raise AnnotationError(f"{key}: names {name!r} twice")
+            raise AnnotationError(f"{key}: names {shorten(name)} twice")
         seen.add(name)
     return value
 
 
 def _count(key: str, name: str, value: Any, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise AnnotationError(f"{key}: count for {name!r} must be a whole number, got {json.dumps(value)}")
+        shown = shorten(json.dumps(value)).strip("'")
+        raise AnnotationError(f"{key}: count for {shorten(name)} must be a whole number, got {shown}")
     if value < minimum:
-        raise AnnotationError(f"{key}: count for {name!r} must be >= {minimum}, got {value}")
+        raise AnnotationError(f"{key}: count for {shorten(name)} must be >= {minimum}, got {value}")
+    if value > LIMIT:
+        raise AnnotationError(f"{key}: count for {shorten(name)} is too large")
     return value
 
 
@@ -59,14 +66,15 @@ def parse_quota(key: str, text: str) -> dict[CardName, int]:
     for name, value in _load_object(key, text):
         if "|" in name:
             raise AnnotationError(
-                f"{key}: {name!r} names several cards; quota is per card model, give each its own count"
+                f"{key}: {shorten(name)} names several cards;"
+                " quota is per card model, give each its own count"
             )
         try:
             card = parse_card_name(name.strip())
         except CardNameError as exc:
             raise AnnotationError(f"{key}: {exc}") from exc
         if card.name != name:
-            raise AnnotationError(f"{key}: {name!r} has surrounding whitespace; write {card.name!r}")
+            raise AnnotationError(f"{key}: {shorten(name)} has surrounding whitespace; write {card.name!r}")
         quota[card.name] = _count(key, name, value, 0)
     return quota
 
@@ -80,6 +88,6 @@ def parse_card_request(key: str, text: str) -> CardRequest:
         except CardNameError as exc:
             raise AnnotationError(f"{key}: {exc}") from exc
         if spec in counts:
-            raise AnnotationError(f"{key}: names {spec.text!r} twice")
+            raise AnnotationError(f"{key}: names {shorten(spec.text)} twice")
         counts[spec] = _count(key, name, value, 1)
     return CardRequest(counts)

@@ -1,0 +1,132 @@
+"""Run the real server for tests: as a ``cardquota serve`` process, or in a thread with a test source."""
+
+import asyncio
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from webhook import devcerts, server
+from webhook.metrics import Metrics
+from webhook.sources import StateSource
+from webhook.tls import CertStore
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = ROOT / "examples" / "cluster"
+REVIEWS = ROOT / "examples" / "reviews"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def client_context(certs: Path, client_cert: tuple[Path, Path] | None = None) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+    if client_cert:
+        context.load_cert_chain(*client_cert)
+    return context
+
+
+class Process:
+    """``cardquota serve`` on a free loopback port, with its log kept for assertions."""
+
+    def __init__(
+        self, certs: Path, log: Path, *flags: str, cluster: Path = CLUSTER, make_certs: bool = True
+    ) -> None:
+        self.certs, self.log_path = devcerts.ensure_dev_certs(certs) if make_certs else certs, log
+        self.port = free_port()
+        self.url = f"https://127.0.0.1:{self.port}"
+        command = [
+            sys.executable,
+            "-m",
+            "webhook",
+            "serve",
+            "--cluster",
+            str(cluster),
+            "--cert-dir",
+            str(certs),
+        ]
+        command += ["--host", "127.0.0.1", "--port", str(self.port), *flags]
+        self._log = log.open("wb")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("CARDQUOTA_")}
+        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        return httpx.Client(base_url=self.url, verify=client_context(self.certs), timeout=10, **kwargs)
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        with self.client() as client:
+            while time.monotonic() < deadline:
+                assert self.proc.poll() is None, self.log()
+                try:
+                    if client.get("/readyz").status_code == 200:
+                        return
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.05)
+        raise AssertionError(f"server not ready in {timeout} s:\n{self.log()}")
+
+    def log(self) -> str:
+        self._log.flush()
+        return self.log_path.read_text(errors="replace")
+
+    def terminate(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        code = self.proc.wait(timeout=30)
+        self._log.close()
+        return code
+
+
+@contextmanager
+def serve_process(
+    certs: Path, log: Path, *flags: str, cluster: Path = CLUSTER, make_certs: bool = True
+) -> Iterator[Process]:
+    process = Process(certs, log, *flags, cluster=cluster, make_certs=make_certs)
+    try:
+        process.wait_ready()
+        yield process
+    finally:
+        process.stop()
+
+
+@contextmanager
+def serve_in_thread(source: StateSource, certs: Path, max_body_bytes: int = 7 * 2**20) -> Iterator[str]:
+    """The app factory over real TLS in a background event loop, for sources a process cannot have."""
+    devcerts.ensure_dev_certs(certs)
+    store = CertStore(certs)
+    loop = asyncio.new_event_loop()
+    app = server.make_app(source, Metrics(), server.Health(), max_body_bytes)
+    runner = server.web.AppRunner(app, access_log=None)
+    port = free_port()
+
+    async def start() -> None:
+        await runner.setup()
+        await server.web.TCPSite(runner, "127.0.0.1", port, ssl_context=store.listening).start()
+
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(start(), loop).result(timeout=10)
+    try:
+        yield f"https://127.0.0.1:{port}"
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()

@@ -1,0 +1,307 @@
+"""The HTTPS server as the API server meets it: real TLS, golden AdmissionReviews, bad input, metrics."""
+
+import base64
+import json
+import ssl
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.edges.serving import CLUSTER, REVIEWS, Process, client_context, serve_in_thread, serve_process
+from webhook import devcerts, review, snapshot
+from webhook.cli import example_files
+from webhook.core.state import ClusterState
+from webhook.errors import ConfigError
+from webhook.settings import ServeSettings
+from webhook.tls import CertStore
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+    tmp = tmp_path_factory.mktemp("served")
+    with serve_process(tmp / "certs", tmp / "server.log") as process:
+        yield process
+
+
+@pytest.fixture
+def client(served: Process) -> Iterator[httpx.Client]:
+    with served.client() as c:
+        yield c
+
+
+def post(client: httpx.Client, path: str, body: bytes) -> httpx.Response:
+    return client.post(path, content=body, headers={"Content-Type": "application/json"})
+
+
+def body_of(name: str) -> bytes:
+    return (REVIEWS / name).read_bytes()
+
+
+def test_every_example_is_answered_over_https_exactly_as_the_core_answers_it(served: Process) -> None:
+    # The same sequence through the server and in process: holds recorded by earlier admissions
+    # affect later ones the same way in both, so the answers must be equal byte for byte.
+    state = snapshot.load_snapshot(CLUSTER)
+    with served.client() as client:
+        for path, webhook in example_files(REVIEWS.parent):
+            answer = post(client, f"/{webhook}", path.read_bytes())
+            assert answer.status_code == 200, (path.name, answer.text)
+            expected = review.answer(state, path.read_bytes(), webhook, time.time())
+            assert answer.json() == expected, path.name
+
+
+def test_a_denial_is_a_403_with_the_one_line_message_and_the_request_uid(client: httpx.Client) -> None:
+    answer = post(client, "/validate", body_of("scale-deployment-over-quota.json"))
+    assert answer.status_code == 200
+    out = answer.json()
+    assert (out["apiVersion"], out["kind"]) == ("admission.k8s.io/v1", "AdmissionReview")
+    assert out["response"]["uid"] == "review-scale-deployment-over-quota"
+    assert out["response"]["allowed"] is False
+    assert out["response"]["status"] == {
+        "code": 403,
+        "reason": "Forbidden",
+        "message": 'scale-up of deployment team-a/chat from 2 to 5 replicas needs 3 NVIDIA-H200 (1 per pod); queue "inference" has 1 left (quota 8: 6 running, 1 pending)',
+    }
+
+
+def test_a_pod_mutation_is_a_base64_json_patch_that_pins_the_models(client: httpx.Client) -> None:
+    out = post(client, "/mutate", body_of("pod-affinity-new.mutate.json")).json()["response"]
+    assert out["allowed"] is True and out["patchType"] == "JSONPatch"
+    patch = json.loads(base64.b64decode(out["patch"]))
+    expression = patch[-1]["value"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert expression["nodeSelectorTerms"][0]["matchExpressions"][0]["operator"] == "In"
+
+
+def test_quota_warnings_reach_the_response(client: httpx.Client) -> None:
+    out = post(client, "/validate", body_of("queue-overcommit-warning.json")).json()["response"]
+    assert out["allowed"] is True
+    assert any("queues will compete for the cards" in w for w in out["warnings"])
+
+
+def review_with(request: dict[str, Any]) -> bytes:
+    return json.dumps(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    ).encode()
+
+
+GOOD_REQUEST = json.loads(body_of("pod-fits.json"))["request"]
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        pytest.param(b"", "not JSON", id="empty body"),
+        pytest.param(b"{not json", "not JSON", id="not JSON"),
+        pytest.param(b'{"apiVersion": "admission.k8s.io/v1"', "not JSON", id="truncated JSON"),
+        pytest.param(b"[1, 2]", "must be a JSON object", id="a list"),
+        pytest.param(
+            b'{"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview", "request": {}}',
+            "expected apiVersion admission.k8s.io/v1",
+            id="wrong apiVersion",
+        ),
+        pytest.param(
+            b'{"apiVersion": "admission.k8s.io/v1", "kind": "Pod"}', "kind AdmissionReview", id="not a review"
+        ),
+        pytest.param(
+            b'{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}', "request", id="no request"
+        ),
+        pytest.param(review_with({k: v for k, v in GOOD_REQUEST.items() if k != "uid"}), "uid", id="no uid"),
+        pytest.param(review_with({**GOOD_REQUEST, "uid": ""}), "uid", id="empty uid"),
+        pytest.param(review_with({**GOOD_REQUEST, "object": "x"}), "object", id="object not an object"),
+        pytest.param(review_with({**GOOD_REQUEST, "operation": 7}), "operation", id="operation a number"),
+        pytest.param(b'{"x": ' + b"[" * 2000 + b"]" * 2000 + b"}", "not JSON", id="nested 2000 deep"),
+        pytest.param(b'{"x": NaN}', "not JSON", id="NaN"),
+        pytest.param(b'{"x": 1e400}', "not JSON", id="number out of range"),
+        pytest.param(b'{"x": "\\ud800"}', "not JSON", id="lone surrogate"),
+    ],
+)
+def test_unanswerable_input_is_a_400_with_a_short_reason(
+    client: httpx.Client, body: bytes, says: str
+) -> None:
+    answer = post(client, "/validate", body)
+    assert answer.status_code == 400
+    reason = answer.json()["error"]
+    assert says in reason and len(reason) < 300
+
+
+def test_a_body_over_the_limit_is_a_400_and_the_server_goes_on(client: httpx.Client) -> None:
+    answer = post(client, "/validate", b'{"a": "' + b"x" * (8 * 2**20) + b'"}')
+    assert answer.status_code == 400 and "limit" in answer.json()["error"]
+    assert post(client, "/validate", body_of("pod-cpu-only.json")).json()["response"]["allowed"] is True
+
+
+def pod_review(**pod_changes: Any) -> bytes:
+    request = json.loads(body_of("pod-fits.json"))["request"]
+    request["object"] = {**request["object"], **pod_changes}
+    return review_with(request)
+
+
+CONTAINER = json.loads(body_of("pod-fits.json"))["request"]["object"]["spec"]["containers"][0]
+
+
+def with_limit(value: Any) -> dict[str, Any]:
+    return {"containers": [{**CONTAINER, "resources": {"limits": {"nvidia.com/gpu": value}}}]}
+
+
+@pytest.mark.parametrize(
+    ("changes", "says"),
+    [
+        pytest.param(
+            {"spec": "x"},
+            "pod team-a/trainer-1 is malformed: spec must be an object, got a string",
+            id="spec a string",
+        ),
+        pytest.param(
+            {"spec": {"containers": {}}},
+            "spec.containers must be a list, got an object",
+            id="containers an object",
+        ),
+        pytest.param(
+            {"spec": with_limit("1e400")},
+            "spec.containers[0].resources.limits['nvidia.com/gpu']: quantity '1e400' has an exponent out of range",
+            id="quantity 1e400",
+        ),
+        pytest.param(
+            {"spec": with_limit("NaN")},
+            "spec.containers[0].resources.limits['nvidia.com/gpu']: quantity 'NaN' is not a Kubernetes quantity",
+            id="quantity NaN",
+        ),
+        pytest.param({"spec": with_limit(True)}, "quantity True is not a number", id="quantity true"),
+        pytest.param(
+            {"metadata": {"name": "p", "annotations": {"volcano.sh/card.name": ["NVIDIA-H200"]}}},
+            "metadata.annotations['volcano.sh/card.name'] must be a string, got a list",
+            id="annotation a list",
+        ),
+        pytest.param(
+            {"metadata": {"name": "p", "ownerReferences": "me"}},
+            "metadata.ownerReferences must be a list, got a string",
+            id="ownerReferences a string",
+        ),
+    ],
+)
+def test_a_well_formed_review_of_a_nonsense_object_is_denied_saying_what_is_wrong(
+    client: httpx.Client, changes: dict[str, Any], says: str
+) -> None:
+    for webhook in ("validate", "mutate"):
+        answer = post(client, f"/{webhook}", pod_review(**changes))
+        assert answer.status_code == 200
+        response = answer.json()["response"]
+        assert response["allowed"] is False and says in response["status"]["message"]
+
+
+def test_the_log_has_one_structured_line_per_review(served: Process, client: httpx.Client) -> None:
+    post(client, "/validate", body_of("pod-over-quota.json"))
+    lines = [json.loads(line) for line in served.log().splitlines() if '"msg":"review"' in line]
+    line = next(entry for entry in lines if entry["uid"] == "review-pod-over-quota")
+    assert {
+        k: line[k] for k in ("webhook", "kind", "object", "operation", "dry_run", "decision", "queue", "card")
+    } == {
+        "webhook": "validate",
+        "kind": "Pod",
+        "object": "team-a/trainer-0",
+        "operation": "CREATE",
+        "dry_run": False,
+        "decision": "denied",
+        "queue": "cr-queue1",
+        "card": "NVIDIA-H200",
+    }
+    assert line["duration_ms"] >= 0
+
+
+def metric(text: str, name: str) -> float:
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " ")]
+    assert len(values) == 1, f"{name} not exposed exactly once"
+    return values[0]
+
+
+def test_metrics_expose_reviews_latency_readiness_and_per_queue_cards(client: httpx.Client) -> None:
+    post(client, "/validate", body_of("pod-over-quota.json"))
+    post(client, "/validate", b"junk")
+    answer = client.get("/metrics")
+    assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/plain")
+    text = answer.text
+    denied = 'cardquota_reviews_total{decision="denied",kind="Pod",operation="CREATE",webhook="validate"}'
+    assert metric(text, denied) >= 1
+    assert metric(text, 'cardquota_rejected_requests_total{status="400"}') >= 1
+    assert metric(text, 'cardquota_review_duration_seconds_bucket{le="0.00025",webhook="validate"}') >= 0
+    assert metric(text, "cardquota_ready") == 1
+    assert metric(text, 'cardquota_queue_quota_cards{card="NVIDIA-H200",queue="cr-queue1"}') == 3
+    assert metric(text, 'cardquota_queue_running_cards{card="NVIDIA-H200",queue="cr-queue1"}') == 1
+    assert metric(text, 'cardquota_queue_pending_cards{card="NVIDIA-H200",queue="cr-queue1"}') == 1
+    assert metric(text, "cardquota_nodes_skipped") == 1  # examples/cluster's unlabelled GPU node
+    assert metric(text, "cardquota_certificate_expiry_timestamp_seconds") > time.time()
+    assert "_created" not in text
+
+
+def test_health_and_readiness_answer_plainly(client: httpx.Client) -> None:
+    assert client.get("/healthz").text == "ok"
+    assert client.get("/readyz").text == "ready"
+    assert client.get("/nothing-here").status_code == 404
+    assert client.get("/validate").status_code == 405
+
+
+class Unsynced:
+    """A state source that has not synced: what the live cache is before its first list."""
+
+    state: ClusterState | None = None
+    ready = False
+
+    async def run(self) -> None:
+        return None
+
+
+def test_before_the_state_has_synced_reviews_get_503_and_readyz_is_false(tmp_path: Path) -> None:
+    with (
+        serve_in_thread(Unsynced(), tmp_path) as url,
+        httpx.Client(verify=client_context(tmp_path)) as client,
+    ):
+        assert client.get(f"{url}/healthz").status_code == 200
+        ready = client.get(f"{url}/readyz")
+        assert ready.status_code == 503 and "not synced" in ready.text
+        answer = client.post(f"{url}/validate", content=body_of("pod-fits.json"))
+        assert answer.status_code == 503 and "cache not ready" in answer.json()["error"]
+        assert "cardquota_ready 0.0" in client.get(f"{url}/metrics").text
+
+
+class Broken:
+    """A state that makes the core fail: stands for a bug in a handler."""
+
+    ready = True
+
+    @property
+    def state(self) -> ClusterState:
+        return "not a state"  # type: ignore[return-value]
+
+    async def run(self) -> None:
+        return None
+
+
+def test_a_bug_is_a_500_logged_with_the_review_uid(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with serve_in_thread(Broken(), tmp_path) as url, httpx.Client(verify=client_context(tmp_path)) as client:
+        answer = client.post(f"{url}/validate", content=body_of("pod-fits.json"))
+        assert answer.status_code == 500 and "failurePolicy" in answer.json()["error"]
+        assert client.get(f"{url}/healthz").status_code == 200
+    bug = next(r for r in caplog.records if r.getMessage() == "bug while answering a review")
+    assert bug.uid == "review-pod-fits" and bug.exc_info is not None  # type: ignore[attr-defined]
+
+
+def test_the_serving_context_refuses_anything_older_than_tls_1_2(tmp_path: Path) -> None:
+    store = CertStore(devcerts.ensure_dev_certs(tmp_path))
+    assert store.listening.minimum_version == ssl.TLSVersion.TLSv1_2
+
+
+def test_settings_refuse_nonsense_and_keep_alive_outlasts_the_api_servers_idle_timeout() -> None:
+    assert ServeSettings().keepalive_seconds > 90
+    assert ServeSettings().max_body_bytes == 7 * 2**20
+    with pytest.raises(Exception, match="port"):
+        ServeSettings(port=0)
+    from webhook import settings
+
+    class Args:
+        port = "x"
+
+    with pytest.raises(ConfigError, match="setting port"):
+        settings.load(Args())  # type: ignore[arg-type]

@@ -1,0 +1,104 @@
+"""The composition root: settings, TLS, state source, metrics and the server meet here and only here.
+
+``serve`` runs until SIGTERM or SIGINT, then drains: ``/readyz`` turns 503 so the Service stops
+sending new reviews, reviews keep being answered for ``drain_seconds``, and only then does the
+server close, waiting up to ``shutdown_timeout_seconds`` for requests in progress.
+"""
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import AsyncIterator, Callable, Coroutine
+from typing import Any
+
+from aiohttp import web
+
+from webhook import logs, server
+from webhook.errors import ConfigError
+from webhook.metrics import Metrics
+from webhook.settings import ServeSettings
+from webhook.sources import SnapshotSource, StateSource
+from webhook.tls import CertStore
+
+log = logging.getLogger(__name__)
+
+
+def build_source(settings: ServeSettings) -> StateSource:
+    if settings.cluster is None:
+        raise ConfigError("no state source: pass --cluster DIR (a snapshot directory)")
+    return SnapshotSource(settings.cluster, settings.policy())
+
+
+def run(settings: ServeSettings) -> int:
+    logs.configure(settings.log_level)
+    if settings.uvloop:
+        with contextlib.suppress(ImportError):
+            import uvloop
+
+            return uvloop.run(serve(settings))
+    return asyncio.run(serve(settings))
+
+
+def _background(
+    name: str, make: Callable[[], Coroutine[Any, Any, None]], failed: asyncio.Future[int]
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A cleanup_ctx entry: run ``make()`` for the app's life; a crash stops the server."""
+
+    async def context(_app: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(make(), name=name)
+
+        def done(finished: asyncio.Task[None]) -> None:
+            if finished.cancelled() or failed.done():
+                return
+            error = finished.exception()
+            if error is not None:
+                log.error("%s failed: %s", name, error, exc_info=error)
+                failed.set_result(2 if isinstance(error, ConfigError) else 1)
+
+        task.add_done_callback(done)
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    return context
+
+
+async def serve(settings: ServeSettings) -> int:
+    metrics, health = Metrics(), server.Health()
+    store = CertStore(settings.cert_dir, settings.client_ca, on_reload=metrics.cert_reloads.inc)
+    source = build_source(settings)
+    metrics.cert_expiry.set_function(lambda: store.expires)
+    stopped: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+    app = server.make_app(source, metrics, health, settings.max_body_bytes)
+    app.cleanup_ctx.append(_background("state source", source.run, stopped))
+    app.cleanup_ctx.append(
+        _background("certificate watcher", lambda: store.watch(settings.cert_poll_seconds), stopped)
+    )
+    runner = web.AppRunner(
+        app,
+        access_log=None,
+        keepalive_timeout=settings.keepalive_seconds,
+        shutdown_timeout=settings.shutdown_timeout_seconds,
+    )
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port, ssl_context=store.listening)
+    await site.start()
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        if not stopped.done():
+            stopped.set_result(0)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+    log.info("serving", extra={"address": f"https://{settings.host}:{settings.port}"})
+    code = await stopped
+    if code == 0:
+        health.draining = True
+        log.info("draining", extra={"seconds": settings.drain_seconds})
+        await asyncio.sleep(settings.drain_seconds)
+    await runner.cleanup()
+    log.info("stopped")
+    return code

@@ -1,0 +1,100 @@
+"""Prometheus metrics: review counters and latency on the hot path, cluster gauges at scrape time.
+
+The per-queue, per-card gauges are computed from the state when Prometheus scrapes, so a review
+never pays for them.
+"""
+
+from collections.abc import Callable, Iterator
+
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from webhook.core.report import cluster_status
+from webhook.core.state import ClusterState
+
+LATENCY_BUCKETS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+QUEUE_FIGURES = {
+    "quota": "card quota of the queue",
+    "running": "cards of bound, running pods",
+    "pending": "cards of pods not bound yet",
+    "reserved": "cards PodGroups reserve for pods not created yet",
+    "in_flight": "cards admitted by this replica that its cache has not seen yet",
+    "used": "running + pending + reserved + in flight",
+    "free": "quota - used (negative when over quota)",
+}
+
+
+class Metrics:
+    def __init__(self) -> None:
+        prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created noise
+        self.registry = CollectorRegistry()
+        self.reviews = Counter(
+            "cardquota_reviews",
+            "AdmissionReviews answered, by webhook, kind, operation and decision",
+            ["webhook", "kind", "operation", "decision"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "cardquota_review_duration_seconds",
+            "time to answer one AdmissionReview, from body read to response",
+            ["webhook"],
+            buckets=LATENCY_BUCKETS,
+            registry=self.registry,
+        )
+        self.rejected = Counter(
+            "cardquota_rejected_requests",
+            "requests answered without a decision, by HTTP status (400 bad review, 503 not ready, 500 bug)",
+            ["status"],
+            registry=self.registry,
+        )
+        self.ready = Gauge(
+            "cardquota_ready",
+            "1 when the state source has synced and the server is not draining",
+            registry=self.registry,
+        )
+        self.cert_expiry = Gauge(
+            "cardquota_certificate_expiry_timestamp_seconds",
+            "notAfter of the serving certificate in use",
+            registry=self.registry,
+        )
+        self.cert_reloads = Counter(
+            "cardquota_certificate_reloads", "serving certificate reloads", registry=self.registry
+        )
+
+    def watch_state(self, state: Callable[[], ClusterState | None]) -> None:
+        self.registry.register(_StateCollector(state))
+
+
+class _StateCollector(Collector):
+    def __init__(self, state: Callable[[], ClusterState | None]) -> None:
+        self._state = state
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        state = self._state()
+        if state is None:
+            return
+        status = cluster_status(state)
+        families = {
+            figure: GaugeMetricFamily(f"cardquota_queue_{figure}_cards", help_text, labels=["queue", "card"])
+            for figure, help_text in QUEUE_FIGURES.items()
+        }
+        for queue, per_card in status["queues"].items():
+            for card, n in per_card.items():
+                used = n["quota"] - n["free"]
+                values = {**n, "running": n["bound"], "used": used}
+                for figure, family in families.items():
+                    family.add_metric([queue, card], values[figure])
+        yield from families.values()
+        cards = GaugeMetricFamily("cardquota_cluster_cards", "cards discovered on nodes", labels=["card"])
+        for card, info in status["cards"].items():
+            cards.add_metric([card], info["total"])
+        yield cards
+        skipped = sum(1 for node in state.nodes.values() if node.warnings and not node.cards)
+        yield GaugeMetricFamily(
+            "cardquota_nodes_skipped", "nodes whose card labels or resources are unusable", value=skipped
+        )
+        yield GaugeMetricFamily(
+            "cardquota_in_flight_holds", "in-flight ledger entries", value=len(state.ledger)
+        )

@@ -1,0 +1,131 @@
+"""The HTTPS edge: AdmissionReviews over aiohttp, answered from whatever state source it is given.
+
+    POST /validate   POST /mutate   GET /healthz   GET /readyz   GET /metrics
+
+Errors become HTTP statuses here and nowhere else (``_errors``): a review we cannot answer is a 400
+with a reason, a state that is not ready a 503, a bug a logged 500 (the API server's
+``failurePolicy`` then decides). A denial is a 200 whose response says ``allowed: false``.
+"""
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import orjson
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from webhook import review, wire
+from webhook.core.verdicts import Allowed
+from webhook.errors import BadReview, NotReady
+from webhook.metrics import Metrics
+from webhook.sources import StateSource
+
+log = logging.getLogger(__name__)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class Health:
+    """Draining starts at SIGTERM: the server turns unready but keeps answering."""
+
+    draining: bool = False
+
+
+SOURCE = web.AppKey("source", StateSource)
+METRICS = web.AppKey("metrics", Metrics)
+HEALTH = web.AppKey("health", Health)
+BODY_LIMIT = web.AppKey("body_limit", int)
+UID = web.RequestKey("uid", str)  # the review uid, once parsed, for the bug log line
+
+
+def make_app(source: StateSource, metrics: Metrics, health: Health, max_body_bytes: int) -> web.Application:
+    app = web.Application(client_max_size=max_body_bytes, middlewares=[_errors])
+    app[SOURCE], app[METRICS], app[HEALTH], app[BODY_LIMIT] = source, metrics, health, max_body_bytes
+    metrics.ready.set_function(lambda: float(is_ready(app)))
+    metrics.watch_state(lambda: source.state)
+    app.router.add_post("/validate", _validate)
+    app.router.add_post("/mutate", _mutate)
+    app.router.add_get("/healthz", _healthz)
+    app.router.add_get("/readyz", _readyz)
+    app.router.add_get("/metrics", _metrics)
+    return app
+
+
+def is_ready(app: web.Application) -> bool:
+    return app[SOURCE].ready and not app[HEALTH].draining
+
+
+def _answer(status: int, reason: str) -> web.Response:
+    return web.json_response({"error": reason}, status=status, dumps=lambda v: orjson.dumps(v).decode())
+
+
+@web.middleware
+async def _errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except BadReview as exc:
+        request.app[METRICS].rejected.labels("400").inc()
+        return _answer(400, str(exc))
+    except NotReady as exc:
+        request.app[METRICS].rejected.labels("503").inc()
+        return _answer(503, str(exc))
+    except web.HTTPException:
+        raise
+    except Exception:
+        request.app[METRICS].rejected.labels("500").inc()
+        log.exception(
+            "bug while answering a review", extra={"uid": request.get(UID, ""), "path": request.path}
+        )
+        return _answer(500, "internal error; the API server's failurePolicy applies")
+
+
+async def _body(request: web.Request) -> bytes:
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        limit = request.app[BODY_LIMIT]
+        raise BadReview(f"body over the {limit} byte limit (--max-body-bytes)") from exc
+
+
+async def _review(request: web.Request, webhook: review.Webhook) -> web.Response:
+    started = time.perf_counter()
+    body = await _body(request)
+    raw = wire.parse_review(body)
+    request[UID] = raw.uid
+    source = request.app[SOURCE]
+    state = source.state
+    if not source.ready or state is None:
+        raise NotReady("cache not ready: the cluster state has not synced yet")
+    decision = review.decide_request(state, raw, webhook, time.time())
+    payload = orjson.dumps(wire.response(raw.uid, decision))
+    metrics = request.app[METRICS]
+    outcome = "allowed" if isinstance(decision, Allowed) else "denied"
+    metrics.reviews.labels(webhook, raw.kind.kind, raw.operation, outcome).inc()
+    metrics.latency.labels(webhook).observe(time.perf_counter() - started)
+    return web.Response(body=payload, content_type="application/json")
+
+
+async def _validate(request: web.Request) -> web.Response:
+    return await _review(request, "validate")
+
+
+async def _mutate(request: web.Request) -> web.Response:
+    return await _review(request, "mutate")
+
+
+async def _healthz(_request: web.Request) -> web.Response:
+    return web.Response(text="ok")
+
+
+async def _readyz(request: web.Request) -> web.Response:
+    if is_ready(request.app):
+        return web.Response(text="ready")
+    why = "draining" if request.app[HEALTH].draining else "state not synced"
+    return web.Response(text=f"not ready: {why}", status=503)
+
+
+async def _metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[METRICS].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

@@ -1,0 +1,98 @@
+"""Every setting of ``cardquota serve`` in one place: a flag, an environment variable, a default.
+
+``--cert-dir`` is also ``CARDQUOTA_CERT_DIR``: flags win over the environment, the environment over
+the defaults. docs/operations.md lists them all; ``cardquota serve --help`` prints them.
+"""
+
+import argparse
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, ValidationError
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from webhook.core.policy import Policy
+from webhook.errors import ConfigError
+
+MiB = 2**20
+
+
+class ServeSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CARDQUOTA_", frozen=True, extra="forbid")
+
+    host: str = Field("0.0.0.0", description="address to listen on")
+    port: int = Field(8443, ge=1, le=65535, description="HTTPS port")
+    cert_dir: Path = Field(
+        Path("/etc/cardquota/tls"), description="directory with tls.crt and tls.key (a mounted Secret)"
+    )
+    client_ca: Path | None = Field(
+        None, description="CA file: require API-server client certificates signed by it (off by default)"
+    )
+    cert_poll_seconds: float = Field(
+        10.0, gt=0, description="how often the certificate files are checked for a change"
+    )
+    cluster: Path | None = Field(
+        None, description="serve from this snapshot directory of YAML/JSON objects (no cluster needed)"
+    )
+    max_body_bytes: int = Field(
+        7 * MiB, ge=1024, description="largest AdmissionReview accepted (an UPDATE carries two objects)"
+    )
+    keepalive_seconds: float = Field(
+        120.0, gt=0, description="idle keep-alive; longer than the API server's 90 s idle timeout"
+    )
+    drain_seconds: float = Field(
+        15.0, ge=0, description="after SIGTERM: unready but still serving for this long, then close"
+    )
+    shutdown_timeout_seconds: float = Field(
+        5.0, ge=0, description="after the drain: how long in-flight requests may take to finish"
+    )
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
+    uvloop: bool = Field(True, description="run on uvloop (faster event loop) when it is installed")
+    unnamed_card_pods: Literal["deny", "warn"] = Field(
+        "deny", description="a pod requesting a card resource without volcano.sh/card.name: deny or warn"
+    )
+    in_flight_ttl_seconds: float = Field(
+        30.0, gt=0, description="how long admitted demand is held before the cache shows it"
+    )
+    default_resource: str = Field(
+        "nvidia.com/gpu", description="resource of a card that is in a quota but on no node yet"
+    )
+    default_label_key: str = Field(
+        "nvidia.com/gpu.product", description="node label for affinity when discovery has none"
+    )
+    service_type: bool = Field(
+        False, description="set volcano.sh/service.type on PodGroups from the owner kind"
+    )
+
+    def policy(self) -> Policy:
+        return Policy(
+            default_resource=self.default_resource,
+            default_label_key=self.default_label_key,
+            unnamed_card_pods=self.unnamed_card_pods,
+            service_type=self.service_type,
+            in_flight_ttl=self.in_flight_ttl_seconds,
+        )
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """One ``--flag`` per setting; unset flags stay None so the environment and defaults apply."""
+    for name, field in ServeSettings.model_fields.items():
+        flag = "--" + name.replace("_", "-")
+        env = f"CARDQUOTA_{name.upper()}"
+        help_text = f"{field.description} (env {env}, default {field.default})"
+        if field.annotation is bool:
+            parser.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, help=help_text)
+        else:
+            parser.add_argument(flag, dest=name, default=None, help=help_text)
+
+
+def load(args: argparse.Namespace) -> ServeSettings:
+    given: dict[str, Any] = {
+        name: value for name in ServeSettings.model_fields if (value := getattr(args, name, None)) is not None
+    }
+    try:
+        return ServeSettings(**given)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "settings"
+        raise ConfigError(f"setting {where}: {first.get('msg')}") from exc
