@@ -4,7 +4,10 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test lint bench install clean e2e-bin e2e cluster cluster-down certs
+PORT   ?= 8443
+CURL   := curl -sS --cacert certs/ca.crt -H 'Content-Type: application/json' --data-binary @examples/reviews/pod-over-quota.json https://127.0.0.1:$(PORT)/validate
+
+.PHONY: run examples test lint bench install clean e2e-bin e2e cluster cluster-down certs dev-certs
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,8 +17,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-## run: review every bundled example AdmissionReview against the bundled example cluster
-run: $(STAMP)
+## run: serve the webhook over HTTPS on the bundled example cluster (Ctrl-C stops it)
+run: dev-certs
+	@echo "cardquota serves https://127.0.0.1:$(PORT) from examples/cluster; in another shell try:"
+	@echo
+	@echo "  $(CURL)"
+	@echo
+	$(BIN)/cardquota serve --cluster examples/cluster --cert-dir certs --host 127.0.0.1 --port $(PORT) --drain-seconds 0
+
+## dev-certs: a development CA and serving certificate in certs/ (never committed)
+dev-certs: $(STAMP)
+	$(BIN)/cardquota dev-certs certs
+
+## examples: review every bundled example AdmissionReview offline, after the cluster's status
+examples: $(STAMP)
 	$(BIN)/cardquota status --cluster examples/cluster
 	$(BIN)/cardquota examples examples
 

@@ -77,7 +77,8 @@ def parse_review(body: bytes | str) -> AdmissionRequest:
 
 def to_request(req: AdmissionRequest) -> Request:
     obj = req.object or {}
-    meta = obj.get("metadata") or {}
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}  # its shape is judged by the core, with a message
     return Request(
         uid=req.uid,
         kind=req.kind.kind,

@@ -58,6 +58,8 @@ def items(each: Check) -> Check:
         if not isinstance(value, list):
             return f"{where} must be a list, got {_type_name(value)}"
         for index, element in enumerate(value):
+            if element is None:
+                return f"{where}[{index}] must not be null"
             if (problem := each(element, f"{where}[{index}]")) != "":
                 return problem
         return ""

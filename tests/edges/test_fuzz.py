@@ -1,0 +1,248 @@
+"""Hostile input at the running server: only 200 or 400 answers, never a 500 or a hang.
+
+Four generators, 10,000 bodies in all: valid reviews with any node replaced by any JSON value;
+hostile quantities and card annotations where the core reads them; truncated and corrupted bytes;
+deep nesting. Afterwards the same server still answers good reviews exactly as the core does.
+"""
+
+import copy
+import json
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.edges.serving import CLUSTER, REVIEWS, Process, serve_process
+from webhook import review, snapshot
+from webhook.cli import example_files
+
+EXAMPLES = [
+    (path.name, webhook, json.loads(path.read_bytes())) for path, webhook in example_files(REVIEWS.parent)
+]
+
+
+def fuzz(examples: int) -> settings:
+    return settings(max_examples=examples, **FUZZ)
+
+
+FUZZ: dict[str, Any] = dict(
+    deadline=None,
+    database=None,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+    tmp = tmp_path_factory.mktemp("fuzz")
+    with serve_process(tmp / "certs", tmp / "server.log") as process:
+        yield process
+        assert process.proc.poll() is None, "the server died under fuzzing"
+        assert "bug while answering" not in process.log()
+
+
+@pytest.fixture(scope="module")
+def client(served: Process) -> Iterator[httpx.Client]:
+    with served.client() as c:
+        yield c
+
+
+def send(client: httpx.Client, webhook: str, body: bytes) -> httpx.Response:
+    answer = client.post(f"/{webhook}", content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code in (200, 400), (answer.status_code, answer.text[:500], body[:500])
+    if answer.status_code == 200:
+        out = answer.json()
+        assert out["kind"] == "AdmissionReview" and isinstance(out["response"]["allowed"], bool)
+    else:
+        assert answer.json()["error"]
+    return answer
+
+
+odd_text = st.text(
+    alphabet=st.characters(codec="utf-8", exclude_categories=()) | st.sampled_from('\x00\u202e\ufeff|/*"\\'),
+    max_size=40,
+)
+giant_text = st.builds(
+    lambda char, n: char * n, st.sampled_from(["x", "|", "9", "é", "{"]), st.integers(0, 200_000)
+)
+numbers = (
+    st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.sampled_from([0, -1, 2**63, 2**64, 10**400, 1e308])
+)
+scalars = st.none() | st.booleans() | numbers | odd_text | giant_text
+json_values = st.recursive(
+    scalars,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(odd_text, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def dump(value: Any) -> bytes:
+    """Standard-library JSON: big integers, NaN and Infinity pass, as a hostile client would send them."""
+    return json.dumps(value, allow_nan=True).encode("utf-8", "surrogatepass")
+
+
+def paths(node: Any, prefix: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
+    yield prefix
+    if isinstance(node, dict):
+        for key, child in node.items():
+            yield from paths(child, (*prefix, key))
+    elif isinstance(node, list):
+        for index, child in enumerate(node):
+            yield from paths(child, (*prefix, index))
+
+
+def replaced(tree: Any, path: tuple[Any, ...], value: Any) -> Any:
+    if not path:
+        return value
+    out = copy.deepcopy(tree)
+    parent = out
+    for part in path[:-1]:
+        if isinstance(parent, dict) and not isinstance(parent.get(part), dict | list):
+            parent[part] = {}  # make the way to a field the example does not have
+        parent = parent[part]
+    parent[path[-1]] = value
+    return out
+
+
+@fuzz(4000)
+@given(data=st.data(), value=json_values)
+def test_any_node_of_a_valid_review_replaced_by_anything(
+    client: httpx.Client, data: st.DataObject, value: Any
+) -> None:
+    _, webhook, tree = data.draw(st.sampled_from(EXAMPLES))
+    path = data.draw(st.sampled_from(list(paths(tree))))
+    send(client, webhook, dump(replaced(tree, path, value)))
+
+
+GPU_LIMIT = ("spec", "containers", 0, "resources", "limits", "nvidia.com/gpu")
+hostile_quantities = (
+    st.sampled_from(
+        [
+            "1e400",
+            "NaN",
+            "Infinity",
+            "-1",
+            "1.5",
+            "0",
+            "",
+            " 1 ",
+            "0x10",
+            "1Ei",
+            "+.5e-3m",
+            "1e-999999",
+            "9" * 5000,
+            "٣",
+        ]
+    )
+    | numbers
+    | odd_text
+)
+hostile_cards = (
+    st.sampled_from(
+        [
+            "|",
+            "A||B",
+            "NVIDIA-H200|NVIDIA-H200",
+            "NVIDIA-H200/mps-80g*1/0000",
+            "NVIDIA-H200/mps-80g*1/" + "9" * 5000,
+            "NVIDIA-H200/mig--mixed",
+            " NVIDIA-H200 | Ascend-910B ",
+            "NVIDIA-H200\n",
+        ]
+    )
+    | odd_text
+    | giant_text
+)
+hostile_json = (
+    st.sampled_from(
+        [
+            '{"NVIDIA-H200": 1, "NVIDIA-H200": 2}',
+            '{"NVIDIA-H200": 1e3}',
+            "[" * 50000,
+            '{"a|b": 1}',
+            "null",
+            '{"NVIDIA-H200": ' + "9" * 5000 + "}",
+            '{"NVIDIA-H200": -1}',
+            '{"NVIDIA-H200": true}',
+        ]
+    )
+    | json_values.map(json.dumps)
+    | giant_text
+)
+
+
+@fuzz(3000)
+@given(data=st.data())
+def test_hostile_quantities_and_card_annotations(client: httpx.Client, data: st.DataObject) -> None:
+    _, webhook, tree = data.draw(st.sampled_from(EXAMPLES))
+    kind = tree["request"]["kind"]["kind"]
+    obj = tree["request"].get("object") or {}
+    key = {
+        "Queue": "volcano.sh/card.quota",
+        "Job": "volcano.sh/card.request",
+        "PodGroup": "volcano.sh/card.request",
+    }
+    if kind == "Pod" and (obj.get("spec") or {}).get("containers"):
+        where = data.draw(st.sampled_from(["quantity", "annotation"]))
+        if where == "quantity":
+            tree = replaced(tree, ("request", "object", *GPU_LIMIT), data.draw(hostile_quantities))
+        else:
+            tree = replaced(
+                tree,
+                ("request", "object", "metadata", "annotations"),
+                {"volcano.sh/card.name": data.draw(hostile_cards)},
+            )
+    elif kind in key:
+        tree = replaced(
+            tree, ("request", "object", "metadata", "annotations"), {key[kind]: data.draw(hostile_json)}
+        )
+    else:
+        tree = replaced(tree, ("request", "object", "spec", "replicas"), data.draw(numbers))
+    send(client, webhook, dump(tree))
+
+
+@fuzz(2000)
+@given(data=st.data())
+def test_truncated_and_corrupted_bodies(client: httpx.Client, data: st.DataObject) -> None:
+    name, webhook, _ = data.draw(st.sampled_from(EXAMPLES))
+    body = bytearray((REVIEWS / name).read_bytes())
+    body = body[: data.draw(st.integers(0, len(body)))]
+    for _ in range(data.draw(st.integers(0, 3))):
+        if body:
+            body[data.draw(st.integers(0, len(body) - 1))] = data.draw(st.integers(0, 255))
+    send(client, webhook, bytes(body))
+
+
+@fuzz(1000)
+@given(
+    depth=st.integers(0, 5000),
+    opener=st.sampled_from(["[", '{"a":']),
+    webhook=st.sampled_from(["validate", "mutate"]),
+)
+def test_deep_nesting(client: httpx.Client, depth: int, opener: str, webhook: str) -> None:
+    closer = "]" if opener == "[" else "}"
+    nested = opener * depth + "1" + closer * depth
+    tree = json.loads(json.dumps(EXAMPLES[0][2]))
+    text = json.dumps(tree).replace('"object": {', f'"object": {{"deep": {nested}, ', 1)
+    send(client, webhook, text.encode())
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["pod-missing-queue.json", "queue-malformed-quota.json", "pod-cpu-only.json", "pod-affinity.mutate.json"],
+)
+def test_after_the_fuzzing_good_reviews_are_still_answered_exactly(client: httpx.Client, name: str) -> None:
+    webhook = "mutate" if name.endswith(".mutate.json") else "validate"
+    body = (REVIEWS / name).read_bytes()
+    expected = review.answer(snapshot.load_snapshot(CLUSTER), body, webhook, time.time())  # type: ignore[arg-type]
+    assert send(client, webhook, body).json() == expected
