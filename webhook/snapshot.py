@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import yaml
 
 from webhook.core import nodes, objects
@@ -23,10 +24,17 @@ ORDER = ("Node", "Queue", "Workload", "PodGroup", "Pod")
 
 def _documents(path: Path) -> Iterator[tuple[int, Any]]:
     try:
+        if (
+            path.suffix == ".json"
+        ):  # one JSON document: orjson reads a large dump in a fraction of YAML's time
+            yield 1, orjson.loads(path.read_bytes())
+            return
         text = path.read_text(encoding="utf-8")
         yield from enumerate(yaml.safe_load_all(text), start=1)
     except (OSError, UnicodeDecodeError) as exc:
         raise SnapshotError(f"{path}: cannot read: {exc}") from exc
+    except orjson.JSONDecodeError as exc:
+        raise SnapshotError(f"{path}: not JSON: {exc}") from exc
     except yaml.YAMLError as exc:
         raise SnapshotError(f"{path}: not YAML/JSON: {exc}") from exc
 

@@ -10,39 +10,17 @@ import resource
 import statistics
 import time
 import tracemalloc
-from typing import Any
 
-from tests.builders import R4090, R4090D, cluster, node, pod, queue, request
+from tests.bench import synthetic
+from tests.bench.synthetic import MODELS
+from tests.builders import R4090, R4090D, cluster, pod, request
 from webhook.core import admission
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed
 
-MODELS = ["NVIDIA-H200", "NVIDIA-H800", R4090, R4090D]
-QUEUES = 100
-
 
 def build(pods: int) -> ClusterState:
-    nodes = [node(f"n{i}", MODELS[i % len(MODELS)], 8) for i in range(max(8, pods // 8))]
-    quota = ", ".join(f'"{m}": {pods}' for m in MODELS)
-    queues = [queue(f"q{i}", "{" + quota + "}") for i in range(QUEUES)]
-    objects: list[dict[str, Any]] = []
-    for i in range(pods):
-        model = MODELS[i % len(MODELS)]
-        spec = f"{R4090}|{R4090D}" if i % 10 == 0 else model
-        bound = i % 3 != 0 and "|" not in spec
-        objects.append(
-            pod(
-                f"p{i}",
-                spec,
-                1 + i % 2,
-                queue_name=f"q{i % QUEUES}",
-                node_name=f"n{(i % len(nodes)) // len(MODELS) * len(MODELS) + MODELS.index(model)}"
-                if bound
-                else "",
-                phase="Running" if bound else "Pending",
-            )
-        )
-    return cluster(*nodes, *queues, *objects)
+    return cluster(*synthetic.cluster_objects(pods))
 
 
 def time_decisions(state: ClusterState, repeat: int) -> tuple[float, float, float]:

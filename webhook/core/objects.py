@@ -17,7 +17,7 @@ NOT_CARD_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class OwnerRef:
     kind: str
     name: str
@@ -33,7 +33,7 @@ class Resources:
     limits: Mapping[str, Any] = field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class PodTemplate:
     """What demand and affinity need from a pod or a pod template."""
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from webhook.core import keys
+from webhook.core import compact, keys
 from webhook.core.cards import CardName, CardSpec
 from webhook.core.demand import PodDemand, pod_demand
 from webhook.core.ledger import Ledger
@@ -24,7 +24,7 @@ RESERVING_PHASES = frozenset({"Inqueue", "Running"})
 FlexKey = tuple[CardSpec, int]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, weakref_slot=True)
 class Charge:
     """What one live pod counts against its queue."""
 
@@ -110,6 +110,7 @@ class ClusterState:
         self._owner_groups: dict[str, set[str]] = defaultdict(set)
         self._children: dict[str, set[str]] = defaultdict(set)  # owner uid -> workload uids
         self._deadlines: list[tuple[float, str]] = []
+        self._pool = compact.Pool()
 
     # ---- nodes -------------------------------------------------------------------------
     def upsert_node(self, cards: NodeCards) -> None:
@@ -144,6 +145,7 @@ class ClusterState:
 
     # ---- pods --------------------------------------------------------------------------
     def upsert_pod(self, pod: PodRecord) -> None:
+        pod = self._pool.pod(pod)
         old = self.pods.get(pod.uid)
         self._unindex_pod(pod.uid)
         self.pods[pod.uid] = pod
@@ -225,7 +227,8 @@ class ClusterState:
             on_node = self.nodes.get(pod.node_name)
             names = on_node.card_names() if on_node else frozenset()
             card = next((c for c in demand.spec.cards if c in names), None)
-        return Charge(queue, bool(pod.node_name) and card is not None, card, demand.spec, demand.count, group)
+        bound = bool(pod.node_name) and card is not None
+        return self._pool.share(Charge(queue, bound, card, demand.spec, demand.count, group))
 
     def charge_of(self, uid: str) -> Charge | None:
         return self._charges.get(uid)

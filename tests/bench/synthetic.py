@@ -1,0 +1,50 @@
+"""Synthetic clusters for the benchmarks: N pods over 100 queues and 4 card models, N/8 nodes.
+
+A third of the pods are pending, every tenth is a multi-card ``A|B`` pod, sizes 1 and 2.
+``write_snapshot`` puts one as a ``kind: List`` JSON file, the way ``kubectl get -o json`` dumps.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from tests.builders import R4090, R4090D, node, pod, queue
+
+MODELS = ["NVIDIA-H200", "NVIDIA-H800", R4090, R4090D]
+QUEUES = 100
+
+
+def cluster_objects(pods: int) -> list[dict[str, Any]]:
+    nodes = [node(f"n{i}", MODELS[i % len(MODELS)], 8) for i in range(max(8, pods // 8))]
+    quota = ", ".join(f'"{m}": {pods}' for m in MODELS)
+    queues = [queue(f"q{i}", "{" + quota + "}") for i in range(QUEUES)]
+    objects: list[dict[str, Any]] = [*nodes, *queues]
+    for i in range(pods):
+        model = MODELS[i % len(MODELS)]
+        spec = f"{R4090}|{R4090D}" if i % 10 == 0 else model
+        bound = i % 3 != 0 and "|" not in spec
+        node_name = f"n{(i % len(nodes)) // len(MODELS) * len(MODELS) + MODELS.index(model)}" if bound else ""
+        objects.append(
+            pod(
+                f"p{i}",
+                spec,
+                1 + i % 2,
+                queue_name=f"q{i % QUEUES}",
+                node_name=node_name,
+                phase="Running" if bound else "Pending",
+                uid=f"{i:08d}-5f0e-4c1a-9a57-{i:012d}",
+            )
+        )
+    return objects
+
+
+def write_snapshot(directory: Path, pods: int) -> Path:
+    """``directory/cluster-<pods>/objects.json``, reused when it is there."""
+    target = directory / f"cluster-{pods}"
+    path = target / "objects.json"
+    if not path.exists():
+        target.mkdir(parents=True, exist_ok=True)
+        body = {"apiVersion": "v1", "kind": "List", "items": cluster_objects(pods)}
+        path.write_bytes(orjson.dumps(body))
+    return target

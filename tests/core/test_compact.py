@@ -1,0 +1,34 @@
+"""The state keeps one shared template, owner and charge for pods that only differ in name and uid."""
+
+import gc
+
+from tests.builders import H200, cluster, node, pod, queue
+from webhook.core import objects
+
+
+def replica(i: int, **extra: object) -> objects.PodRecord:
+    owner = {"kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "apiVersion": "apps/v1", "controller": True}
+    raw = pod(f"web-{i}", H200, 1, owner=owner, node_name="h0", phase="Running", **extra)  # type: ignore[arg-type]
+    raw["metadata"]["annotations"]["cni.example/pod-ip"] = f"10.0.0.{i}"  # per-pod noise is not kept
+    return objects.pod_record(raw)
+
+
+def test_replicas_share_one_template_owner_and_charge_and_keep_only_what_decisions_read() -> None:
+    state = cluster(node("h0", H200), queue("q", '{"NVIDIA-H200": 8}'))
+    for i in range(3):
+        state.upsert_pod(replica(i))
+    first, second = (state.pods[f"uid-ns-web-{i}"] for i in (0, 1))
+    assert first.template is second.template and first.owner is second.owner
+    assert state.charge_of(first.uid) is state.charge_of(second.uid)
+    assert set(first.template.annotations) == {"volcano.sh/card.name", "scheduling.volcano.sh/queue-name"}
+    assert state.tallies["q"].bound["NVIDIA-H200"] == 3
+
+
+def test_a_shared_value_goes_when_its_last_pod_goes() -> None:
+    state = cluster(node("h0", H200), queue("q", '{"NVIDIA-H200": 8}'))
+    state.upsert_pod(replica(0))
+    pool = state._pool
+    assert len(pool._templates) == 1 and len(pool._values) == 2  # the owner and the charge
+    state.delete_pod("uid-ns-web-0")
+    gc.collect()
+    assert len(pool._templates) == 0 and len(pool._values) == 0 and state.tallies["q"].bound == {}

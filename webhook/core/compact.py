@@ -1,0 +1,69 @@
+"""Shared, slimmed copies of what the state keeps for every pod: the cache costs bytes, not kilobytes.
+
+Pods of one workload differ only in name and uid, so their templates, owners and charges are the
+same values; the state keeps one instance of each, held weakly so it goes when its last pod goes.
+A cached pod keeps only what decisions read about existing pods: the card, queue and PodGroup
+annotations and the extended-resource amounts (its node selector and affinity matter only when it
+is admitted, and that reads the review's object).
+"""
+
+import sys
+from collections.abc import Hashable, Mapping
+from dataclasses import fields, replace
+from typing import Any, TypeVar
+from weakref import WeakValueDictionary
+
+from webhook.core import keys
+from webhook.core.objects import OwnerRef, PodRecord, PodTemplate, Resources
+
+KEPT_ANNOTATIONS = (keys.CARD_NAME, keys.QUEUE_NAME, keys.GROUP_NAME)
+T = TypeVar("T")
+
+
+def _items(mapping: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(mapping.items()))
+
+
+class Pool:
+    """One shared instance per distinct value, for as long as something uses it."""
+
+    def __init__(self) -> None:
+        self._templates: WeakValueDictionary[Hashable, PodTemplate] = WeakValueDictionary()
+        self._values: WeakValueDictionary[Hashable, Any] = WeakValueDictionary()
+
+    def share(self, value: T) -> T:
+        """The pooled instance equal to ``value`` (a frozen dataclass with a weakref slot).
+
+        Keyed by the tuple of its fields, never by the value itself: a key is held strongly, and
+        would keep the value alive for ever.
+        """
+        key = (type(value), *(getattr(value, f.name) for f in fields(value)))  # type: ignore[arg-type]
+        found = self._values.get(key)
+        if found is None:
+            self._values[key] = found = value
+        return found
+
+    def template(self, template: PodTemplate) -> PodTemplate:
+        annotations = {
+            k: sys.intern(template.annotations[k]) for k in KEPT_ANNOTATIONS if k in template.annotations
+        }
+        requests, limits = template.resources.requests, template.resources.limits
+        key = (_items(annotations), _items(requests), _items(limits))
+        found = self._templates.get(key)
+        if found is None:
+            found = PodTemplate(annotations, Resources(dict(requests), dict(limits)))
+            self._templates[key] = found
+        return found
+
+    def owner(self, owner: OwnerRef | None) -> OwnerRef | None:
+        return None if owner is None else self.share(owner)
+
+    def pod(self, pod: PodRecord) -> PodRecord:
+        return replace(
+            pod,
+            namespace=sys.intern(pod.namespace),
+            node_name=sys.intern(pod.node_name),
+            phase=sys.intern(pod.phase),
+            template=self.template(pod.template),
+            owner=self.owner(pod.owner),
+        )
