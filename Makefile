@@ -63,8 +63,11 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## bench: decision latency with 1,000 and 100,000 pods in the snapshot
+## bench: the server under wrk next to a floor handler (1k/10k/100k pods), then the decision core alone
 bench: $(STAMP)
+	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; } || \
+		{ echo "make bench needs wrk (Debian package wrk)"; exit 1; }
+	$(BIN)/python -m tests.bench.serve
 	$(BIN)/python -m tests.bench.decide
 
 clean:

@@ -18,7 +18,11 @@ class JsonFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        line.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
+        fields = record.__dict__.get("fields")  # the review line passes its fields as one dict
+        if isinstance(fields, dict):
+            line.update(fields)
+        else:
+            line.update({k: v for k, v in record.__dict__.items() if k not in _STANDARD})
         if record.exc_info:
             line["error"] = self.formatException(record.exc_info)
         return orjson.dumps(line, default=str).decode()

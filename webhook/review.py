@@ -33,16 +33,18 @@ def decide_request(state: ClusterState, raw: wire.AdmissionRequest, webhook: Web
     log.info(
         "review",
         extra={
-            "uid": request.uid,
-            "webhook": webhook,
-            "kind": request.kind,
-            "object": request.target,
-            "operation": request.operation,
-            "dry_run": request.dry_run,
-            "decision": "allowed" if isinstance(decision, Allowed) else "denied",
-            "queue": decision.queue,
-            "card": decision.card,
-            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            "fields": {
+                "uid": request.uid,
+                "webhook": webhook,
+                "kind": request.kind,
+                "object": request.target,
+                "operation": request.operation,
+                "dry_run": request.dry_run,
+                "decision": "allowed" if isinstance(decision, Allowed) else "denied",
+                "queue": decision.queue,
+                "card": decision.card,
+                "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+            }
         },
     )
     return decision

@@ -59,6 +59,9 @@ def fits(capacity: Mapping[CardName, int], groups: Sequence[Group], request: Gro
     """
     cards, related = component(groups, request.cards)
     local = {card: capacity.get(card, 0) for card in cards}
+    if not related:  # the request alone: whole pods on each alternative (the common case, no flow)
+        free = local.values()
+        return min(free) >= 0 and sum(n // request.per_pod for n in free) >= request.pods
     wanted = [*related, request]
     return min(local.values(), default=0) >= 0 and place(local, wanted).total == sum(g.demand for g in wanted)
 

@@ -150,16 +150,18 @@ def _container_resources(container: Raw, which: str) -> dict[str, Any]:
 
 
 def _add(total: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
+    """Sum of two resource lists; ``total`` holds parsed amounts already."""
     out = dict(total)
     for name, value in extra.items():
-        out[name] = _q(out.get(name, 0)) + _q(value)
+        out[name] = out.get(name, 0) + _q(value)
     return out
 
 
 def _max(left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str, Any]:
+    """Per-resource maximum of two parsed resource lists."""
     out = dict(left)
     for name, value in right.items():
-        out[name] = max(_q(out.get(name, 0)), _q(value))
+        out[name] = max(out.get(name, 0), value)
     return out
 
 

@@ -13,11 +13,36 @@ from typing import Any
 from webhook.core.quantity import QuantityError, parse_quantity
 from webhook.core.quoting import shorten
 
-Check = Callable[[Any, str], str]  # (value, where) -> problem, or "" when the value is fine
+Check = Callable[[Any], "Problem | None"]  # None when the value is fine
+
+
+class Problem:
+    """What is wrong, and where: the path is built on the way out, so a good object costs no text."""
+
+    __slots__ = ("path", "text")
+
+    def __init__(self, text: str) -> None:
+        self.path: list[str] = []
+        self.text = text
+
+    def under(self, part: str) -> "Problem":
+        self.path.append(part)
+        return self
+
+    def __str__(self) -> str:
+        where = ""
+        for part in reversed(self.path):
+            if part.startswith("["):
+                where += part
+            elif part.replace("-", "").replace("_", "").isalnum():
+                where += f".{part}" if where else part
+            else:
+                where += f"[{shorten(part)}]"
+        return f"{where} {self.text}" if where and not self.text.startswith(":") else where + self.text
 
 
 def _type_name(value: Any) -> str:
-    if isinstance(value, Mapping):
+    if isinstance(value, dict):
         return "an object"
     if isinstance(value, list):
         return "a list"
@@ -28,50 +53,45 @@ def _type_name(value: Any) -> str:
     return "a string" if isinstance(value, str) else type(value).__name__
 
 
-def _join(where: str, key: str) -> str:
-    plain = key.replace("-", "").replace("_", "").isalnum()
-    return f"{where}.{key}" if plain and where else (key if plain else f"{where}[{shorten(key)}]")
-
-
 def obj(fields: Mapping[str, Check]) -> Check:
     """A JSON object whose named fields pass their checks; other fields are not read."""
+    pairs = tuple(fields.items())
 
-    def check(value: Any, where: str) -> str:
+    def check(value: Any) -> Problem | None:
         if value is None:
-            return ""
-        if not isinstance(value, Mapping):
-            return f"{where or 'the object'} must be an object, got {_type_name(value)}"
-        for key, field_check in fields.items():
-            if (problem := field_check(value.get(key), _join(where, key))) != "":
-                return problem
-        return ""
+            return None
+        if type(value) is not dict:
+            return Problem(f"must be an object, got {_type_name(value)}")
+        for key, field_check in pairs:
+            if (problem := field_check(value.get(key))) is not None:
+                return problem.under(key)
+        return None
 
     return check
 
 
 def items(each: Check) -> Check:
-    """A JSON list whose every element passes ``each``."""
+    """A JSON list whose every element passes ``each`` (and is not null)."""
 
-    def check(value: Any, where: str) -> str:
+    def check(value: Any) -> Problem | None:
         if value is None:
-            return ""
-        if not isinstance(value, list):
-            return f"{where} must be a list, got {_type_name(value)}"
+            return None
+        if type(value) is not list:
+            return Problem(f"must be a list, got {_type_name(value)}")
         for index, element in enumerate(value):
-            if element is None:
-                return f"{where}[{index}] must not be null"
-            if (problem := each(element, f"{where}[{index}]")) != "":
-                return problem
-        return ""
+            problem = Problem("must not be null") if element is None else each(element)
+            if problem is not None:
+                return problem.under(f"[{index}]")
+        return None
 
     return check
 
 
-def _scalar(kind: type | tuple[type, ...], name: str) -> Check:
-    def check(value: Any, where: str) -> str:
-        if value is None or (isinstance(value, kind) and not isinstance(value, bool)):
-            return ""
-        return f"{where} must be {name}, got {_type_name(value)}"
+def _scalar(kind: type, name: str) -> Check:
+    def check(value: Any) -> Problem | None:
+        if value is None or (type(value) is kind):
+            return None
+        return Problem(f"must be {name}, got {_type_name(value)}")
 
     return check
 
@@ -80,46 +100,46 @@ text = _scalar(str, "a string")
 integer = _scalar(int, "a whole number")
 
 
-def boolean(value: Any, where: str) -> str:
-    return "" if value is None or isinstance(value, bool) else f"{where} must be true or false"
+def boolean(value: Any) -> Problem | None:
+    return None if value is None or type(value) is bool else Problem("must be true or false")
 
 
-def strings(value: Any, where: str) -> str:
+def strings(value: Any) -> Problem | None:
     """A map of strings to strings (labels, annotations, nodeSelector)."""
     if value is None:
-        return ""
-    if not isinstance(value, Mapping):
-        return f"{where} must be an object of strings, got {_type_name(value)}"
+        return None
+    if type(value) is not dict:
+        return Problem(f"must be an object of strings, got {_type_name(value)}")
     for key, element in value.items():
-        if element is not None and not isinstance(element, str):
-            return f"{_join(where, key)} must be a string, got {_type_name(element)}"
-    return ""
+        if element is not None and type(element) is not str:
+            return Problem(f"must be a string, got {_type_name(element)}").under(key)
+    return None
 
 
-def quantities(value: Any, where: str) -> str:
+def quantities(value: Any) -> Problem | None:
     """A resource list: every value a Kubernetes quantity."""
     if value is None:
-        return ""
-    if not isinstance(value, Mapping):
-        return f"{where} must be an object of quantities, got {_type_name(value)}"
+        return None
+    if type(value) is not dict:
+        return Problem(f"must be an object of quantities, got {_type_name(value)}")
     for key, element in value.items():
         try:
             parse_quantity(element)
         except QuantityError as exc:
-            return f"{_join(where, key)}: {exc}"
-    return ""
+            return Problem(f": {exc}").under(key)
+    return None
 
 
-def timestamp(value: Any, where: str) -> str:
+def timestamp(value: Any) -> Problem | None:
     if value is None or value == "":
-        return ""
-    if isinstance(value, str):
+        return None
+    if type(value) is str:
         try:
             datetime.fromisoformat(value.replace("Z", "+00:00"))
-            return ""
+            return None
         except ValueError:
             pass
-    return f"{where} must be an RFC 3339 time, got {shorten(str(value))}"
+    return Problem(f"must be an RFC 3339 time, got {shorten(str(value))}")
 
 
 OWNER = obj({"kind": text, "name": text, "uid": text, "apiVersion": text, "controller": boolean})
@@ -197,6 +217,7 @@ def problem(resource: str, sub_resource: str, value: Any) -> str:
     check = SCALE if sub_resource == "scale" else BY_RESOURCE.get(resource)
     if check is None or sub_resource not in ("", "scale"):
         return ""
-    if not isinstance(value, Mapping):
+    if type(value) is not dict:
         return f"the object must be a JSON object, got {_type_name(value)}"
-    return check(value, "")
+    found = check(value)
+    return "" if found is None else str(found)

@@ -1,0 +1,274 @@
+"""``make bench``: the webhook over TLS under wrk, next to the floor handler, measured in one run.
+
+    python -m tests.bench.serve [--pods 1000,10000,100000] [--seconds 10] [--connections 1,16]
+
+wrk (Debian's package) sends a realistic mix, in turn: a card pod create (validate), a
+``deployments/scale`` scale-up (validate) and a PodGroup create (mutate), over keep-alive TLS
+connections. For each cluster size the server loads a synthetic snapshot, then wrk runs at 1 and at
+16 connections; the floor (tests/bench/floor.py) is measured the same way in the same run. Also
+printed: the server's RSS, bytes per cached pod (tests/bench/memory.py) and, at the smallest size,
+the server on the standard asyncio loop instead of uvloop.
+"""
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.bench import memory, synthetic
+from tests.builders import H200, pod
+from tests.edges.serving import client_context, free_port
+from webhook import devcerts
+
+ROOT = Path(__file__).resolve().parents[2]
+WORK = ROOT / "out" / "bench"
+UNITS = {"us": 1e-3, "ms": 1.0, "s": 1000.0}
+
+
+def _review(uid: str, request: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {"uid": uid, **request},
+    }
+
+
+def _deployment(replicas: int) -> dict[str, Any]:
+    template = pod("chat", H200, 1, queue_name="q7", namespace="bench")
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "chat", "namespace": "bench", "uid": "dep-chat"},
+        "spec": {
+            "replicas": replicas,
+            "template": {"metadata": template["metadata"], "spec": template["spec"]},
+        },
+    }
+
+
+def workloads() -> list[dict[str, Any]]:
+    rs = _deployment(2) | {
+        "kind": "ReplicaSet",
+        "metadata": {"name": "chat-rs", "namespace": "bench", "uid": "rs-chat"},
+    }
+    return [_deployment(2), rs]
+
+
+def _scale(replicas: int) -> dict[str, Any]:
+    meta = {"name": "chat", "namespace": "bench"}
+    return {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": meta, "spec": {"replicas": replicas}}
+
+
+def reviews() -> list[tuple[str, dict[str, Any]]]:
+    new_pod = pod("bench-new", H200, 1, queue_name="q7", namespace="bench", phase=None)
+    owner = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "name": "chat-rs",
+        "uid": "rs-chat",
+        "controller": True,
+    }
+    podgroup = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "chat-rs", "namespace": "bench", "ownerReferences": [owner]},
+        "spec": {"minMember": 1, "queue": "q7"},
+    }
+    return [
+        (
+            "/validate",
+            _review(
+                "bench-pod",
+                {
+                    "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"},
+                    "namespace": "bench",
+                    "operation": "CREATE",
+                    "object": new_pod,
+                },
+            ),
+        ),
+        (
+            "/validate",
+            _review(
+                "bench-scale",
+                {
+                    "kind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+                    "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+                    "subResource": "scale",
+                    "name": "chat",
+                    "namespace": "bench",
+                    "operation": "UPDATE",
+                    "object": _scale(3),
+                    "oldObject": _scale(2),
+                },
+            ),
+        ),
+        (
+            "/mutate",
+            _review(
+                "bench-podgroup",
+                {
+                    "kind": {"group": "scheduling.volcano.sh", "version": "v1beta1", "kind": "PodGroup"},
+                    "resource": {
+                        "group": "scheduling.volcano.sh",
+                        "version": "v1beta1",
+                        "resource": "podgroups",
+                    },
+                    "namespace": "bench",
+                    "operation": "CREATE",
+                    "object": podgroup,
+                },
+            ),
+        ),
+    ]
+
+
+def lua_script(path: Path) -> Path:
+    lines = ["local requests = {}"]
+    for i, (target, body) in enumerate(reviews(), start=1):
+        text = json.dumps(body)
+        lines.append(
+            f'requests[{i}] = wrk.format("POST", "{target}", {{["Host"] = "127.0.0.1", ["Content-Type"] = "application/json"}}, [==[{text}]==])'
+        )
+    lines += ["local i = 0", "request = function()", "  i = i % #requests + 1", "  return requests[i]", "end"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@dataclass
+class Figures:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+
+
+def wrk(url: str, connections: int, seconds: int, script: Path) -> Figures:
+    command = ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url]
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+
+    def latency(percent: str) -> float:
+        value, unit = re.search(rf"^\s+{percent}%\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups()  # type: ignore[union-attr]
+        return float(value) * UNITS[unit]
+
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    failed = int(errors.group(1)) if errors else 0
+    failed += sum(int(n) for n in socket_errors.groups()) if socket_errors else 0
+    return Figures(rps, latency("50"), latency("99"), failed)
+
+
+def start(command: list[str], url: str, certs: Path, log: Path) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 600
+    with httpx.Client(verify=client_context(certs), timeout=5) as client:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit(f"{command[3]} exited: {log.read_text()[-2000:]}")
+            try:
+                if client.get(f"{url}/readyz").status_code == 200:
+                    return proc
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+    raise SystemExit(f"not ready in time: {command}")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def measure(
+    name: str, command: list[str], port: int, args: argparse.Namespace, script: Path, certs: Path
+) -> list[str]:
+    url = f"https://127.0.0.1:{port}"
+    started = time.monotonic()
+    proc = start(command, url, certs, WORK / f"{name.replace(' ', '-')}.log")
+    ready = time.monotonic() - started
+    rows = []
+    try:
+        wrk(url, 4, 2, script)  # warm up
+        for connections in args.connections:
+            f = wrk(url, connections, args.seconds, script)
+            rows.append(
+                f"| {name} | {connections} | {f.rps:,.0f} | {f.p50_ms:.2f} | {f.p99_ms:.2f} | {f.errors} | {rss_mib(proc.pid):.0f} | {ready:.1f} |"
+            )
+            print(rows[-1], flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pods", default="1000,10000,100000", type=lambda s: [int(n) for n in s.split(",")])
+    parser.add_argument("--connections", default="1,16", type=lambda s: [int(n) for n in s.split(",")])
+    parser.add_argument("--seconds", type=int, default=10)
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        raise SystemExit("wrk is not installed: apt-get install wrk (make bench does it)")
+    WORK.mkdir(parents=True, exist_ok=True)
+    certs = devcerts.ensure_dev_certs(WORK / "certs")
+    script = lua_script(WORK / "reviews.lua")
+    python = [sys.executable, "-m"]
+    print("| server | connections | requests/s | p50 ms | p99 ms | errors | RSS MiB | ready s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|", flush=True)
+    port = free_port()
+    measure(
+        "floor",
+        [*python, "tests.bench.floor", "--port", str(port), "--cert-dir", str(certs)],
+        port,
+        args,
+        script,
+        certs,
+    )
+    for pods in args.pods:
+        snapshot = synthetic.write_snapshot(WORK / "snapshots", pods)
+        (snapshot / "workloads.json").write_text(
+            json.dumps({"apiVersion": "v1", "kind": "List", "items": workloads()})
+        )
+        port = free_port()
+        serve = [
+            *python,
+            "webhook",
+            "serve",
+            "--cluster",
+            str(snapshot),
+            "--cert-dir",
+            str(certs),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--drain-seconds",
+            "0",
+            "--log-level",
+            "WARNING",
+        ]
+        measure(f"cardquota {pods:,} pods", serve, port, args, script, certs)
+        if pods == min(args.pods):
+            port = free_port()
+            serve[serve.index("--port") + 1] = str(port)
+            measure(
+                f"cardquota {pods:,} pods, asyncio loop", [*serve, "--no-uvloop"], port, args, script, certs
+            )
+    for pods in (min(args.pods), max(args.pods)):
+        print(f"bytes per cached pod at {pods:,} pods: {memory.bytes_per_pod(pods):.0f}")
+
+
+if __name__ == "__main__":
+    main()
