@@ -5,6 +5,7 @@ snapshot source loads a directory once; the live cache (list+watch) is another i
 """
 
 import asyncio
+import gc
 from pathlib import Path
 from typing import Protocol
 
@@ -40,4 +41,17 @@ class SnapshotSource:
         return self._state is not None
 
     async def run(self) -> None:
-        self._state = await asyncio.to_thread(snapshot.load_snapshot, self.directory, self.policy)
+        state = await asyncio.to_thread(snapshot.load_snapshot, self.directory, self.policy)
+        settle_heap()
+        self._state = state
+
+
+def settle_heap() -> None:
+    """Move everything alive now out of the garbage collector's sight.
+
+    A loaded state is millions of long-lived objects; a full collection would walk them all and
+    stall every review for tens of milliseconds at 100k pods (the p99 showed it). Frozen objects
+    are never scanned; what dies later is still freed by reference counting.
+    """
+    gc.collect()
+    gc.freeze()

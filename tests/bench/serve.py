@@ -1,19 +1,21 @@
 """``make bench``: the webhook over TLS under wrk, next to the floor handler, measured in one run.
 
-    python -m tests.bench.serve [--pods 1000,10000,100000] [--seconds 10] [--connections 1,16]
+    python -m tests.bench.serve [--pods 1000,10000,100000] [--seconds 5] [--rounds 3] [--connections 1,16]
 
 wrk (Debian's package) sends a realistic mix, in turn: a card pod create (validate), a
 ``deployments/scale`` scale-up (validate) and a PodGroup create (mutate), over keep-alive TLS
-connections. For each cluster size the server loads a synthetic snapshot, then wrk runs at 1 and at
-16 connections; the floor (tests/bench/floor.py) is measured the same way in the same run. Also
-printed: the server's RSS, bytes per cached pod (tests/bench/memory.py) and, at the smallest size,
-the server on the standard asyncio loop instead of uvloop.
+connections. All servers run at once: the floor (tests/bench/floor.py), the webhook on a synthetic
+snapshot of each size, and at the smallest size the webhook on the standard asyncio loop. Every
+server is then measured at 1 and at 16 connections, ``rounds`` times, interleaved, so that the
+machine's noise falls on all of them alike; the table shows the median of each figure. Also
+printed: each server's RSS, its time to ready, and bytes per cached pod (tests/bench/memory.py).
 """
 
 import argparse
 import json
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -191,83 +193,104 @@ def rss_mib(pid: int) -> float:
     return 0.0
 
 
-def measure(
-    name: str, command: list[str], port: int, args: argparse.Namespace, script: Path, certs: Path
-) -> list[str]:
+@dataclass
+class Server:
+    name: str
+    url: str
+    proc: subprocess.Popen[bytes]
+    ready_s: float
+
+
+def launch(name: str, command: list[str], port: int, certs: Path) -> Server:
     url = f"https://127.0.0.1:{port}"
     started = time.monotonic()
-    proc = start(command, url, certs, WORK / f"{name.replace(' ', '-')}.log")
-    ready = time.monotonic() - started
-    rows = []
-    try:
-        wrk(url, 4, 2, script)  # warm up
-        for connections in args.connections:
-            f = wrk(url, connections, args.seconds, script)
-            rows.append(
-                f"| {name} | {connections} | {f.rps:,.0f} | {f.p50_ms:.2f} | {f.p99_ms:.2f} | {f.errors} | {rss_mib(proc.pid):.0f} | {ready:.1f} |"
-            )
-            print(rows[-1], flush=True)
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
-    return rows
+    proc = start(command, url, certs, WORK / f"{name.replace(' ', '-').replace(',', '')}.log")
+    return Server(name, url, proc, time.monotonic() - started)
+
+
+def serve_command(snapshot: Path, certs: Path, port: int, *extra: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "webhook",
+        "serve",
+        "--cluster",
+        str(snapshot),
+        "--cert-dir",
+        str(certs),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--drain-seconds",
+        "0",
+        *extra,
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--pods", default="1000,10000,100000", type=lambda s: [int(n) for n in s.split(",")])
     parser.add_argument("--connections", default="1,16", type=lambda s: [int(n) for n in s.split(",")])
-    parser.add_argument("--seconds", type=int, default=10)
+    parser.add_argument("--seconds", type=int, default=5, help="length of one wrk run")
+    parser.add_argument("--rounds", type=int, default=3, help="runs per server and connection count")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install wrk (make bench does it)")
     WORK.mkdir(parents=True, exist_ok=True)
     certs = devcerts.ensure_dev_certs(WORK / "certs")
     script = lua_script(WORK / "reviews.lua")
-    python = [sys.executable, "-m"]
-    print("| server | connections | requests/s | p50 ms | p99 ms | errors | RSS MiB | ready s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|", flush=True)
-    port = free_port()
-    measure(
-        "floor",
-        [*python, "tests.bench.floor", "--port", str(port), "--cert-dir", str(certs)],
-        port,
-        args,
-        script,
-        certs,
-    )
-    for pods in args.pods:
-        snapshot = synthetic.write_snapshot(WORK / "snapshots", pods)
-        (snapshot / "workloads.json").write_text(
-            json.dumps({"apiVersion": "v1", "kind": "List", "items": workloads()})
-        )
+    servers: list[Server] = []
+    try:
         port = free_port()
-        serve = [
-            *python,
-            "webhook",
-            "serve",
-            "--cluster",
-            str(snapshot),
-            "--cert-dir",
-            str(certs),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--drain-seconds",
-            "0",
-            "--log-level",
-            "WARNING",
-        ]
-        measure(f"cardquota {pods:,} pods", serve, port, args, script, certs)
-        if pods == min(args.pods):
+        floor = [sys.executable, "-m", "tests.bench.floor", "--port", str(port), "--cert-dir", str(certs)]
+        servers.append(launch("floor", floor, port, certs))
+        for pods in args.pods:
+            snapshot = synthetic.write_snapshot(WORK / "snapshots", pods)
+            items = {"apiVersion": "v1", "kind": "List", "items": workloads()}
+            (snapshot / "workloads.json").write_text(json.dumps(items))
             port = free_port()
-            serve[serve.index("--port") + 1] = str(port)
-            measure(
-                f"cardquota {pods:,} pods, asyncio loop", [*serve, "--no-uvloop"], port, args, script, certs
+            servers.append(
+                launch(f"cardquota {pods:,} pods", serve_command(snapshot, certs, port), port, certs)
             )
+            if pods == min(args.pods):
+                port = free_port()
+                command = serve_command(snapshot, certs, port, "--no-uvloop")
+                servers.append(launch(f"cardquota {pods:,} pods, asyncio loop", command, port, certs))
+        report(servers, args, script)
+    finally:
+        for server in servers:
+            server.proc.terminate()
+            server.proc.wait(timeout=60)
     for pods in (min(args.pods), max(args.pods)):
         print(f"bytes per cached pod at {pods:,} pods: {memory.bytes_per_pod(pods):.0f}")
+
+
+def report(servers: list[Server], args: argparse.Namespace, script: Path) -> None:
+    """Every server, every connection count, ``rounds`` times, interleaved; the median of each figure."""
+    for server in servers:
+        wrk(server.url, 4, 2, script)  # warm up
+    runs: dict[tuple[str, int], list[Figures]] = {}
+    for _ in range(args.rounds):
+        for server in servers:
+            for connections in args.connections:
+                runs.setdefault((server.name, connections), []).append(
+                    wrk(server.url, connections, args.seconds, script)
+                )
+    print("| server | connections | requests/s | p50 ms | p99 ms | errors | RSS MiB | ready s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for server in servers:
+        for connections in args.connections:
+            figures = runs[(server.name, connections)]
+            rps = statistics.median(f.rps for f in figures)
+            p50 = statistics.median(f.p50_ms for f in figures)
+            p99 = statistics.median(f.p99_ms for f in figures)
+            errors = sum(f.errors for f in figures)
+            print(
+                f"| {server.name} | {connections} | {rps:,.0f} | {p50:.2f} | {p99:.2f} | {errors}"
+                f" | {rss_mib(server.proc.pid):.0f} | {server.ready_s:.1f} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -57,6 +57,7 @@ def _malformed(request: Request) -> Denied | None:
         if problem:
             sub = request.sub_resource
             what = f"{request.resource}/{sub}" if sub else (request.kind.lower() or request.resource)
+            what = "volcano job" if request.group == VOLCANO_BATCH and not sub else what
             return Denied(f"{label}{what} {request.target} is malformed: {problem}")
     return None
 
