@@ -1,5 +1,13 @@
-"""One JSON object per log line, with the fields a review log line carries (uid, decision, ...)."""
+"""One JSON object per log line, with the fields a review log line carries (uid, decision, ...).
 
+Review lines are the bulk: they go through a 64 KiB buffer that is flushed at least every
+``FLUSH_SECONDS`` (a background task) and whenever anything else is logged, so a review costs no
+write system call of its own. Every other line, and every warning, is written at once.
+"""
+
+import asyncio
+import atexit
+import io
 import logging
 import sys
 import time
@@ -7,6 +15,8 @@ import time
 import orjson
 
 _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "taskName"}
+BUFFERED_LOGGER = "webhook.review"
+FLUSH_SECONDS = 0.5
 
 
 class JsonFormatter(logging.Formatter):
@@ -28,8 +38,45 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(line, default=str).decode()
 
 
+class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes review lines into the buffer, flushes for everything else."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self._hold = record.name == BUFFERED_LOGGER and record.levelno < logging.WARNING
+        super().emit(record)
+
+    def flush(self) -> None:
+        if not getattr(self, "_hold", False):
+            super().flush()
+
+    def flush_now(self) -> None:
+        self._hold = False
+        self.flush()
+
+
+_handler: _Handler | None = None
+
+
 def configure(level: str) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter())
-    logging.basicConfig(level=level, handlers=[handler], force=True)
+    global _handler
+    raw = io.FileIO(sys.stderr.fileno(), "w", closefd=False)
+    stream = io.TextIOWrapper(io.BufferedWriter(raw, 65536), encoding="utf-8", errors="replace")
+    _handler = _Handler(stream)
+    _handler.setFormatter(JsonFormatter())
+    logging.basicConfig(level=level, handlers=[_handler], force=True)
     logging.getLogger("aiohttp.access").disabled = True
+    atexit.register(flush)
+
+
+def flush() -> None:
+    if _handler is not None:
+        _handler.flush_now()
+
+
+async def flush_periodically(seconds: float = FLUSH_SECONDS) -> None:
+    try:
+        while True:
+            await asyncio.sleep(seconds)
+            flush()
+    finally:
+        flush()

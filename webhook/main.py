@@ -72,6 +72,7 @@ async def serve(settings: ServeSettings) -> int:
     metrics.cert_expiry.set_function(lambda: store.expires)
     stopped: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     app = server.make_app(source, metrics, health, settings.max_body_bytes)
+    app.cleanup_ctx.append(_background("log flusher", logs.flush_periodically, stopped))
     app.cleanup_ctx.append(_background("state source", source.run, stopped))
     app.cleanup_ctx.append(
         _background("certificate watcher", lambda: store.watch(settings.cert_poll_seconds), stopped)
@@ -101,4 +102,5 @@ async def serve(settings: ServeSettings) -> int:
         await asyncio.sleep(settings.drain_seconds)
     await runner.cleanup()
     log.info("stopped")
+    logs.flush()
     return code

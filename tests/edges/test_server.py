@@ -194,6 +194,9 @@ def test_a_well_formed_review_of_a_nonsense_object_is_denied_saying_what_is_wron
 
 def test_the_log_has_one_structured_line_per_review(served: Process, client: httpx.Client) -> None:
     post(client, "/validate", body_of("pod-over-quota.json"))
+    deadline = time.monotonic() + 5  # review lines are flushed at least every half second
+    while '"uid":"review-pod-over-quota"' not in served.log() and time.monotonic() < deadline:
+        time.sleep(0.1)
     lines = [json.loads(line) for line in served.log().splitlines() if '"msg":"review"' in line]
     line = next(entry for entry in lines if entry["uid"] == "review-pod-over-quota")
     assert {
@@ -305,3 +308,47 @@ def test_settings_refuse_nonsense_and_keep_alive_outlasts_the_api_servers_idle_t
 
     with pytest.raises(ConfigError, match="setting port"):
         settings.load(Args())  # type: ignore[arg-type]
+
+
+class Loaded:
+    """The example cluster, loaded fresh: a state no other test has admitted anything into."""
+
+    ready = True
+
+    def __init__(self) -> None:
+        self.state = snapshot.load_snapshot(CLUSTER)
+
+    async def run(self) -> None:
+        return None
+
+
+def pod_create(uid: str, name: str, *, dry_run: bool) -> bytes:
+    review = json.loads(body_of("pod-fits.json"))
+    review["request"]["uid"], review["request"]["dryRun"] = uid, dry_run
+    meta = review["request"]["object"]["metadata"]
+    meta["name"], meta["uid"] = name, f"uid-{name}"
+    return json.dumps(review).encode()
+
+
+def test_dry_runs_hold_nothing_so_the_last_card_still_goes_to_a_real_create(tmp_path: Path) -> None:
+    # cr-queue1 has 1 NVIDIA-H200 left; five dry runs for it all pass and leave it free.
+    with (
+        serve_in_thread(Loaded(), tmp_path) as url,
+        httpx.Client(base_url=url, verify=client_context(tmp_path)) as client,
+    ):
+        for i in range(5):
+            dry = post(client, "/validate", pod_create(f"dry-{i}", f"dry-{i}", dry_run=True)).json()[
+                "response"
+            ]
+            assert dry["allowed"] is True
+        assert (
+            post(client, "/validate", pod_create("real-1", "real-1", dry_run=False)).json()["response"][
+                "allowed"
+            ]
+            is True
+        )
+        second = post(client, "/validate", pod_create("real-2", "real-2", dry_run=False)).json()["response"]
+        assert second["allowed"] is False
+        assert second["status"]["message"].startswith('queue "cr-queue1" has 0 NVIDIA-H200 left')
+        metrics = client.get("/metrics").text
+        assert "cardquota_in_flight_holds 1.0" in metrics

@@ -7,6 +7,7 @@ Only :func:`parse_card_name` and :func:`parse_card_spec` make a :data:`CardName`
 """
 
 import enum
+import functools
 import re
 from dataclasses import dataclass
 from typing import NewType
@@ -90,7 +91,25 @@ def _explain(text: str) -> str:
 
 
 def parse_card_spec(text: str) -> CardSpec:
-    """Parse ``A|B|C``; whitespace around names is tolerated and dropped."""
+    """Parse ``A|B|C``; whitespace around names is tolerated and dropped.
+
+    Every pod and template names its spec again and again: short texts are parsed once (errors are
+    never cached, and long texts are not kept, so hostile input cannot fill the cache).
+    """
+    if len(text) <= _CACHED_TEXT:
+        return _parse_card_spec_cached(text)
+    return _parse_card_spec(text)
+
+
+_CACHED_TEXT = 256
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_card_spec_cached(text: str) -> CardSpec:
+    return _parse_card_spec(text)
+
+
+def _parse_card_spec(text: str) -> CardSpec:
     parts = [part.strip() for part in text.split(SEPARATOR)]
     cards: list[CardName] = []
     for position, part in enumerate(parts, start=1):
