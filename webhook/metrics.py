@@ -5,6 +5,7 @@ never pays for them.
 """
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import prometheus_client
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -15,6 +16,8 @@ from webhook.core.report import cluster_status
 from webhook.core.state import ClusterState
 
 LATENCY_BUCKETS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+KINDS = frozenset({"Pod", "Scale", "Deployment", "StatefulSet", "ReplicaSet", "Job", "Queue", "PodGroup"})
+OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
 QUEUE_FIGURES = {
     "quota": "card quota of the queue",
     "running": "cards of bound, running pods",
@@ -62,6 +65,22 @@ class Metrics:
         self.cert_reloads = Counter(
             "cardquota_certificate_reloads", "serving certificate reloads", registry=self.registry
         )
+
+        self._children: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
+
+    def observe(self, webhook: str, kind: str, operation: str, decision: str, seconds: float) -> None:
+        """Count one review and its latency (label children are looked up once per combination)."""
+        key = (webhook, kind, operation, decision)
+        children = self._children.get(key)
+        if children is None:
+            # Label values come from requests: anything unexpected is "other", so no client can
+            # make the series (and this cache) grow without bound.
+            kind = kind if kind in KINDS else "other"
+            operation = operation if operation in OPERATIONS else "other"
+            children = (self.reviews.labels(webhook, kind, operation, decision), self.latency.labels(webhook))
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def watch_state(self, state: Callable[[], ClusterState | None]) -> None:
         self.registry.register(_StateCollector(state))

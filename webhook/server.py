@@ -100,10 +100,9 @@ async def _review(request: web.Request, webhook: review.Webhook) -> web.Response
         raise NotReady("cache not ready: the cluster state has not synced yet")
     decision = review.decide_request(state, raw, webhook, time.time())
     payload = orjson.dumps(wire.response(raw.uid, decision))
-    metrics = request.app[METRICS]
     outcome = "allowed" if isinstance(decision, Allowed) else "denied"
-    metrics.reviews.labels(webhook, raw.kind.kind, raw.operation, outcome).inc()
-    metrics.latency.labels(webhook).observe(time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    request.app[METRICS].observe(webhook, raw.kind.kind, raw.operation, outcome, elapsed)
     return web.Response(body=payload, content_type="application/json")
 
 

@@ -257,6 +257,10 @@ def main() -> None:
                 port = free_port()
                 command = serve_command(snapshot, certs, port, "--no-uvloop")
                 servers.append(launch(f"cardquota {pods:,} pods, asyncio loop", command, port, certs))
+                port = free_port()
+                command = serve_command(snapshot, certs, port)
+                command[command.index("webhook")] = "tests.bench.stubbed"
+                servers.append(launch(f"cardquota {pods:,} pods, decision stubbed", command, port, certs))
         report(servers, args, script)
     finally:
         for server in servers:

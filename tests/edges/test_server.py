@@ -352,3 +352,12 @@ def test_dry_runs_hold_nothing_so_the_last_card_still_goes_to_a_real_create(tmp_
         assert second["status"]["message"].startswith('queue "cr-queue1" has 0 NVIDIA-H200 left')
         metrics = client.get("/metrics").text
         assert "cardquota_in_flight_holds 1.0" in metrics
+
+
+def test_hostile_kinds_and_operations_cannot_grow_the_metric_series(client: httpx.Client) -> None:
+    for i in range(50):
+        request = {**GOOD_REQUEST, "uid": f"odd-{i}", "kind": {"kind": f"Kind{i}"}, "operation": f"OP{i}"}
+        assert post(client, "/validate", review_with(request)).status_code == 200
+    text = client.get("/metrics").text
+    assert "Kind7" not in text and "OP7" not in text
+    assert 'kind="other",operation="other"' in text
