@@ -84,54 +84,39 @@ def reviews() -> list[tuple[str, dict[str, Any]]]:
         "metadata": {"name": "chat-rs", "namespace": "bench", "ownerReferences": [owner]},
         "spec": {"minMember": 1, "queue": "q7"},
     }
+    pods = ("", "v1", "Pod", "pods")
+    scale = ("autoscaling", "v1", "Scale", "deployments")
+    groups = ("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups")
     return [
+        ("/validate", _admission("bench-pod", pods, operation="CREATE", object=new_pod)),
         (
             "/validate",
-            _review(
-                "bench-pod",
-                {
-                    "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                    "resource": {"group": "", "version": "v1", "resource": "pods"},
-                    "namespace": "bench",
-                    "operation": "CREATE",
-                    "object": new_pod,
-                },
-            ),
-        ),
-        (
-            "/validate",
-            _review(
+            _admission(
                 "bench-scale",
-                {
-                    "kind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
-                    "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
-                    "subResource": "scale",
-                    "name": "chat",
-                    "namespace": "bench",
-                    "operation": "UPDATE",
-                    "object": _scale(3),
-                    "oldObject": _scale(2),
-                },
+                scale,
+                subResource="scale",
+                name="chat",
+                operation="UPDATE",
+                object=_scale(3),
+                oldObject=_scale(2),
             ),
         ),
-        (
-            "/mutate",
-            _review(
-                "bench-podgroup",
-                {
-                    "kind": {"group": "scheduling.volcano.sh", "version": "v1beta1", "kind": "PodGroup"},
-                    "resource": {
-                        "group": "scheduling.volcano.sh",
-                        "version": "v1beta1",
-                        "resource": "podgroups",
-                    },
-                    "namespace": "bench",
-                    "operation": "CREATE",
-                    "object": podgroup,
-                },
-            ),
-        ),
+        ("/mutate", _admission("bench-podgroup", groups, operation="CREATE", object=podgroup)),
     ]
+
+
+def _admission(uid: str, what: tuple[str, str, str, str], **fields: Any) -> dict[str, Any]:
+    group, version, kind, resource = what
+    resource_group = "apps" if kind == "Scale" else group
+    return _review(
+        uid,
+        {
+            "kind": {"group": group, "version": version, "kind": kind},
+            "resource": {"group": resource_group, "version": version, "resource": resource},
+            "namespace": "bench",
+            **fields,
+        },
+    )
 
 
 def lua_script(path: Path) -> Path:

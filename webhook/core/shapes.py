@@ -104,30 +104,36 @@ def boolean(value: Any) -> Problem | None:
     return None if value is None or type(value) is bool else Problem("must be true or false")
 
 
-def strings(value: Any) -> Problem | None:
-    """A map of strings to strings (labels, annotations, nodeSelector)."""
-    if value is None:
+def _map_of(noun: str, each: Callable[[Any], str]) -> Check:
+    """A JSON object whose every value passes ``each`` (which returns a problem text, or "")."""
+
+    def check(value: Any) -> Problem | None:
+        if value is None:
+            return None
+        if type(value) is not dict:
+            return Problem(f"must be an object of {noun}, got {_type_name(value)}")
+        for key, element in value.items():
+            if text := each(element):
+                return Problem(text).under(key)
         return None
-    if type(value) is not dict:
-        return Problem(f"must be an object of strings, got {_type_name(value)}")
-    for key, element in value.items():
-        if element is not None and type(element) is not str:
-            return Problem(f"must be a string, got {_type_name(element)}").under(key)
-    return None
+
+    return check
 
 
-def quantities(value: Any) -> Problem | None:
-    """A resource list: every value a Kubernetes quantity."""
-    if value is None:
-        return None
-    if type(value) is not dict:
-        return Problem(f"must be an object of quantities, got {_type_name(value)}")
-    for key, element in value.items():
-        try:
-            parse_quantity(element)
-        except QuantityError as exc:
-            return Problem(f": {exc}").under(key)
-    return None
+def _string(value: Any) -> str:
+    return "" if value is None or type(value) is str else f"must be a string, got {_type_name(value)}"
+
+
+def _quantity(value: Any) -> str:
+    try:
+        parse_quantity(value)
+    except QuantityError as exc:
+        return f": {exc}"
+    return ""
+
+
+strings = _map_of("strings", _string)  # labels, annotations, nodeSelector
+quantities = _map_of("quantities", _quantity)  # resource lists
 
 
 def timestamp(value: Any) -> Problem | None:
