@@ -11,15 +11,12 @@ from typing import Any
 import orjson
 import yaml
 
-from webhook.core import nodes, objects
+from webhook.core import ingest
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
 from webhook.errors import SnapshotError
 
 SUFFIXES = (".yaml", ".yml", ".json")
-WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "ReplicaSet"})
-# Applied in this order so each object finds what it refers to already there.
-ORDER = ("Node", "Queue", "Workload", "PodGroup", "Pod")
 
 
 def _documents(path: Path) -> Iterator[tuple[int, Any]]:
@@ -56,17 +53,6 @@ def _objects(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
             yield label, obj
 
 
-def _bucket(obj: dict[str, Any]) -> str | None:
-    kind, api = str(obj["kind"]), str(obj.get("apiVersion", ""))
-    if kind in WORKLOAD_KINDS or (kind == "Job" and api.startswith("batch.volcano.sh")):
-        return "Workload"
-    if kind == "PodGroup" and api.startswith("scheduling.volcano.sh"):
-        return "PodGroup"
-    if kind == "Queue" and api.startswith("scheduling.volcano.sh"):
-        return "Queue"
-    return kind if kind in ("Node", "Pod") else None
-
-
 def load_snapshot(directory: Path | str, policy: Policy | None = None) -> ClusterState:
     """Load every file under ``directory`` (recursively, in name order)."""
     root = Path(directory)
@@ -82,36 +68,17 @@ def load_snapshot(directory: Path | str, policy: Policy | None = None) -> Cluste
 
 def build_state(labelled: Iterable[tuple[str, dict[str, Any]]], policy: Policy | None = None) -> ClusterState:
     """Apply ``(where, object)`` pairs in dependency order; ``where`` names them in errors."""
-    buckets: dict[str, list[tuple[str, dict[str, Any]]]] = {name: [] for name in ORDER}
+    buckets: dict[str, list[tuple[str, dict[str, Any]]]] = {name: [] for name in ingest.ORDER}
     state = ClusterState(policy)
     for label, obj in labelled:
-        bucket = _bucket(obj)
+        bucket = ingest.bucket(obj)
         if bucket is None:
             state.notes.append(f"{label}: skipped {obj.get('apiVersion', '')} {obj['kind']}: not used")
             continue
         buckets[bucket].append((label, obj))
-    for bucket in ORDER:
+    for bucket in ingest.ORDER:
         for label, obj in buckets[bucket]:
-            try:
-                _apply(state, bucket, obj)
-            except (TypeError, ValueError, AttributeError) as exc:
-                raise SnapshotError(f"{label}: malformed {obj['kind']}: {exc}") from exc
+            problem = ingest.upsert(state, obj)
+            if problem:  # a snapshot is the operator's own input: say where, and stop
+                raise SnapshotError(f"{label}: malformed {obj['kind']}: {problem}")
     return state
-
-
-def _apply(state: ClusterState, bucket: str, obj: dict[str, Any]) -> None:
-    if bucket == "Node":
-        meta, status = obj.get("metadata") or {}, obj.get("status") or {}
-        state.upsert_node(
-            nodes.discover_node_cards(
-                str(meta.get("name", "")), meta.get("labels") or {}, status.get("allocatable") or {}
-            )
-        )
-    elif bucket == "Queue":
-        state.upsert_queue(objects.queue_record(obj))
-    elif bucket == "Workload":
-        state.upsert_workload(objects.workload_record(obj))
-    elif bucket == "PodGroup":
-        state.upsert_podgroup(objects.podgroup_record(obj))
-    else:
-        state.upsert_pod(objects.pod_record(obj))

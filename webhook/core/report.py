@@ -52,7 +52,8 @@ def cluster_status(state: ClusterState) -> dict[str, Any]:
             warnings.append(f"{card}: queues' quotas sum to {total} but no node carries it")
         elif have is not None and total > have.total:
             warnings.append(f"{card}: queues' quotas sum to {total} but the cluster has {have.total}")
-    return {"cards": cards, "queues": queues, "warnings": warnings, "notes": list(state.notes)}
+    notes = [*state.notes, *(f"{what}: skipped, {why}" for what, why in sorted(state.skipped.items()))]
+    return {"cards": cards, "queues": queues, "warnings": warnings, "notes": notes}
 
 
 def status_table(status: dict[str, Any]) -> str:

@@ -101,6 +101,7 @@ class ClusterState:
         self.ledger = Ledger()
         self.tallies: dict[str, Tally] = defaultdict(Tally)
         self.notes: list[str] = []
+        self.skipped: dict[str, str] = {}  # kind/namespace/name -> why its shape cannot be read
         self._charges: dict[str, Charge] = {}
         self._reservations: dict[str, Reservation] = {}
         self._group_pods: dict[str, set[str]] = defaultdict(set)

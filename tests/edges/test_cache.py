@@ -1,0 +1,287 @@
+"""The informer against scripted list+watch streams: pagination, events, bookmarks, 410 Gone,
+broken connections, duplicates and stale events, odd shapes; and a stateful property: whatever the
+stream does, the usage the cache computes equals a from-scratch computation over the truth."""
+
+import asyncio
+import copy
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from tests.builders import H200, H800, node, pod, queue
+from webhook.cache import KINDS, Backoff, Expired, Informer, Kind, Unavailable
+from webhook.core.report import cluster_status
+from webhook.core.state import ClusterState
+from webhook.snapshot import build_state
+
+POD = next(k for k in KINDS if k.name == "Pod")
+QUEUE = next(k for k in KINDS if k.name == "Queue")
+Raw = dict[str, Any]
+End = object()  # a watch stream that ends normally (the server's timeout)
+
+
+def versioned(obj: Raw, version: int) -> Raw:
+    out = copy.deepcopy(obj)
+    out["metadata"]["resourceVersion"] = str(version)
+    return out
+
+
+class Scripted:
+    """Pages for list, and one script per watch call: events, exceptions, or End."""
+
+    def __init__(self, pages: list[list[Raw]], version: int, watches: list[list[Any]]) -> None:
+        self.pages, self.version, self.watches = pages, version, watches
+        self.watched_from: list[str] = []
+        self.lists = 0
+
+    async def list(self, kind: Kind, limit: int, cont: str) -> Raw:
+        index = int(cont or 0)
+        self.lists += index == 0
+        more = index + 1 < len(self.pages)
+        meta = {"resourceVersion": str(self.version), "continue": str(index + 1) if more else ""}
+        return {"kind": f"{kind.name}List", "items": copy.deepcopy(self.pages[index]), "metadata": meta}
+
+    async def watch(self, kind: Kind, version: str) -> AsyncIterator[Raw]:
+        self.watched_from.append(version)
+        if not self.watches:
+            raise asyncio.CancelledError  # the script is over: stop the informer
+        for step in self.watches.pop(0):
+            if isinstance(step, BaseException):
+                raise step
+            if step is End:
+                return
+            yield copy.deepcopy(step)
+
+
+class FakeSleep:
+    def __init__(self) -> None:
+        self.delays: list[float] = []
+
+    async def __call__(self, seconds: float) -> None:
+        self.delays.append(seconds)
+
+
+def informer(
+    kind: Kind, transport: Scripted, state: ClusterState | None = None
+) -> tuple[Informer, FakeSleep]:
+    sleep = FakeSleep()
+    backoff = Backoff(first=1, cap=8, jitter=lambda top: top)
+    return Informer(
+        kind, state or ClusterState(), transport, page_size=2, backoff=backoff, sleep=sleep
+    ), sleep
+
+
+async def run_script(inf: Informer) -> None:
+    with pytest.raises(asyncio.CancelledError):
+        await inf.run()
+
+
+def pods_of(state: ClusterState) -> set[str]:
+    return {p.name for p in state.pods.values()}
+
+
+def test_a_paginated_list_syncs_every_page_and_remembers_the_version() -> None:
+    pages = [[versioned(pod(f"p{i}", H200), 10 + i) for i in range(j, j + 2)] for j in (0, 2, 4)]
+    inf, _ = informer(POD, Scripted(pages, 42, []))
+    asyncio.run(run_script(inf))
+    assert inf.synced and inf.version == "42" and pods_of(inf.state) == {f"p{i}" for i in range(6)}
+
+
+def test_watch_events_add_modify_and_delete_and_bookmarks_only_move_the_version() -> None:
+    p0, p1 = pod("p0", H200), pod("p1", H200)
+    bound = versioned({**p1, "spec": {**p1["spec"], "nodeName": "h0"}, "status": {"phase": "Running"}}, 13)
+    script = [
+        {"type": "ADDED", "object": versioned(p1, 11)},
+        {"type": "MODIFIED", "object": bound},
+        {"type": "DELETED", "object": versioned(p0, 14)},
+        {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "20"}}},
+        End,
+    ]
+    transport = Scripted([[versioned(p0, 5)]], 10, [script])
+    state = build_state([("n", node("h0", H200)), ("q", queue("q", '{"NVIDIA-H200": 4}'))])
+    inf, _ = informer(POD, transport, state)
+    asyncio.run(run_script(inf))
+    assert pods_of(state) == {"p1"} and state.pods["uid-ns-p1"].node_name == "h0"
+    assert state.tallies["q"].bound["NVIDIA-H200"] == 1 and not state.tallies["q"].pending
+    assert transport.watched_from == ["10", "20"]  # resumed from the bookmark after the stream ended
+
+
+def test_410_gone_relists_and_what_vanished_meanwhile_is_removed() -> None:
+    transport = Scripted([[versioned(pod("a", H200), 1), versioned(pod("b", H200), 2)]], 5, [])
+    transport.watches = [[{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}}]]
+    inf, _ = informer(POD, transport)
+
+    async def scenario() -> None:
+        original = transport.list
+
+        async def second_list(kind: Kind, limit: int, cont: str) -> Raw:
+            if transport.lists >= 1 and not cont:
+                transport.pages, transport.version = [[versioned(pod("b", H200), 2)]], 9
+            return await original(kind, limit, cont)
+
+        transport.list = second_list  # type: ignore[method-assign]
+        await run_script(inf)
+
+    asyncio.run(scenario())
+    assert inf.relists == 2 and pods_of(inf.state) == {"b"} and transport.watched_from == ["5", "9"]
+
+
+def test_a_broken_connection_backs_off_and_resumes_from_the_last_version_without_relisting() -> None:
+    script_1 = [{"type": "ADDED", "object": versioned(pod("a", H200), 6)}, Unavailable("connection reset")]
+    script_2 = [Unavailable("refused")]
+    script_3 = [{"type": "ADDED", "object": versioned(pod("b", H200), 7)}, End]
+    transport = Scripted([[]], 5, [script_1, script_2, script_3])
+    inf, sleep = informer(POD, transport)
+    asyncio.run(run_script(inf))
+    assert transport.lists == 1 and transport.watched_from == ["5", "6", "6", "7"]
+    assert sleep.delays == [1, 2]  # capped exponential; reset once events flow again
+    assert pods_of(inf.state) == {"a", "b"} and inf.broken_since is None
+
+
+def test_duplicate_and_stale_events_change_nothing() -> None:
+    running = versioned({**pod("a", H200, node_name="h0"), "status": {"phase": "Running"}}, 8)
+    pending = versioned(pod("a", H200), 7)
+    script = [
+        {"type": "MODIFIED", "object": running},
+        {"type": "MODIFIED", "object": running},
+        {"type": "MODIFIED", "object": pending},  # older than what the cache holds
+        End,
+    ]
+    state = build_state([("n", node("h0", H200)), ("q", queue("q", '{"NVIDIA-H200": 4}'))])
+    inf, _ = informer(POD, Scripted([[pending]], 7, [script]), state)
+    asyncio.run(run_script(inf))
+    assert state.pods["uid-ns-a"].node_name == "h0" and state.tallies["q"].bound["NVIDIA-H200"] == 1
+
+
+def test_an_object_in_an_odd_shape_is_skipped_reported_and_the_informer_goes_on() -> None:
+    odd = versioned(queue("odd", '{"NVIDIA-H200": 1}'), 3)
+    odd["spec"] = "not an object"
+    script = [{"type": "ADDED", "object": versioned(queue("good", '{"NVIDIA-H200": 2}'), 4)}, End]
+    inf, _ = informer(QUEUE, Scripted([[odd]], 3, [script]))
+    asyncio.run(run_script(inf))
+    assert set(inf.state.queues) == {"good"}
+    notes = cluster_status(inf.state)["notes"]
+    assert notes == ["Queue/odd: skipped, spec must be an object, got a string"]
+
+
+def test_a_watch_error_that_is_not_410_is_retried_like_a_broken_connection() -> None:
+    script = [{"type": "ERROR", "object": {"kind": "Status", "code": 500, "message": "etcd hiccup"}}]
+    transport = Scripted([[]], 5, [script, [End]])
+    inf, sleep = informer(POD, transport)
+    asyncio.run(run_script(inf))
+    assert sleep.delays == [1] and transport.lists == 1
+
+
+# ---- the stateful property ------------------------------------------------------------------
+
+NODES = [node("h0", H200, 8), node("h8", H800, 8)]
+QUEUES = [queue("q", '{"NVIDIA-H200": 4, "NVIDIA-H800": 4}')]
+SPECS = [H200, H800, f"{H200}|{H800}"]
+
+
+class Watched(RuleBasedStateMachine):
+    """The cluster (truth) changes; the informer sees it through a stream that may repeat events,
+    replay stale ones, break, or expire. After each delivery, usage must equal a recomputation."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.truth: dict[str, Raw] = {}
+        self.version = 1
+        self.pending: list[Raw] = []
+        self.history: list[Raw] = []
+        state = build_state([(f"o{i}", o) for i, o in enumerate([*NODES, *QUEUES])])
+        self.transport = Scripted([[]], 1, [])
+        self.informer, _ = informer(POD, self.transport, state)
+        asyncio.run(self.informer.relist())
+
+    def _event(self, kind: str, obj: Raw) -> None:
+        self.version += 1
+        event = {"type": kind, "object": versioned(obj, self.version)}
+        self.pending.append(event)
+        self.history.append(event)
+
+    @rule(
+        name=st.sampled_from([f"p{i}" for i in range(6)]),
+        spec=st.sampled_from(SPECS),
+        count=st.integers(1, 2),
+    )
+    def create_or_replace(self, name: str, spec: str, count: int) -> None:
+        obj = pod(name, spec, count)
+        self._event("MODIFIED" if name in self.truth else "ADDED", obj)
+        self.truth[name] = obj
+
+    @precondition(lambda self: self.truth)
+    @rule(data=st.data(), phase=st.sampled_from(["Running", "Succeeded", "Failed"]))
+    def bind(self, data: st.DataObject, phase: str) -> None:
+        name = data.draw(st.sampled_from(sorted(self.truth)))
+        obj = copy.deepcopy(self.truth[name])
+        spec = obj["metadata"]["annotations"]["volcano.sh/card.name"]
+        obj["spec"]["nodeName"] = "h8" if spec == H800 else "h0"
+        obj["status"] = {"phase": phase}
+        self.truth[name] = obj
+        self._event("MODIFIED", obj)
+
+    @precondition(lambda self: self.truth)
+    @rule(data=st.data())
+    def delete(self, data: st.DataObject) -> None:
+        name = data.draw(st.sampled_from(sorted(self.truth)))
+        self._event("DELETED", self.truth.pop(name))
+
+    @precondition(lambda self: self.history)
+    @rule(data=st.data())
+    def replay_an_old_event(self, data: st.DataObject) -> None:
+        self.pending.append(data.draw(st.sampled_from(self.history)))
+
+    @rule()
+    def bookmark(self) -> None:
+        self.pending.append(
+            {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": str(self.version)}}}
+        )
+
+    @rule(how=st.sampled_from(["deliver", "break", "expire"]), data=st.data())
+    def deliver(self, how: str, data: st.DataObject) -> None:
+        """All pending events; or a prefix and a broken connection (the rest comes on the next
+        watch); or a prefix and 410 Gone, after which only a relist of the truth can catch up."""
+        cut = data.draw(st.integers(0, len(self.pending)))
+        if how == "deliver":
+            script: list[Any] = [*self.pending, End]
+            self.pending = []
+        elif how == "break":
+            script, self.pending = [*self.pending[:cut], Unavailable("reset")], self.pending[cut:]
+        else:
+            gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}}
+            script, self.pending = [*self.pending[:cut], gone], []
+        self.transport.watches = [script]
+        try:
+            asyncio.run(self._once())
+        except Unavailable:
+            return
+        except Expired:
+            self.transport.pages = [list(self.truth.values())]
+            self.transport.version = self.version
+            asyncio.run(self.informer.relist())
+
+    async def _once(self) -> None:
+        async for _ in _drain(self.informer):
+            pass
+
+    @invariant()
+    def usage_equals_a_recomputation_once_everything_is_delivered(self) -> None:
+        if self.pending:
+            return
+        fresh = build_state([(f"o{i}", o) for i, o in enumerate([*NODES, *QUEUES, *self.truth.values()])])
+        assert cluster_status(self.informer.state)["queues"] == cluster_status(fresh)["queues"]
+        assert {p.name for p in self.informer.state.pods.values()} == set(self.truth)
+
+
+async def _drain(inf: Informer) -> AsyncIterator[None]:
+    await inf._watch()
+    yield None
+
+
+Watched.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
+test_the_cache_always_agrees_with_a_recomputation = Watched.TestCase

@@ -1,0 +1,226 @@
+"""The live cache: list+watch per kind, raw JSON in, the same ClusterState the snapshot fills.
+
+Each kind has an ``Informer``: a paginated list, then a watch from the list's resourceVersion with
+bookmarks; 410 Gone relists; a broken connection resumes the watch from the last version seen,
+after a capped exponential backoff with jitter; a periodic relist repairs any drift. Events are
+applied through ``core.ingest``, so an object in an odd shape is skipped and reported, never fatal.
+Within a watch, resourceVersions only grow: an event at or below the last version seen is a
+duplicate or a stale replay, and changes nothing.
+
+The ``Transport`` is the seam: the Kubernetes API in production, scripted streams in tests.
+"""
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from webhook.core import ingest
+from webhook.core.state import ClusterState
+
+log = logging.getLogger(__name__)
+Raw = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    name: str  # the object kind, e.g. "Pod"
+    api_version: str  # e.g. "v1", "apps/v1"
+    plural: str  # e.g. "pods"
+
+    @property
+    def path(self) -> str:
+        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        return f"{base}/{self.plural}"
+
+
+# The kinds the decisions read, in the order a first sync applies them.
+KINDS = (
+    Kind("Node", "v1", "nodes"),
+    Kind("Queue", "scheduling.volcano.sh/v1beta1", "queues"),
+    Kind("Deployment", "apps/v1", "deployments"),
+    Kind("StatefulSet", "apps/v1", "statefulsets"),
+    Kind("ReplicaSet", "apps/v1", "replicasets"),
+    Kind("Job", "batch.volcano.sh/v1alpha1", "jobs"),
+    Kind("PodGroup", "scheduling.volcano.sh/v1beta1", "podgroups"),
+    Kind("Pod", "v1", "pods"),
+)
+
+
+class Expired(Exception):
+    """410 Gone: the version asked for is no longer in the API server's history; relist."""
+
+
+class Unavailable(Exception):
+    """The API server could not be reached or broke the connection; retry after a backoff."""
+
+
+class Transport(Protocol):
+    async def list(self, kind: Kind, limit: int, cont: str) -> Raw:
+        """One page of ``kind`` across namespaces: a List with ``items`` and ``metadata``."""
+
+    def watch(self, kind: Kind, version: str) -> AsyncIterator[Raw]:
+        """Watch events from ``version`` on (bookmarks allowed) until the server ends the stream."""
+
+
+@dataclass
+class Backoff:
+    """Capped exponential backoff with full jitter."""
+
+    first: float = 0.5
+    cap: float = 30.0
+    attempt: int = 0
+    jitter: Callable[[float], float] = field(default=lambda top: random.uniform(0, top))
+
+    def next(self) -> float:
+        top = min(self.cap, self.first * 2**self.attempt)
+        self.attempt += 1
+        return self.jitter(top)
+
+    def reset(self) -> None:
+        self.attempt = 0
+
+
+def _identity(obj: Raw) -> str:
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, dict) else {}
+    return str(meta.get("uid") or f"{meta.get('namespace') or ''}/{meta.get('name') or ''}")
+
+
+def _version(obj: Raw) -> int | None:
+    meta = obj.get("metadata")
+    return _number(meta.get("resourceVersion") if isinstance(meta, dict) else None)
+
+
+def _number(text: object) -> int | None:
+    """A resourceVersion as a number: etcd's revisions are; anything else is not compared."""
+    return (
+        int(text) if isinstance(text, str) and text.isascii() and text.isdigit() and len(text) < 20 else None
+    )
+
+
+class Informer:
+    """Keeps one kind of the state equal to what the API server holds."""
+
+    def __init__(
+        self,
+        kind: Kind,
+        state: ClusterState,
+        transport: Transport,
+        *,
+        page_size: int = 500,
+        resync_seconds: float = 600.0,
+        backoff: Backoff | None = None,
+        sleep: Callable[[float], Any] = asyncio.sleep,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.kind, self.state, self.transport = kind, state, transport
+        self.page_size, self.resync_seconds = page_size, resync_seconds
+        self.backoff = backoff or Backoff()
+        self.sleep, self.clock = sleep, clock
+        self.synced = False
+        self.version = ""
+        self.broken_since: float | None = None
+        self.relists = 0
+        self.skipped_events = 0
+        self._objects: dict[str, Raw] = {}  # identity -> what removing it needs (kind and names)
+
+    async def run(self) -> None:
+        relist = True
+        listed_at = self.clock()
+        while True:
+            try:
+                if relist or self.clock() - listed_at >= self.resync_seconds:
+                    await self.relist()
+                    listed_at, relist = self.clock(), False
+                await self._watch()
+            except Expired:
+                log.info("watch expired, relisting", extra={"kind": self.kind.name})
+                relist = True
+            except Unavailable as exc:
+                if self.broken_since is None:
+                    self.broken_since = self.clock()
+                delay = self.backoff.next()
+                log.warning(
+                    "API server unavailable, retrying",
+                    extra={"kind": self.kind.name, "error": str(exc), "retry_in": round(delay, 2)},
+                )
+                await self.sleep(delay)
+
+    async def relist(self) -> None:
+        """Read every page, then make the state hold exactly that (what vanished is removed)."""
+        items: list[Raw] = []
+        cont, version = "", ""
+        while True:
+            page = await self.transport.list(self.kind, self.page_size, cont)
+            meta = page.get("metadata")
+            meta = meta if isinstance(meta, dict) else {}
+            items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
+            version = str(meta.get("resourceVersion") or version)
+            cont = str(meta.get("continue") or "")
+            if not cont:
+                break
+        seen = set()
+        for obj in items:
+            obj.setdefault("kind", self.kind.name)  # list items carry no kind
+            obj.setdefault("apiVersion", self.kind.api_version)
+            seen.add(_identity(obj))
+            self._upsert(obj)
+        for identity in [i for i in self._objects if i not in seen]:
+            self._delete(self._objects[identity])
+        self.version, self.synced = version, True
+        self.relists += 1
+        self._healthy()
+
+    async def _watch(self) -> None:
+        async for event in self.transport.watch(self.kind, self.version):
+            self._healthy()
+            kind, obj = event.get("type"), event.get("object")
+            if not isinstance(obj, dict):
+                self.skipped_events += 1
+                continue
+            if kind == "ERROR":
+                if obj.get("code") == 410:
+                    raise Expired(str(obj.get("message", "")))
+                raise Unavailable(f"watch error: {obj.get('message', obj)}")
+            version = _version(obj)
+            seen = _number(self.version)
+            if version is not None and seen is not None and version <= seen:
+                self.skipped_events += 1  # a duplicate, or older than what the cache holds
+                continue
+            if kind == "BOOKMARK":
+                self.version = str(version) if version is not None else self.version
+                continue
+            obj.setdefault("kind", self.kind.name)
+            obj.setdefault("apiVersion", self.kind.api_version)
+            if kind in ("ADDED", "MODIFIED"):
+                self._upsert(obj)
+            elif kind == "DELETED":
+                self._delete(obj)
+            else:
+                self.skipped_events += 1
+                continue
+            if version is not None:
+                self.version = str(version)
+
+    def _upsert(self, obj: Raw) -> None:
+        ingest.upsert(self.state, obj)
+        meta = obj.get("metadata")
+        meta = meta if isinstance(meta, dict) else {}
+        names = {k: meta.get(k) for k in ("name", "namespace", "uid") if k in meta}
+        self._objects[_identity(obj)] = {
+            "kind": obj.get("kind"),
+            "apiVersion": obj.get("apiVersion"),
+            "metadata": names,
+        }
+
+    def _delete(self, obj: Raw) -> None:
+        held = self._objects.pop(_identity(obj), None)
+        ingest.remove(self.state, held or obj)
+
+    def _healthy(self) -> None:
+        self.broken_since = None
+        self.backoff.reset()
