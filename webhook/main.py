@@ -8,6 +8,7 @@ server close, waiting up to ``shutdown_timeout_seconds`` for requests in progres
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 from collections.abc import AsyncIterator, Callable, Coroutine
 from typing import Any
@@ -16,18 +17,27 @@ from aiohttp import web
 
 from webhook import logs, server
 from webhook.errors import ConfigError
+from webhook.kube import KubeTransport
 from webhook.metrics import Metrics
 from webhook.settings import ServeSettings
-from webhook.sources import SnapshotSource, StateSource
+from webhook.sources import LiveSource, SnapshotSource, StateSource
 from webhook.tls import CertStore
 
 log = logging.getLogger(__name__)
 
 
 def build_source(settings: ServeSettings) -> StateSource:
-    if settings.cluster is None:
-        raise ConfigError("no state source: pass --cluster DIR (a snapshot directory)")
-    return SnapshotSource(settings.cluster, settings.policy())
+    """The snapshot directory if given; else the cluster from a kubeconfig or, in a pod, in-cluster."""
+    if settings.cluster is not None:
+        return SnapshotSource(settings.cluster, settings.policy())
+    if settings.kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        raise ConfigError("no state source: pass --cluster DIR (a snapshot) or --kubeconfig PATH")
+    kubeconfig = settings.kubeconfig
+    return LiveSource(
+        lambda: KubeTransport.connect(kubeconfig),
+        settings.policy(),
+        broken_after=settings.watch_broken_seconds,
+    )
 
 
 def run(settings: ServeSettings) -> int:

@@ -34,6 +34,13 @@ class ServeSettings(BaseSettings):
     cluster: Path | None = Field(
         None, description="serve from this snapshot directory of YAML/JSON objects (no cluster needed)"
     )
+    kubeconfig: Path | None = Field(
+        None,
+        description="serve from the live cluster this kubeconfig reaches (in a pod: its service account)",
+    )
+    watch_broken_seconds: float = Field(
+        60.0, gt=0, description="turn unready when a watch has been broken for longer than this"
+    )
     max_body_bytes: int = Field(
         7 * MiB, ge=1024, description="largest AdmissionReview accepted (an UPDATE carries two objects)"
     )

@@ -1,15 +1,18 @@
 """Where the state comes from: the seam between the server and whatever keeps the state current.
 
 The server reads ``source.state`` and ``source.ready``; it never knows which source it has. The
-snapshot source loads a directory once; the live cache (list+watch) is another implementation.
+snapshot source loads a directory once; the live source keeps one informer per kind (list+watch).
 """
 
 import asyncio
 import gc
+import logging
+import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
-from webhook import snapshot
+from webhook import cache, snapshot
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
 
@@ -55,3 +58,57 @@ def settle_heap() -> None:
     """
     gc.collect()
     gc.freeze()
+
+
+log = logging.getLogger(__name__)
+
+
+class LiveSource:
+    """One informer per kind over one connection to the API server.
+
+    Ready once every informer has synced, and not ready while any watch has been broken for
+    longer than ``broken_after`` seconds (the cache may then be missing changes).
+    """
+
+    def __init__(
+        self,
+        connect: Callable[[], Awaitable[cache.Transport]],
+        policy: Policy,
+        broken_after: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.connect, self.broken_after, self.clock = connect, broken_after, clock
+        self._state = ClusterState(policy)
+        self.informers: list[cache.Informer] = []
+        self._settled = False
+
+    @property
+    def state(self) -> ClusterState:
+        return self._state
+
+    @property
+    def ready(self) -> bool:
+        if not self.informers or not all(i.synced for i in self.informers):
+            return False
+        now = self.clock()
+        return not any(
+            i.broken_since is not None and now - i.broken_since > self.broken_after for i in self.informers
+        )
+
+    async def run(self) -> None:
+        transport = await self.connect()
+        self.informers = [cache.Informer(kind, self._state, transport) for kind in cache.KINDS]
+        tasks = [asyncio.create_task(i.run(), name=f"informer {i.kind.plural}") for i in self.informers]
+        try:
+            while not all(i.synced for i in self.informers):
+                await asyncio.sleep(0.1)
+            settle_heap()
+            log.info("cache synced", extra={"pods": len(self._state.pods), "nodes": len(self._state.nodes)})
+            await asyncio.gather(*tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            close = getattr(transport, "close", None)
+            if close is not None:
+                await close()

@@ -14,9 +14,11 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from tests.builders import H200, H800, node, pod, queue
 from webhook.cache import KINDS, Backoff, Expired, Informer, Kind, Unavailable
+from webhook.core.policy import Policy
 from webhook.core.report import cluster_status
 from webhook.core.state import ClusterState
 from webhook.snapshot import build_state
+from webhook.sources import LiveSource
 
 POD = next(k for k in KINDS if k.name == "Pod")
 QUEUE = next(k for k in KINDS if k.name == "Queue")
@@ -285,3 +287,21 @@ async def _drain(inf: Informer) -> AsyncIterator[None]:
 
 Watched.TestCase.settings = settings(max_examples=150, stateful_step_count=30, deadline=None)
 test_the_cache_always_agrees_with_a_recomputation = Watched.TestCase
+
+
+def test_the_live_source_is_ready_once_every_kind_synced_and_not_while_a_watch_is_broken_too_long() -> None:
+    now = [100.0]
+    source = LiveSource(lambda: None, Policy(), broken_after=60, clock=lambda: now[0])  # type: ignore[arg-type,return-value]
+    assert not source.ready  # nothing listed yet
+    source.informers = [informer(kind, Scripted([[]], 1, []))[0] for kind in KINDS]
+    for inf in source.informers[:-1]:
+        asyncio.run(inf.relist())
+    assert not source.ready  # pods not synced yet
+    asyncio.run(source.informers[-1].relist())
+    assert source.ready
+    source.informers[0].broken_since = 50.0
+    assert source.ready  # broken for 50 s: within the bound
+    now[0] = 111.0
+    assert not source.ready  # broken for 61 s
+    source.informers[0].broken_since = None
+    assert source.ready

@@ -1,0 +1,131 @@
+"""``cardquota serve --kubeconfig`` on the real control plane: the cache syncs, follows creates,
+binds and deletes, and the decisions it serves use what the cluster holds now."""
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.e2e.cluster import ControlPlane, wait_for
+from tests.e2e.objects import gpu_deployment
+from tests.edges.serving import Process
+
+H200 = "NVIDIA-H200"
+
+
+@pytest.fixture(scope="module")
+def live(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+    tmp = tmp_path_factory.mktemp("live")
+    flags = ("--kubeconfig", str(control_plane.kubeconfig), "--drain-seconds", "0")
+    process = Process(tmp / "certs", tmp / "server.log", *flags, cluster=None)
+    try:
+        process.wait_ready(timeout=60)
+        yield process
+    finally:
+        process.stop()
+
+
+def queue(name: str, quota: dict[str, int]) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": name, "annotations": {"volcano.sh/card.quota": json.dumps(quota)}},
+        "spec": {"weight": 1},
+    }
+
+
+def gauge(client: httpx.Client, figure: str, queue_name: str, card: str) -> float:
+    wanted = f'cardquota_queue_{figure}_cards{{card="{card}",queue="{queue_name}"}} '
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(wanted):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def pod_review(namespace: str, queue_name: str, gpus: int) -> bytes:
+    name = f"probe-{uuid.uuid4().hex[:6]}"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": f"uid-{name}",
+            "annotations": {"volcano.sh/card.name": H200, "scheduling.volcano.sh/queue-name": queue_name},
+        },
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}
+            ]
+        },
+    }
+    request = {
+        "uid": f"review-{name}",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": namespace,
+        "operation": "CREATE",
+        "object": pod,
+    }
+    return json.dumps(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    ).encode()
+
+
+def test_the_live_cache_follows_creates_binds_and_deletes(
+    control_plane: ControlPlane, live: Process, namespace: str
+) -> None:
+    queue_name = f"q-{namespace}"
+    control_plane.apply(queue(queue_name, {H200: 3}))
+    deployment = gpu_deployment("train", 2, product=H200)
+    template = deployment["spec"]["template"]["metadata"]["annotations"]
+    template["scheduling.volcano.sh/queue-name"] = queue_name
+    control_plane.apply(deployment, namespace=namespace)
+    with live.client() as client:
+        wait_for("the queue's quota in the cache", lambda: gauge(client, "quota", queue_name, H200) == 3)
+        wait_for(
+            "both pods bound, in the cache",
+            lambda: gauge(client, "running", queue_name, H200) == 2,
+            timeout=90,
+        )
+        denied = client.post("/validate", content=pod_review(namespace, queue_name, 2)).json()["response"]
+        assert denied["allowed"] is False
+        assert denied["status"]["message"].startswith(
+            f'queue "{queue_name}" has 1 NVIDIA-H200 left (quota 3: 2 running)'
+        )
+        control_plane.kubectl("scale", "deployment/train", "--replicas=0", "-n", namespace)
+        wait_for(
+            "the pods gone from the cache", lambda: gauge(client, "used", queue_name, H200) == 0, timeout=90
+        )
+        allowed = client.post("/validate", content=pod_review(namespace, queue_name, 2)).json()["response"]
+        assert allowed["allowed"] is True
+    control_plane.kubectl("delete", "queue", queue_name, check=False)
+
+
+def test_an_odd_queue_in_the_cluster_is_reported_and_the_cache_goes_on(
+    control_plane: ControlPlane, live: Process
+) -> None:
+    odd = queue(f"odd-{uuid.uuid4().hex[:6]}", {H200: 1})
+    odd["spec"]["parent"] = {"not": "a string"}  # the minimal CRD preserves unknown fields
+    control_plane.apply(odd)
+    good = queue(f"good-{uuid.uuid4().hex[:6]}", {H200: 2})
+    control_plane.apply(good)
+    with live.client() as client:
+        wait_for(
+            "the later queue in the cache",
+            lambda: gauge(client, "quota", good["metadata"]["name"], H200) == 2,
+        )
+        assert client.get("/readyz").status_code == 200
+    for name in (odd["metadata"]["name"], good["metadata"]["name"]):
+        control_plane.kubectl("delete", "queue", name, check=False)
+
+
+def test_serve_without_a_state_source_says_what_to_pass(tmp_path: Path) -> None:
+    process = Process(tmp_path / "certs", tmp_path / "server.log", cluster=None)
+    assert process.proc.wait(timeout=30) == 2
+    assert "pass --cluster DIR (a snapshot) or --kubeconfig PATH" in process.log()
+    process.stop()

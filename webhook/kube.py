@@ -1,0 +1,120 @@
+"""The Kubernetes API as the cache's ``Transport``: raw JSON lists and watch streams.
+
+kubernetes-asyncio provides the connection (kubeconfig or in-cluster service account, TLS, token
+refresh); its model classes are never used: lists and watch events are read as raw JSON with orjson
+and handed to the informers as dicts. HTTP failures become the cache's ``Expired`` (410 Gone) or
+``Unavailable`` (everything else), so the informer decides what to do.
+"""
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+from kubernetes_asyncio import client, config
+
+from webhook.cache import Expired, Kind, Unavailable
+from webhook.errors import ConfigError
+
+LIST_TIMEOUT = 60.0
+WATCH_SECONDS = 300  # the server ends each watch after this; the informer resumes it
+
+
+class KubeTransport:
+    def __init__(self, api: client.ApiClient) -> None:
+        self.api = api
+
+    @classmethod
+    async def connect(cls, kubeconfig: Path | None) -> "KubeTransport":
+        """From a kubeconfig file, else from the pod's service account (in-cluster)."""
+        try:
+            if kubeconfig is not None:
+                configuration = client.Configuration()
+                await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+            else:
+                configuration = client.Configuration()
+                config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        except (config.ConfigException, OSError, ValueError) as exc:
+            raise ConfigError(f"cannot configure the Kubernetes client: {exc}") from exc
+        return cls(client.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self.api.close()
+
+    async def _get(self, kind: Kind, query: list[tuple[str, Any]], timeout: aiohttp.ClientTimeout) -> Any:
+        try:
+            response = await self.api.call_api(
+                kind.path,
+                "GET",
+                query_params=query,
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout,
+            )
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise Unavailable(f"{kind.plural}: {exc!r}") from exc
+        if response.status == 410:
+            response.release()
+            raise Expired(f"{kind.plural}: 410 Gone")
+        if response.status != 200:
+            text = (await response.read())[:300].decode(errors="replace")
+            hint = " (is the CRD installed?)" if response.status == 404 and "/apis/" in kind.path else ""
+            raise Unavailable(f"{kind.plural}: HTTP {response.status}{hint}: {text}")
+        return response
+
+    async def list(self, kind: Kind, limit: int, cont: str) -> dict[str, Any]:
+        query: list[tuple[str, Any]] = [("limit", limit)]
+        if cont:
+            query.append(("continue", cont))
+        response = await self._get(kind, query, aiohttp.ClientTimeout(total=LIST_TIMEOUT))
+        try:
+            body = orjson.loads(await response.read())
+        except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError) as exc:
+            raise Unavailable(f"{kind.plural}: unreadable list: {exc!r}") from exc
+        if not isinstance(body, dict):
+            raise Unavailable(f"{kind.plural}: the list is not a JSON object")
+        return body
+
+    async def watch(self, kind: Kind, version: str) -> AsyncIterator[dict[str, Any]]:
+        query: list[tuple[str, Any]] = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", WATCH_SECONDS),
+        ]
+        if version:
+            query.append(("resourceVersion", version))
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=WATCH_SECONDS + 30)
+        response = await self._get(kind, query, timeout)
+        try:
+            async for line in _lines(response.content):
+                try:
+                    event = orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    raise Unavailable(f"{kind.plural}: unreadable watch event: {exc}") from exc
+                if isinstance(event, dict):
+                    yield event
+        except (TimeoutError, aiohttp.ClientError, OSError) as exc:
+            raise Unavailable(f"{kind.plural}: watch broken: {exc!r}") from exc
+        finally:
+            response.release()
+
+
+MAX_EVENT_BYTES = 64 * 2**20
+
+
+async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
+    """Newline-delimited events of any size (aiohttp's own readline stops at 64 KiB)."""
+    pending = bytearray()
+    async for chunk in stream.iter_any():
+        start = len(pending)
+        pending += chunk
+        while (end := pending.find(b"\n", start)) >= 0:
+            line, pending, start = bytes(pending[:end]), pending[end + 1 :], 0
+            if line.strip():
+                yield line
+        if len(pending) > MAX_EVENT_BYTES:
+            raise Unavailable(f"a watch event over {MAX_EVENT_BYTES} bytes")
+    if pending.strip():
+        yield bytes(pending)
