@@ -16,6 +16,7 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -309,20 +310,52 @@ STATE = Path(os.environ.get("CARDQUOTA_E2E_CACHE", Path.home() / ".cache" / "car
 
 
 def up() -> None:
+    """The control plane, and the webhook serving from its live cache, registered by URL."""
     if (STATE / "pids.json").exists():
         raise SystemExit(f"a cluster is already up (state in {STATE}); run make cluster-down first")
     plane = ControlPlane(STATE).start()
-    (STATE / "pids.json").write_text(json.dumps({name: p.pid for name, p in plane.procs.items()}))
+    webhook = _serve_webhook(plane)
+    pids = {name: p.pid for name, p in plane.procs.items()} | {"cardquota": webhook.pid}
+    (STATE / "pids.json").write_text(json.dumps(pids))
+    demo = ROOT / "examples" / "try"
     print(
-        f"\nThe control plane is up (logs in {plane.logs}).\n\n"
+        f"\nThe control plane and the webhook are up (logs in {plane.logs}).\n\n"
         f"  export KUBECONFIG={plane.kubeconfig}\n"
         f"  export PATH={plane.bin}:$PATH    # kubectl and helm matching this control plane\n\n"
-        "  kubectl get nodes -L nvidia.com/gpu.product\n"
-        "  kubectl get crd\n"
-        "  kubectl create deployment demo --image=registry.example/app:1 --replicas=2\n"
-        "  kubectl get pods -o wide\n\n"
+        "Three things to try:\n\n"
+        f"  kubectl apply -f {demo}/queue.yaml        # a queue with 2 NVIDIA-H200 (edit it to -1: refused)\n"
+        f"  kubectl apply -f {demo}/deployment.yaml   # 3 replicas of 1 H200: the third is refused\n"
+        "  kubectl get events --field-selector reason=FailedCreate   # ...with the webhook's message\n\n"
         "Stop it with: make cluster-down"
     )
+
+
+def _serve_webhook(plane: ControlPlane) -> subprocess.Popen[bytes]:
+    from tests.e2e.registration import configurations
+    from webhook import devcerts
+
+    certs = devcerts.ensure_dev_certs(STATE / "webhook-certs")
+    port = free_port()
+    log = open(plane.logs / "cardquota.log", "ab")  # noqa: SIM115 - the process outlives this call
+    command = [sys.executable, "-m", "webhook", "serve", "--kubeconfig", str(plane.kubeconfig)]
+    command += ["--cert-dir", str(certs), "--host", "127.0.0.1", "--port", str(port), "--drain-seconds", "0"]
+    proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
+    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise SystemExit(f"the webhook exited; see {plane.logs}/cardquota.log")
+        try:
+            with urllib.request.urlopen(
+                f"https://127.0.0.1:{port}/readyz", context=context, timeout=2
+            ) as answer:
+                return bool(answer.status == 200)
+        except OSError:
+            return False
+
+    wait_for("the webhook's cache to sync", ready, timeout=60)
+    plane.apply(*configurations(f"https://127.0.0.1:{port}", certs / "ca.crt", None))
+    return proc
 
 
 def down() -> None:

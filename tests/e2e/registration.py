@@ -20,13 +20,25 @@ VALIDATING_RULES = [
 ]
 
 
+SYSTEM_NAMESPACES = {
+    "matchExpressions": [
+        {
+            "key": "kubernetes.io/metadata.name",
+            "operator": "NotIn",
+            "values": ["kube-system", "kube-node-lease"],
+        }
+    ]
+}
+
+
 def configurations(
-    url: str, ca: Path, selector: dict[str, str], prefix: str = "cardquota"
+    url: str, ca: Path, selector: dict[str, str] | None, prefix: str = "cardquota"
 ) -> list[dict[str, Any]]:
-    """A validating and a mutating configuration pointing at ``url`` (``/validate``, ``/mutate``)."""
+    """A validating and a mutating configuration pointing at ``url`` (``/validate``, ``/mutate``),
+    for namespaces labelled ``selector``, or every namespace but the system ones."""
     bundle = base64.b64encode(ca.read_bytes()).decode()
     common = {
-        "namespaceSelector": {"matchLabels": selector},
+        "namespaceSelector": {"matchLabels": selector} if selector else SYSTEM_NAMESPACES,
         "sideEffects": "None",
         "admissionReviewVersions": ["v1"],
         "timeoutSeconds": 5,

@@ -2,10 +2,13 @@
 kubectl, a ReplicaSet and the HPA controller see."""
 
 import json
+import ssl
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import httpx
 import pytest
 
 from tests.e2e.cluster import ControlPlane, wait_for
@@ -210,4 +213,34 @@ def test_a_podgroup_created_for_a_pod_gets_the_card_annotations(
     annotations = wait_for("the PodGroup annotated", annotated, timeout=30)
     assert annotations["volcano.sh/card.name"] == H200
     assert json.loads(annotations["volcano.sh/card.request"]) == {H200: 2}
+    control_plane.kubectl("delete", "queue", queue_name, check=False)
+
+
+def test_two_hundred_concurrent_creates_against_fifty_free_cards_admit_exactly_fifty(
+    control_plane: ControlPlane, webhook: Process, namespace: str
+) -> None:
+    queue_name = f"q-{namespace}"
+    control_plane.apply(queue(queue_name, json.dumps({H200: 50})))
+    context = ssl.create_default_context(cafile=str(control_plane.certs / "ca.crt"))
+    context.load_cert_chain(control_plane.certs / "admin.crt", control_plane.certs / "admin.key")
+    url = f"{control_plane.server}/api/v1/namespaces/{namespace}/pods"
+
+    def body(i: int) -> dict[str, Any]:
+        annotations = {"volcano.sh/card.name": H200, "scheduling.volcano.sh/queue-name": queue_name}
+        limits = {"nvidia.com/gpu": "1"}
+        container = {"name": "c", "image": "i", "resources": {"limits": limits}}
+        # Pinned to a node that does not exist: they stay pending, and pending pods count.
+        spec = {"containers": [container], "nodeSelector": {"cardquota-e2e/nowhere": "true"}}
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"burst-{i}", "annotations": annotations},
+            "spec": spec,
+        }
+
+    with httpx.Client(verify=context, timeout=30) as client, ThreadPoolExecutor(max_workers=32) as pool:
+        statuses = list(pool.map(lambda i: client.post(url, json=body(i)).status_code, range(200)))
+    assert statuses.count(201) == 50 and statuses.count(403) == 150, sorted(set(statuses))
+    pods = control_plane.get("pods", namespace=namespace)["items"]
+    assert len([p for p in pods if p["metadata"]["name"].startswith("burst-")]) == 50
     control_plane.kubectl("delete", "queue", queue_name, check=False)
