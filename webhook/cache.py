@@ -84,12 +84,6 @@ class Backoff:
         self.attempt = 0
 
 
-def _identity(obj: Raw) -> str:
-    meta = obj.get("metadata")
-    meta = meta if isinstance(meta, dict) else {}
-    return str(meta.get("uid") or f"{meta.get('namespace') or ''}/{meta.get('name') or ''}")
-
-
 def _version(obj: Raw) -> int | None:
     meta = obj.get("metadata")
     return _number(meta.get("resourceVersion") if isinstance(meta, dict) else None)
@@ -126,7 +120,6 @@ class Informer:
         self.broken_since: float | None = None
         self.relists = 0
         self.skipped_events = 0
-        self._objects: dict[str, Raw] = {}  # identity -> what removing it needs (kind and names)
 
     async def run(self) -> None:
         relist = True
@@ -167,10 +160,15 @@ class Informer:
         for obj in items:
             obj.setdefault("kind", self.kind.name)  # list items carry no kind
             obj.setdefault("apiVersion", self.kind.api_version)
-            seen.add(_identity(obj))
-            self._upsert(obj)
-        for identity in [i for i in self._objects if i not in seen]:
-            self._delete(self._objects[identity])
+            seen.add(ingest.identity(obj))
+            ingest.upsert(self.state, obj)
+        held = ingest.identities(self.state, self.kind.name, self.kind.api_version)
+        for identity, stub in held.items():
+            if identity not in seen:  # deleted while we were not watching
+                ingest.remove(self.state, stub)
+        listed = {ingest.key(obj) for obj in items}
+        for gone in [k for k in self.state.skipped if k.startswith(f"{self.kind.name}/") and k not in listed]:
+            del self.state.skipped[gone]
         self.version, self.synced = version, True
         self.relists += 1
         self._healthy()
@@ -197,29 +195,14 @@ class Informer:
             obj.setdefault("kind", self.kind.name)
             obj.setdefault("apiVersion", self.kind.api_version)
             if kind in ("ADDED", "MODIFIED"):
-                self._upsert(obj)
+                ingest.upsert(self.state, obj)
             elif kind == "DELETED":
-                self._delete(obj)
+                ingest.remove(self.state, obj)
             else:
                 self.skipped_events += 1
                 continue
             if version is not None:
                 self.version = str(version)
-
-    def _upsert(self, obj: Raw) -> None:
-        ingest.upsert(self.state, obj)
-        meta = obj.get("metadata")
-        meta = meta if isinstance(meta, dict) else {}
-        names = {k: meta.get(k) for k in ("name", "namespace", "uid") if k in meta}
-        self._objects[_identity(obj)] = {
-            "kind": obj.get("kind"),
-            "apiVersion": obj.get("apiVersion"),
-            "metadata": names,
-        }
-
-    def _delete(self, obj: Raw) -> None:
-        held = self._objects.pop(_identity(obj), None)
-        ingest.remove(self.state, held or obj)
 
     def _healthy(self) -> None:
         self.broken_since = None

@@ -90,3 +90,30 @@ def _apply(state: ClusterState, where: str, obj: Mapping[str, Any]) -> None:
         state.upsert_podgroup(objects.podgroup_record(obj))
     else:
         state.upsert_pod(objects.pod_record(obj))
+
+
+def identity(obj: Mapping[str, Any]) -> str:
+    """How a watch names an object: a pod by uid (the state's key), anything else by namespace/name."""
+    meta = obj.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    if obj.get("kind") == "Pod" and meta.get("uid"):
+        return str(meta["uid"])
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+
+
+def identities(state: ClusterState, kind: str, api_version: str) -> dict[str, dict[str, Any]]:
+    """Every object of ``kind`` the state holds, by identity, as the little ``remove`` needs."""
+
+    def stub(namespace: str, name: str, uid: str = "") -> dict[str, Any]:
+        meta = {"namespace": namespace or None, "name": name, "uid": uid or None}
+        return {"kind": kind, "apiVersion": api_version, "metadata": meta}
+
+    if kind == "Pod":
+        return {uid: stub(p.namespace, p.name, uid) for uid, p in state.pods.items()}
+    if kind == "Node":
+        return {f"/{name}": stub("", name) for name in state.nodes}
+    if kind == "Queue":
+        return {f"/{name}": stub("", name) for name in state.queues}
+    if kind == "PodGroup":
+        return {key: stub(*key.split("/", 1)) for key in state.podgroups}
+    return {key: stub(*key.split("/", 1)) for (held, key) in state.workloads if held == kind}
