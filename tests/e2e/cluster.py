@@ -266,6 +266,14 @@ class ControlPlane:
         ]
         return len(ready) == len(gpu_nodes())
 
+    def restart_apiserver(self) -> None:
+        """Stop kube-apiserver and start it again on the same port and etcd: watches break."""
+        proc = self.procs["kube-apiserver"]
+        os.killpg(proc.pid, signal.SIGKILL)  # a crash: long watches get no goodbye
+        proc.wait(timeout=30)
+        self._apiserver()
+        wait_for("kube-apiserver /readyz after a restart", self._ready, timeout=120)
+
     def stop(self) -> None:
         for proc in reversed(list(self.procs.values())):
             if proc.poll() is None:

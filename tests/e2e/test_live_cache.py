@@ -129,3 +129,31 @@ def test_serve_without_a_state_source_says_what_to_pass(tmp_path: Path) -> None:
     assert process.proc.wait(timeout=30) == 2
     assert "pass --cluster DIR (a snapshot) or --kubeconfig PATH" in process.log()
     process.stop()
+
+
+def test_the_cache_survives_an_api_server_restart_mid_watch_and_decides_right_afterwards(
+    control_plane: ControlPlane, live: Process, namespace: str
+) -> None:
+    queue_name = f"q-{namespace}"
+    control_plane.apply(queue(queue_name, {H200: 3}))
+    deployment = gpu_deployment("serve", 1, product=H200)
+    deployment["spec"]["template"]["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] = queue_name
+    control_plane.apply(deployment, namespace=namespace)
+    with live.client() as client:
+        wait_for(
+            "one pod bound, in the cache", lambda: gauge(client, "running", queue_name, H200) == 1, timeout=90
+        )
+        control_plane.restart_apiserver()
+        control_plane.kubectl("scale", "deployment/serve", "--replicas=2", "-n", namespace)
+        wait_for(
+            "the second pod, seen after the restart",
+            lambda: gauge(client, "running", queue_name, H200) == 2,
+            timeout=120,
+        )
+        assert client.get("/readyz").status_code == 200
+        denied = client.post("/validate", content=pod_review(namespace, queue_name, 2)).json()["response"]
+        assert denied["status"]["message"].startswith(
+            f'queue "{queue_name}" has 1 NVIDIA-H200 left (quota 3: 2 running)'
+        )
+    assert "API server unavailable, retrying" in live.log() or "watch expired" in live.log()
+    control_plane.kubectl("delete", "queue", queue_name, check=False)
