@@ -33,8 +33,14 @@ class Kind:
 
     @property
     def path(self) -> str:
-        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
-        return f"{base}/{self.plural}"
+        return f"{self._base}/{self.plural}"
+
+    def object_path(self, namespace: str, name: str) -> str:
+        return f"{self._base}/namespaces/{namespace}/{self.plural}/{name}"
+
+    @property
+    def _base(self) -> str:
+        return "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
 
 
 # The kinds the decisions read, in the order a first sync applies them.
@@ -64,6 +70,9 @@ class Transport(Protocol):
 
     def watch(self, kind: Kind, version: str) -> AsyncIterator[Raw]:
         """Watch events from ``version`` on (bookmarks allowed) until the server ends the stream."""
+
+    async def get(self, kind: Kind, namespace: str, name: str) -> Raw | None:
+        """One object, or None when it does not exist."""
 
 
 @dataclass

@@ -64,6 +64,27 @@ class KubeTransport:
             raise Unavailable(f"{kind.plural}: HTTP {response.status}{hint}: {text}")
         return response
 
+    async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        path = kind.object_path(namespace, name)
+        try:
+            response = await self.api.call_api(
+                path,
+                "GET",
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=LIST_TIMEOUT),
+            )
+            if response.status == 404:
+                response.release()
+                return None
+            if response.status != 200:
+                raise Unavailable(f"{path}: HTTP {response.status}")
+            body = orjson.loads(await response.read())
+        except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as exc:
+            raise Unavailable(f"{path}: {exc!r}") from exc
+        return body if isinstance(body, dict) else None
+
     async def list(self, kind: Kind, limit: int, cont: str) -> dict[str, Any]:
         query: list[tuple[str, Any]] = [("limit", limit)]
         if cont:

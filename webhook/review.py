@@ -7,7 +7,8 @@ from typing import Any, Literal
 import orjson
 
 from webhook import wire
-from webhook.core import admission
+from webhook.core import admission, patches, shapes
+from webhook.core.objects import OwnerRef
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed, Decision, Denied
 
@@ -21,7 +22,30 @@ def decide(state: ClusterState, body: bytes | str, webhook: Webhook, now: float)
     return raw.uid, decide_request(state, raw, webhook, now)
 
 
-def decide_request(state: ClusterState, raw: wire.AdmissionRequest, webhook: Webhook, now: float) -> Decision:
+def owner_to_fetch(
+    state: ClusterState, raw: wire.AdmissionRequest, webhook: Webhook
+) -> tuple[OwnerRef, str] | None:
+    """For a PodGroup create whose owner the cache lacks: the owner to read live, and its namespace."""
+    if webhook != "mutate" or raw.operation != "CREATE" or raw.resource.resource != "podgroups":
+        return None
+    obj = raw.object or {}
+    if shapes.problem("podgroups", "", obj):
+        return None
+    ref = patches.owner_to_fetch(state, obj)
+    return None if ref is None else (ref, wire.to_request(raw).namespace)
+
+
+def owner_from(ref: OwnerRef, body: dict[str, Any] | None) -> patches.Owner | None:
+    return None if body is None else patches.owner_from(ref, body)
+
+
+def decide_request(
+    state: ClusterState,
+    raw: wire.AdmissionRequest,
+    webhook: Webhook,
+    now: float,
+    owner: patches.Owner | None = None,
+) -> Decision:
     """Decide a parsed review and log one line for it."""
     started = time.perf_counter()
     request = wire.to_request(raw)
@@ -29,7 +53,7 @@ def decide_request(state: ClusterState, raw: wire.AdmissionRequest, webhook: Web
         decision = admission.validate(state, request, now)
         admission.admit(state, request, decision, now)
     else:
-        decision = admission.mutate(state, request)
+        decision = admission.mutate(state, request, owner)
     log.info(
         "review",
         extra={

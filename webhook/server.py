@@ -7,16 +7,19 @@ with a reason, a state that is not ready a 503, a bug a logged 500 (the API serv
 ``failurePolicy`` then decides). A denial is a 200 whose response says ``allowed: false``.
 """
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook import review, wire
+from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed
 from webhook.errors import BadReview, NotReady
 from webhook.metrics import Metrics
@@ -37,6 +40,7 @@ SOURCE = web.AppKey("source", StateSource)
 METRICS = web.AppKey("metrics", Metrics)
 HEALTH = web.AppKey("health", Health)
 BODY_LIMIT = web.AppKey("body_limit", int)
+OWNER_READ_SECONDS = 1.0
 UID = web.RequestKey("uid", str)  # the review uid, once parsed, for the bug log line
 
 
@@ -98,12 +102,29 @@ async def _review(request: web.Request, webhook: review.Webhook) -> web.Response
     state = source.state
     if not source.ready or state is None:
         raise NotReady("cache not ready: the cluster state has not synced yet")
-    decision = review.decide_request(state, raw, webhook, time.time())
+    owner = await _live_owner(source, state, raw, webhook)
+    decision = review.decide_request(state, raw, webhook, time.time(), owner)
     payload = orjson.dumps(wire.response(raw.uid, decision))
     outcome = "allowed" if isinstance(decision, Allowed) else "denied"
     elapsed = time.perf_counter() - started
     request.app[METRICS].observe(webhook, raw.kind.kind, raw.operation, outcome, elapsed)
     return web.Response(body=payload, content_type="application/json")
+
+
+async def _live_owner(
+    source: StateSource, state: ClusterState, raw: wire.AdmissionRequest, webhook: review.Webhook
+) -> Any:
+    """SPEC §7: the PodGroup's owner, read live under a short timeout when the cache lacks it."""
+    wanted = review.owner_to_fetch(state, raw, webhook)
+    if wanted is None:
+        return None
+    ref, namespace = wanted
+    try:
+        body = await asyncio.wait_for(source.fetch(ref, namespace), OWNER_READ_SECONDS)
+    except TimeoutError:
+        log.warning("live read of a PodGroup's owner timed out", extra={"uid": raw.uid, "owner": ref.name})
+        return None
+    return review.owner_from(ref, body)
 
 
 async def _validate(request: web.Request) -> web.Response:

@@ -10,9 +10,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from webhook import cache, snapshot
+from webhook.core.objects import OwnerRef
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
 
@@ -26,6 +27,9 @@ class StateSource(Protocol):
 
     async def run(self) -> None:
         """Bring the state up to date and keep it so; raise ``ConfigError`` if it cannot."""
+
+    async def fetch(self, ref: OwnerRef, namespace: str) -> dict[str, Any] | None:
+        """The one live read (a PodGroup's owner the cache has not seen yet), or None."""
 
 
 class SnapshotSource:
@@ -42,6 +46,9 @@ class SnapshotSource:
     @property
     def ready(self) -> bool:
         return self._state is not None
+
+    async def fetch(self, ref: OwnerRef, namespace: str) -> dict[str, Any] | None:
+        return None  # a snapshot holds all there is
 
     async def run(self) -> None:
         state = await asyncio.to_thread(snapshot.load_snapshot, self.directory, self.policy)
@@ -80,7 +87,7 @@ class LiveSource:
         self.connect, self.broken_after, self.clock = connect, broken_after, clock
         self._state = ClusterState(policy)
         self.informers: list[cache.Informer] = []
-        self._settled = False
+        self._transport: cache.Transport | None = None
 
     @property
     def state(self) -> ClusterState:
@@ -95,8 +102,20 @@ class LiveSource:
             i.broken_since is not None and now - i.broken_since > self.broken_after for i in self.informers
         )
 
+    async def fetch(self, ref: OwnerRef, namespace: str) -> dict[str, Any] | None:
+        kind = next((k for k in cache.KINDS if k.name == ref.kind), None)
+        if self._transport is None or kind is None:
+            return None
+        try:
+            return await self._transport.get(kind, namespace, ref.name)
+        except cache.Unavailable as exc:
+            log.warning(
+                "live read of a PodGroup's owner failed", extra={"owner": ref.name, "error": str(exc)}
+            )
+            return None
+
     async def run(self) -> None:
-        transport = await self.connect()
+        transport = self._transport = await self.connect()
         self.informers = [cache.Informer(kind, self._state, transport) for kind in cache.KINDS]
         tasks = [asyncio.create_task(i.run(), name=f"informer {i.kind.plural}") for i in self.informers]
         try:

@@ -1,5 +1,6 @@
 """The HTTPS server as the API server meets it: real TLS, golden AdmissionReviews, bad input, metrics."""
 
+import asyncio
 import base64
 import json
 import ssl
@@ -321,6 +322,9 @@ class Loaded:
     async def run(self) -> None:
         return None
 
+    async def fetch(self, ref: Any, namespace: str) -> dict[str, Any] | None:
+        return None
+
 
 def pod_create(uid: str, name: str, *, dry_run: bool) -> bytes:
     review = json.loads(body_of("pod-fits.json"))
@@ -361,3 +365,77 @@ def test_hostile_kinds_and_operations_cannot_grow_the_metric_series(client: http
     text = client.get("/metrics").text
     assert "Kind7" not in text and "OP7" not in text
     assert 'kind="other",operation="other"' in text
+
+
+class OwnerNotCached(Loaded):
+    """The cache has not seen the PodGroup's owner yet; a live read returns it (or hangs)."""
+
+    def __init__(self, owner: dict[str, Any] | None, hang: bool = False) -> None:
+        super().__init__()
+        self.owner, self.hang, self.reads = owner, hang, 0
+
+    async def fetch(self, ref: Any, namespace: str) -> dict[str, Any] | None:
+        self.reads += 1
+        if self.hang:
+            await asyncio.sleep(30)
+        return self.owner
+
+
+def podgroup_for_new_pod() -> tuple[bytes, dict[str, Any]]:
+    pod = json.loads(body_of("pod-fits.json"))["request"]["object"]
+    pod["metadata"].update(name="fresh", uid="uid-fresh")
+    owner = {"apiVersion": "v1", "kind": "Pod", "name": "fresh", "uid": "uid-fresh", "controller": True}
+    group = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "podgroup-uid-fresh", "namespace": "team-a", "ownerReferences": [owner]},
+        "spec": {"minMember": 1, "queue": "cr-queue1"},
+    }
+    request = {
+        "uid": "review-podgroup-fresh",
+        "kind": {"group": "scheduling.volcano.sh", "version": "v1beta1", "kind": "PodGroup"},
+        "resource": {"group": "scheduling.volcano.sh", "version": "v1beta1", "resource": "podgroups"},
+        "namespace": "team-a",
+        "operation": "CREATE",
+        "object": group,
+    }
+    return review_with(request), pod
+
+
+def test_a_podgroup_whose_owner_is_not_cached_yet_is_annotated_from_one_live_read(tmp_path: Path) -> None:
+    body, pod = podgroup_for_new_pod()
+    source = OwnerNotCached(pod)
+    with (
+        serve_in_thread(source, tmp_path) as url,
+        httpx.Client(base_url=url, verify=client_context(tmp_path)) as client,
+    ):
+        out = post(client, "/mutate", body).json()["response"]
+    patch = json.loads(base64.b64decode(out["patch"]))
+    assert patch[0]["value"] == {
+        "volcano.sh/card.name": "NVIDIA-H200",
+        "volcano.sh/card.request": '{"NVIDIA-H200":1}',
+    }
+    assert source.reads == 1
+
+
+def test_a_live_read_that_hangs_leaves_the_podgroup_unchanged_within_the_timeout(tmp_path: Path) -> None:
+    body, pod = podgroup_for_new_pod()
+    with (
+        serve_in_thread(OwnerNotCached(pod, hang=True), tmp_path) as url,
+        httpx.Client(base_url=url, verify=client_context(tmp_path)) as client,
+    ):
+        started = time.monotonic()
+        out = post(client, "/mutate", body).json()["response"]
+        assert time.monotonic() - started < 3
+    assert out == {"uid": "review-podgroup-fresh", "allowed": True}
+
+
+def test_a_live_read_of_another_object_with_the_same_name_is_not_used(tmp_path: Path) -> None:
+    body, pod = podgroup_for_new_pod()
+    pod["metadata"]["uid"] = "uid-someone-else"
+    with (
+        serve_in_thread(OwnerNotCached(pod), tmp_path) as url,
+        httpx.Client(base_url=url, verify=client_context(tmp_path)) as client,
+    ):
+        out = post(client, "/mutate", body).json()["response"]
+    assert "patch" not in out

@@ -4,10 +4,19 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from webhook.core import keys
+from webhook.core import keys, shapes
 from webhook.core.cards import CardSpec, product_of
 from webhook.core.demand import PodDemand, label_key_of, pod_demand
-from webhook.core.objects import PodRecord, PodTemplate, WorkloadRecord, controller_of, pod_template_of
+from webhook.core.objects import (
+    OwnerRef,
+    PodRecord,
+    PodTemplate,
+    WorkloadRecord,
+    controller_of,
+    pod_record,
+    pod_template_of,
+    workload_record,
+)
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed, PatchOp
 
@@ -101,6 +110,32 @@ def resolve_owner(state: ClusterState, group: Raw) -> Owner | None:
         pods = state.pods_owned_by(ref.uid)
         return pods[0] if pods else None
     return state.workload(ref.kind, namespace, ref.name)
+
+
+FETCHABLE = frozenset({"Pod", "ReplicaSet", "StatefulSet", "Deployment", "Job"})
+
+
+def owner_to_fetch(state: ClusterState, group: Raw) -> OwnerRef | None:
+    """The controlling owner of a PodGroup being created when the cache does not hold it yet (the
+    Volcano controller creates the PodGroup right after it sees the pod): the one live read allowed.
+    A batch Job is not read: what the PodGroup needs is one of its pods."""
+    ref = controller_of(group)
+    if ref is None or ref.kind not in FETCHABLE or resolve_owner(state, group) is not None:
+        return None
+    if ref.kind == "Job" and not ref.api_version.startswith("batch.volcano.sh"):
+        return None
+    return ref
+
+
+def owner_from(ref: OwnerRef, raw: Raw) -> Owner | None:
+    """The owner's record from what the live read returned; None when it is not the same object."""
+    meta = raw.get("metadata")
+    if not isinstance(meta, Mapping) or meta.get("uid") != ref.uid:
+        return None
+    body = {**raw, "kind": ref.kind}
+    if shapes.problem("pods" if ref.kind == "Pod" else "deployments", "", body):
+        return None
+    return pod_record(body) if ref.kind == "Pod" else workload_record(body)
 
 
 def podgroup_patch(state: ClusterState, group: Raw, owner: Owner | None) -> Allowed:
