@@ -74,6 +74,9 @@ class Transport(Protocol):
     async def get(self, kind: Kind, namespace: str, name: str) -> Raw | None:
         """One object, or None when it does not exist."""
 
+    async def warn_queue(self, queue: str, reason: str, message: str) -> None:
+        """Record a Warning Event on a Queue."""
+
 
 @dataclass
 class Backoff:

@@ -6,6 +6,8 @@ and handed to the informers as dicts. HTTP failures become the cache's ``Expired
 ``Unavailable`` (everything else), so the informer decides what to do.
 """
 
+import datetime
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from webhook.cache import Expired, Kind, Unavailable
 from webhook.errors import ConfigError
 
 LIST_TIMEOUT = 60.0
+EVENT_NAMESPACE = "default"  # Events about cluster-scoped objects (Queues) live here
 WATCH_SECONDS = 300  # the server ends each watch after this; the informer resumes it
 
 
@@ -84,6 +87,41 @@ class KubeTransport:
         except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as exc:
             raise Unavailable(f"{path}: {exc!r}") from exc
         return body if isinstance(body, dict) else None
+
+    async def warn_queue(self, queue: str, reason: str, message: str) -> None:
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{queue}.", "namespace": EVENT_NAMESPACE},
+            "involvedObject": {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "name": queue},
+            "reason": reason,
+            "message": message,
+            "type": "Warning",
+            "source": {"component": "cardquota"},
+            "reportingComponent": "cardquota",
+            "reportingInstance": socket.gethostname(),
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        path = f"/api/v1/namespaces/{EVENT_NAMESPACE}/events"
+        try:
+            response = await self.api.call_api(
+                path,
+                "POST",
+                body=event,
+                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=LIST_TIMEOUT),
+            )
+            status = response.status
+            response.release()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise Unavailable(f"{path}: {exc!r}") from exc
+        if status not in (200, 201):
+            raise Unavailable(f"{path}: HTTP {status}")
 
     async def list(self, kind: Kind, limit: int, cont: str) -> dict[str, Any]:
         query: list[tuple[str, Any]] = [("limit", limit)]

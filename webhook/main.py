@@ -37,6 +37,7 @@ def build_source(settings: ServeSettings) -> StateSource:
         lambda: KubeTransport.connect(kubeconfig),
         settings.policy(),
         broken_after=settings.watch_broken_seconds,
+        audit_seconds=settings.audit_seconds,
     )
 
 

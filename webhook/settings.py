@@ -41,6 +41,9 @@ class ServeSettings(BaseSettings):
     watch_broken_seconds: float = Field(
         60.0, gt=0, description="turn unready when a watch has been broken for longer than this"
     )
+    audit_seconds: float = Field(
+        30.0, gt=0, description="how often the live cache looks for queues above their quota"
+    )
     max_body_bytes: int = Field(
         7 * MiB, ge=1024, description="largest AdmissionReview accepted (an UPDATE carries two objects)"
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from webhook import cache, snapshot
+from webhook.core import report
 from webhook.core.objects import OwnerRef
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
@@ -68,6 +69,8 @@ def settle_heap() -> None:
 
 
 log = logging.getLogger(__name__)
+OVERCOMMITTED = "CardQuotaOvercommitted"
+EVENT_INTERVAL = 600.0
 
 
 class LiveSource:
@@ -83,8 +86,11 @@ class LiveSource:
         policy: Policy,
         broken_after: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
+        audit_seconds: float = 30.0,
     ) -> None:
         self.connect, self.broken_after, self.clock = connect, broken_after, clock
+        self.audit_seconds = audit_seconds
+        self._warned: dict[tuple[str, str], float] = {}  # (queue, card) -> when an Event was recorded
         self._state = ClusterState(policy)
         self.informers: list[cache.Informer] = []
         self._transport: cache.Transport | None = None
@@ -101,6 +107,25 @@ class LiveSource:
         return not any(
             i.broken_since is not None and now - i.broken_since > self.broken_after for i in self.informers
         )
+
+    async def _audit(self, transport: cache.Transport) -> None:
+        """Usage above quota (quota lowered, nodes lost, webhook bypassed) becomes a Warning Event on
+        the Queue, at most one per queue and card every ``EVENT_INTERVAL`` seconds. Nothing is evicted."""
+        while True:
+            await asyncio.sleep(self.audit_seconds)
+            await self.audit_once(transport)
+
+    async def audit_once(self, transport: cache.Transport) -> None:
+        now = self.clock()
+        for queue, card, _, message in report.overcommitted(self._state):
+            if now - self._warned.get((queue, card), -EVENT_INTERVAL) < EVENT_INTERVAL:
+                continue
+            self._warned[(queue, card)] = now
+            log.warning("queue over its card quota", extra={"queue": queue, "card": card, "detail": message})
+            try:
+                await transport.warn_queue(queue, OVERCOMMITTED, message)
+            except cache.Unavailable as exc:
+                log.warning("could not record an Event", extra={"queue": queue, "error": str(exc)})
 
     async def fetch(self, ref: OwnerRef, namespace: str) -> dict[str, Any] | None:
         kind = next((k for k in cache.KINDS if k.name == ref.kind), None)
@@ -123,6 +148,7 @@ class LiveSource:
                 await asyncio.sleep(0.1)
             settle_heap()
             log.info("cache synced", extra={"pods": len(self._state.pods), "nodes": len(self._state.nodes)})
+            tasks.append(asyncio.create_task(self._audit(transport), name="auditor"))
             await asyncio.gather(*tasks)
         finally:
             for task in tasks:

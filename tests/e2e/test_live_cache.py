@@ -20,7 +20,7 @@ H200 = "NVIDIA-H200"
 @pytest.fixture(scope="module")
 def live(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     tmp = tmp_path_factory.mktemp("live")
-    flags = ("--kubeconfig", str(control_plane.kubeconfig), "--drain-seconds", "0")
+    flags = ("--kubeconfig", str(control_plane.kubeconfig), "--drain-seconds", "0", "--audit-seconds", "1")
     process = Process(tmp / "certs", tmp / "server.log", *flags, cluster=None)
     try:
         process.wait_ready(timeout=60)
@@ -156,4 +156,42 @@ def test_the_cache_survives_an_api_server_restart_mid_watch_and_decides_right_af
             f'queue "{queue_name}" has 1 NVIDIA-H200 left (quota 3: 2 running)'
         )
     assert "API server unavailable, retrying" in live.log() or "watch expired" in live.log()
+    control_plane.kubectl("delete", "queue", queue_name, check=False)
+
+
+def test_a_quota_lowered_below_use_is_reported_by_the_auditor_without_evicting_anything(
+    control_plane: ControlPlane, live: Process, namespace: str
+) -> None:
+    queue_name = f"q-{namespace}"
+    control_plane.apply(queue(queue_name, {H200: 2}))
+    deployment = gpu_deployment("busy", 2, product=H200)
+    deployment["spec"]["template"]["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] = queue_name
+    control_plane.apply(deployment, namespace=namespace)
+    with live.client() as client:
+        wait_for(
+            "two pods bound, in the cache",
+            lambda: gauge(client, "running", queue_name, H200) == 2,
+            timeout=90,
+        )
+        lowered = control_plane.kubectl("apply", "-f", "-", stdin=json.dumps(queue(queue_name, {H200: 1})))
+        assert lowered.returncode == 0
+        wait_for("the overcommitment metric", lambda: gauge(client, "overcommitted", queue_name, H200) == 1)
+
+    def recorded() -> list[dict[str, Any]]:
+        found = control_plane.get(
+            "events", "--field-selector", "reason=CardQuotaOvercommitted", namespace="default"
+        )
+        return [e for e in found["items"] if e["involvedObject"]["name"] == queue_name]
+
+    event = wait_for("a CardQuotaOvercommitted event on the queue", recorded, timeout=30)[0]
+    assert event["type"] == "Warning" and event["involvedObject"]["kind"] == "Queue"
+    assert event["message"].startswith(
+        f'queue "{queue_name}" uses 2 NVIDIA-H200, above its quota (quota 1: 2 running)'
+    )
+    running = [
+        p
+        for p in control_plane.get("pods", "-l", "app=busy", namespace=namespace)["items"]
+        if p["status"].get("phase") == "Running"
+    ]
+    assert len(running) == 2  # nothing evicted
     control_plane.kubectl("delete", "queue", queue_name, check=False)

@@ -305,3 +305,33 @@ def test_the_live_source_is_ready_once_every_kind_synced_and_not_while_a_watch_i
     assert not source.ready  # broken for 61 s
     source.informers[0].broken_since = None
     assert source.ready
+
+
+class Warnings:
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, str]] = []
+
+    async def warn_queue(self, queue: str, reason: str, message: str) -> None:
+        self.sent.append((queue, reason, message))
+
+
+def test_the_auditor_warns_once_per_interval_about_a_queue_above_its_quota() -> None:
+    now = [0.0]
+    source = LiveSource(lambda: None, Policy(), clock=lambda: now[0])  # type: ignore[arg-type,return-value]
+    objects = [node("h0", H200), queue("q", '{"NVIDIA-H200": 1}')]
+    objects += [{**pod(f"p{i}", H200, node_name="h0"), "status": {"phase": "Running"}} for i in range(2)]
+    source._state = build_state([(f"o{i}", o) for i, o in enumerate(objects)])
+    events = Warnings()
+    asyncio.run(source.audit_once(events))  # type: ignore[arg-type]
+    now[0] = 300.0
+    asyncio.run(source.audit_once(events))  # type: ignore[arg-type]
+    assert events.sent == [
+        (
+            "q",
+            "CardQuotaOvercommitted",
+            'queue "q" uses 2 NVIDIA-H200, above its quota (quota 1: 2 running); nothing is evicted, new pods wait until use falls below it',
+        )
+    ]
+    now[0] = 601.0
+    asyncio.run(source.audit_once(events))  # type: ignore[arg-type]
+    assert len(events.sent) == 2

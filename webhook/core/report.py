@@ -4,6 +4,7 @@ from collections import Counter
 from typing import Any
 
 from webhook.core.cards import CardName
+from webhook.core.messages import breakdown
 from webhook.core.state import ClusterState
 from webhook.core.usage import queue_usage
 
@@ -72,3 +73,22 @@ def status_table(status: dict[str, Any]) -> str:
     if status["notes"]:
         lines += ["", "NOTES", *[f"- {n}" for n in status["notes"]]]
     return "\n".join(lines)
+
+
+def overcommitted(state: ClusterState) -> list[tuple[str, CardName, int, str]]:
+    """Every queue and card used above its quota (quota lowered, nodes lost, webhook bypassed):
+    ``(queue, card, cards over, one-line message)``. Nothing is evicted; new pods wait."""
+    found = []
+    for name in sorted(state.queues):
+        usage = queue_usage(state, name)
+        placement = usage.placement
+        cards = set(usage.quota) | set(usage.fixed) | {c for (_, c) in placement.placed}
+        for card in sorted(cards):
+            use = usage.card(card, placement)
+            if use.used > use.quota:
+                message = (
+                    f'queue "{name}" uses {use.used} {card}, above its quota ({breakdown(use)});'
+                    " nothing is evicted, new pods wait until use falls below it"
+                )
+                found.append((name, card, use.used - use.quota, message))
+    return found
