@@ -4,7 +4,7 @@ Contract (other tools rely on it):
   cardquota serve [--cluster DIR] [--cert-dir DIR] ...          the HTTPS webhook (see --help)
   cardquota dev-certs DIR [--name NAME ...]                     development CA and serving cert
   cardquota review --cluster DIR [--webhook validate|mutate]   AdmissionReview on stdin -> response
-  cardquota status --cluster DIR [--output table|json]
+  cardquota status --cluster DIR | --kubeconfig PATH [--output table|json]
   cardquota examples DIR                                       every review under DIR/reviews
 Exit 0 whenever a response was produced (allowed or not); 2 with a message when it was not.
 """
@@ -19,6 +19,7 @@ import orjson
 
 from webhook import devcerts, review, settings, snapshot
 from webhook import main as main_module
+from webhook.core.policy import Policy
 from webhook.core.report import cluster_status, status_table
 from webhook.errors import CardquotaError
 
@@ -30,7 +31,9 @@ def _parser() -> argparse.ArgumentParser:
     rev.add_argument("--cluster", required=True, type=Path, help="snapshot directory of YAML/JSON")
     rev.add_argument("--webhook", choices=("validate", "mutate"), default="validate")
     stat = sub.add_parser("status", help="cluster cards and per-queue usage")
-    stat.add_argument("--cluster", required=True, type=Path)
+    where = stat.add_mutually_exclusive_group(required=True)
+    where.add_argument("--cluster", type=Path, help="a snapshot directory")
+    where.add_argument("--kubeconfig", type=Path, help="the live cluster this kubeconfig reaches")
     stat.add_argument("--output", choices=("table", "json"), default="table")
     ex = sub.add_parser("examples", help="review every file in DIR/reviews against DIR/cluster")
     ex.add_argument("directory", type=Path)
@@ -50,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "review":
             return _review(args.cluster, args.webhook)
         if args.command == "status":
-            return _status(args.cluster, args.output)
+            return _status(args.cluster, args.kubeconfig, args.output)
         if args.command == "serve":
             return main_module.run(settings.load(args))
         if args.command == "dev-certs":
@@ -71,8 +74,12 @@ def _review(cluster: Path, webhook: review.Webhook) -> int:
     return 0
 
 
-def _status(cluster: Path, output: str) -> int:
-    status = cluster_status(snapshot.load_snapshot(cluster))
+def _status(cluster: Path | None, kubeconfig: Path | None, output: str) -> int:
+    if cluster is not None:
+        state = snapshot.load_snapshot(cluster)
+    else:
+        state = main_module.live_state(kubeconfig, Policy())
+    status = cluster_status(state)
     if output == "json":
         sys.stdout.buffer.write(orjson.dumps(status, option=orjson.OPT_INDENT_2) + b"\n")
     else:

@@ -11,11 +11,14 @@ import logging
 import os
 import signal
 from collections.abc import AsyncIterator, Callable, Coroutine
+from pathlib import Path
 from typing import Any
 
 from aiohttp import web
 
 from webhook import logs, server
+from webhook.core.policy import Policy
+from webhook.core.state import ClusterState
 from webhook.errors import ConfigError
 from webhook.kube import KubeTransport
 from webhook.metrics import Metrics
@@ -39,6 +42,28 @@ def build_source(settings: ServeSettings) -> StateSource:
         broken_after=settings.watch_broken_seconds,
         audit_seconds=settings.audit_seconds,
     )
+
+
+def live_state(kubeconfig: Path | None, policy: Policy, timeout: float = 60.0) -> ClusterState:
+    """List every kind once from the cluster (``cardquota status --kubeconfig``) and stop."""
+
+    async def sync() -> ClusterState:
+        source = LiveSource(lambda: KubeTransport.connect(kubeconfig), policy)
+        task = asyncio.create_task(source.run())
+        deadline = asyncio.get_running_loop().time() + timeout
+        try:
+            while not source.ready:
+                if task.done():
+                    task.result()
+                if asyncio.get_running_loop().time() > deadline:
+                    raise ConfigError(f"the cluster's objects were not all listed within {timeout:.0f} s")
+                await asyncio.sleep(0.1)
+            return source.state
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    return asyncio.run(sync())
 
 
 def run(settings: ServeSettings) -> int:

@@ -2,6 +2,8 @@
 binds and deletes, and the decisions it serves use what the cluster holds now."""
 
 import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -194,4 +196,29 @@ def test_a_quota_lowered_below_use_is_reported_by_the_auditor_without_evicting_a
         if p["status"].get("phase") == "Running"
     ]
     assert len(running) == 2  # nothing evicted
+    control_plane.kubectl("delete", "queue", queue_name, check=False)
+
+
+def test_status_reads_the_live_cluster_too(control_plane: ControlPlane, namespace: str) -> None:
+    queue_name = f"q-{namespace}"
+    control_plane.apply(queue(queue_name, {H200: 5}))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "webhook",
+            "status",
+            "--kubeconfig",
+            str(control_plane.kubeconfig),
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    status = json.loads(done.stdout)
+    assert status["queues"][queue_name][H200]["quota"] == 5
+    assert status["cards"][H200]["total"] > 0
     control_plane.kubectl("delete", "queue", queue_name, check=False)
