@@ -1,0 +1,140 @@
+"""The live cache's first sync against a fake API endpoint, next to a bare paginated list.
+
+    python -m tests.bench.sync [--pods 100000] [--nodes 5000]
+
+A loopback aiohttp server plays the API server: it serves every kind the cache watches as
+paginated lists (500 a page, with ``continue``) from a synthetic cluster, and holds watches open.
+In one process, first a bare client lists every page of every kind and parses it (the reference),
+then ``LiveSource`` with the real ``KubeTransport`` syncs from the same endpoint. Printed: both
+times and their ratio, and the memory the synced state keeps per pod (tracemalloc).
+"""
+
+import argparse
+import asyncio
+import gc
+import tempfile
+import time
+import tracemalloc
+from pathlib import Path
+
+import aiohttp
+import orjson
+import yaml
+from aiohttp import web
+
+from tests.bench import synthetic
+from tests.builders import node
+from webhook import cache
+from webhook.core.policy import Policy
+from webhook.kube import KubeTransport
+from webhook.sources import LiveSource
+
+PAGE = 500
+
+
+def fake_api(objects: dict[str, list[bytes]]) -> web.Application:
+    """``objects``: plural -> items already serialised (so serving costs the server little)."""
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        plural = request.path.rstrip("/").rsplit("/", 1)[-1]
+        if request.query.get("watch"):
+            await asyncio.sleep(3600)
+            return web.Response(text="")
+        items = objects.get(plural, [])
+        start = int(request.query.get("continue") or 0)
+        end = min(len(items), start + int(request.query.get("limit") or PAGE))
+        more = str(end) if end < len(items) else ""
+        body = b'{"kind":"List","metadata":{"resourceVersion":"100","continue":"%s"},"items":[%s]}' % (
+            more.encode(),
+            b",".join(items[start:end]),
+        )
+        return web.Response(body=body, content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", handle)
+    return app
+
+
+def dataset(pods: int, nodes: int) -> dict[str, list[bytes]]:
+    everything = synthetic.cluster_objects(pods)
+    by_plural: dict[str, list[bytes]] = {"pods": [], "nodes": [], "queues": []}
+    for obj in everything:
+        if obj["kind"] == "Pod":
+            by_plural["pods"].append(orjson.dumps(obj))
+        elif obj["kind"] == "Queue":
+            by_plural["queues"].append(orjson.dumps(obj))
+    by_plural["nodes"] = [orjson.dumps(node(f"n{i}", synthetic.MODELS[i % 4], 8)) for i in range(nodes)]
+    return by_plural
+
+
+async def bare_list(url: str) -> float:
+    started = time.perf_counter()
+    async with aiohttp.ClientSession() as session:
+        for kind in cache.KINDS:
+            cont = ""
+            while True:
+                params = {"limit": str(PAGE), **({"continue": cont} if cont else {})}
+                async with session.get(url + kind.path, params=params) as response:
+                    page = orjson.loads(await response.read())
+                cont = page["metadata"].get("continue", "")
+                if not cont:
+                    break
+    return time.perf_counter() - started
+
+
+async def live_sync(kubeconfig: Path, trace: bool) -> tuple[float, int]:
+    gc.collect()
+    if trace:
+        tracemalloc.start()
+    started = time.perf_counter()
+    source = LiveSource(lambda: KubeTransport.connect(kubeconfig), Policy())
+    task = asyncio.create_task(source.run())
+    while not source.ready:
+        await asyncio.sleep(0.05)
+    elapsed = time.perf_counter() - started
+    gc.collect()
+    kept = tracemalloc.get_traced_memory()[0] if trace else 0
+    tracemalloc.stop()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    return elapsed, kept
+
+
+async def main_async(pods: int, nodes: int) -> None:
+    runner = web.AppRunner(fake_api(dataset(pods, nodes)), access_log=None, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    url = f"http://127.0.0.1:{port}"
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "fake", "cluster": {"server": url}}],
+        "users": [{"name": "fake", "user": {"token": "bench"}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+        "current-context": "fake",
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        kubeconfig = Path(tmp) / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(config))
+        listed = min([await bare_list(url) for _ in range(2)])
+        synced, _ = await live_sync(kubeconfig, trace=False)
+        _, kept = await live_sync(kubeconfig, trace=True)  # tracemalloc slows it: measured apart
+    await runner.cleanup()
+    print(f"pods {pods:,}, nodes {nodes:,}, pages of {PAGE}")
+    print(f"bare paginated list and parse: {listed:.1f} s")
+    print(f"live cache to ready:           {synced:.1f} s  ({synced / listed:.1f}x the bare list)")
+    print(f"memory kept by the synced state: {kept / pods:.0f} bytes per pod (nodes and queues included)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--pods", type=int, default=100_000)
+    parser.add_argument("--nodes", type=int, default=5_000)
+    args = parser.parse_args()
+    asyncio.run(main_async(args.pods, args.nodes))
+
+
+if __name__ == "__main__":
+    main()
