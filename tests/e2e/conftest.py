@@ -5,14 +5,14 @@ attached to the report."""
 import json
 import shutil
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e.cluster import ROOT, ControlPlane, wait_for
-from tests.e2e.objects import SELECTOR
+from tests.e2e.objects import SELECTOR, card_queue
 from tests.e2e.recorder import Recorder
 
 OUT = ROOT / "out" / "e2e"
@@ -86,3 +86,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
                 )
             )
     return report
+
+
+@pytest.fixture
+def card_quota(control_plane: ControlPlane, namespace: str) -> Iterator[Callable[[dict[str, int]], str]]:
+    """Makes the test's queue ``q-<namespace>`` with a card quota, and removes it afterwards."""
+    made: list[str] = []
+
+    def make(quota: dict[str, int]) -> str:
+        name = f"q-{namespace}"
+        control_plane.apply(card_queue(name, quota))
+        made.append(name)
+        return name
+
+    yield make
+    for name in made:
+        control_plane.kubectl("delete", "queue", name, check=False)

@@ -1,5 +1,6 @@
 """Objects the end-to-end tests and the capture script create."""
 
+import json
 from typing import Any
 
 SELECTOR = {"cardquota-e2e": "true"}  # namespaces the test webhooks apply to
@@ -47,3 +48,24 @@ def hpa(deployment: str, min_replicas: int, max_replicas: int) -> dict[str, Any]
             "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": target}}],
         },
     }
+
+
+H200 = "NVIDIA-H200"
+
+
+def card_queue(name: str, quota: dict[str, int] | str) -> dict[str, Any]:
+    """A Volcano Queue with a ``volcano.sh/card.quota`` (a dict, or the annotation's raw text)."""
+    text = quota if isinstance(quota, str) else json.dumps(quota)
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": name, "annotations": {"volcano.sh/card.quota": text}},
+        "spec": {"weight": 1},
+    }
+
+
+def queued_deployment(name: str, replicas: int, queue: str, product: str = H200) -> dict[str, Any]:
+    """``gpu_deployment`` whose pods name their Volcano queue."""
+    deployment = gpu_deployment(name, replicas, product=product)
+    deployment["spec"]["template"]["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] = queue
+    return deployment

@@ -37,47 +37,44 @@ def configurations(
     """A validating and a mutating configuration pointing at ``url`` (``/validate``, ``/mutate``),
     for namespaces labelled ``selector``, or every namespace but the system ones."""
     bundle = base64.b64encode(ca.read_bytes()).decode()
-    common = {
-        "namespaceSelector": {"matchLabels": selector} if selector else SYSTEM_NAMESPACES,
-        "sideEffects": "None",
-        "admissionReviewVersions": ["v1"],
-        "timeoutSeconds": 5,
-        "matchPolicy": "Equivalent",
-    }
-    validating = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": f"{prefix}-validate"},
-        "webhooks": [
-            {
-                "name": "validate.cardquota.volcano.sh",
-                "clientConfig": {"url": f"{url}/validate", "caBundle": bundle},
-                "rules": VALIDATING_RULES,
-                "failurePolicy": "Fail",
-                **common,
-            }
-        ],
-    }
-    mutating = {
-        "apiVersion": "admissionregistration.k8s.io/v1",
-        "kind": "MutatingWebhookConfiguration",
-        "metadata": {"name": f"{prefix}-mutate"},
-        "webhooks": [
-            {
-                "name": "pods.mutate.cardquota.volcano.sh",
-                "clientConfig": {"url": f"{url}/mutate", "caBundle": bundle},
-                "rules": [_rule("", "v1", ["pods"], ["CREATE"])],
-                "failurePolicy": "Fail",
-                "reinvocationPolicy": "IfNeeded",
-                **common,
-            },
-            {
-                "name": "podgroups.mutate.cardquota.volcano.sh",
-                "clientConfig": {"url": f"{url}/mutate", "caBundle": bundle},
-                "rules": [_rule("scheduling.volcano.sh", "v1beta1", ["podgroups"], ["CREATE"])],
-                "failurePolicy": "Ignore",
-                **common,
-            },
-        ],
-    }
-    return [validating, mutating]
+
+    def hook(name: str, path: str, rules: list[dict[str, Any]], failure: str, **extra: str) -> dict[str, Any]:
+        return {
+            "name": f"{name}.cardquota.volcano.sh",
+            "clientConfig": {"url": f"{url}{path}", "caBundle": bundle},
+            "rules": rules,
+            "failurePolicy": failure,
+            "namespaceSelector": {"matchLabels": selector} if selector else SYSTEM_NAMESPACES,
+            "sideEffects": "None",
+            "admissionReviewVersions": ["v1"],
+            "timeoutSeconds": 5,
+            "matchPolicy": "Equivalent",
+            **extra,
+        }
+
+    def configuration(kind: str, name: str, hooks: list[dict[str, Any]]) -> dict[str, Any]:
+        meta = {"name": f"{prefix}-{name}"}
+        return {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": kind,
+            "metadata": meta,
+            "webhooks": hooks,
+        }
+
+    pods = [_rule("", "v1", ["pods"], ["CREATE"])]
+    podgroups = [_rule("scheduling.volcano.sh", "v1beta1", ["podgroups"], ["CREATE"])]
+    return [
+        configuration(
+            "ValidatingWebhookConfiguration",
+            "validate",
+            [hook("validate", "/validate", VALIDATING_RULES, "Fail")],
+        ),
+        configuration(
+            "MutatingWebhookConfiguration",
+            "mutate",
+            [
+                hook("pods.mutate", "/mutate", pods, "Fail", reinvocationPolicy="IfNeeded"),
+                hook("podgroups.mutate", "/mutate", podgroups, "Ignore"),
+            ],
+        ),
+    ]

@@ -5,7 +5,7 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,10 +13,10 @@ import httpx
 import pytest
 
 from tests.e2e.cluster import ControlPlane, wait_for
-from tests.e2e.objects import gpu_deployment
+from tests.e2e.objects import H200, card_queue, queued_deployment
 from tests.edges.serving import Process
 
-H200 = "NVIDIA-H200"
+Quota = Callable[[dict[str, int]], str]
 
 
 @pytest.fixture(scope="module")
@@ -29,15 +29,6 @@ def live(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) 
         yield process
     finally:
         process.stop()
-
-
-def queue(name: str, quota: dict[str, int]) -> dict[str, Any]:
-    return {
-        "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "kind": "Queue",
-        "metadata": {"name": name, "annotations": {"volcano.sh/card.quota": json.dumps(quota)}},
-        "spec": {"weight": 1},
-    }
 
 
 def gauge(client: httpx.Client, figure: str, queue_name: str, card: str) -> float:
@@ -79,14 +70,10 @@ def pod_review(namespace: str, queue_name: str, gpus: int) -> bytes:
 
 
 def test_the_live_cache_follows_creates_binds_and_deletes(
-    control_plane: ControlPlane, live: Process, namespace: str
+    control_plane: ControlPlane, live: Process, namespace: str, card_quota: Quota
 ) -> None:
-    queue_name = f"q-{namespace}"
-    control_plane.apply(queue(queue_name, {H200: 3}))
-    deployment = gpu_deployment("train", 2, product=H200)
-    template = deployment["spec"]["template"]["metadata"]["annotations"]
-    template["scheduling.volcano.sh/queue-name"] = queue_name
-    control_plane.apply(deployment, namespace=namespace)
+    queue_name = card_quota({H200: 3})
+    control_plane.apply(queued_deployment("train", 2, queue_name), namespace=namespace)
     with live.client() as client:
         wait_for("the queue's quota in the cache", lambda: gauge(client, "quota", queue_name, H200) == 3)
         wait_for(
@@ -105,16 +92,15 @@ def test_the_live_cache_follows_creates_binds_and_deletes(
         )
         allowed = client.post("/validate", content=pod_review(namespace, queue_name, 2)).json()["response"]
         assert allowed["allowed"] is True
-    control_plane.kubectl("delete", "queue", queue_name, check=False)
 
 
 def test_an_odd_queue_in_the_cluster_is_reported_and_the_cache_goes_on(
     control_plane: ControlPlane, live: Process
 ) -> None:
-    odd = queue(f"odd-{uuid.uuid4().hex[:6]}", {H200: 1})
+    odd = card_queue(f"odd-{uuid.uuid4().hex[:6]}", {H200: 1})
     odd["spec"]["parent"] = {"not": "a string"}  # the minimal CRD preserves unknown fields
     control_plane.apply(odd)
-    good = queue(f"good-{uuid.uuid4().hex[:6]}", {H200: 2})
+    good = card_queue(f"good-{uuid.uuid4().hex[:6]}", {H200: 2})
     control_plane.apply(good)
     with live.client() as client:
         wait_for(
@@ -134,12 +120,10 @@ def test_serve_without_a_state_source_says_what_to_pass(tmp_path: Path) -> None:
 
 
 def test_the_cache_survives_an_api_server_restart_mid_watch_and_decides_right_afterwards(
-    control_plane: ControlPlane, live: Process, namespace: str
+    control_plane: ControlPlane, live: Process, namespace: str, card_quota: Quota
 ) -> None:
-    queue_name = f"q-{namespace}"
-    control_plane.apply(queue(queue_name, {H200: 3}))
-    deployment = gpu_deployment("serve", 1, product=H200)
-    deployment["spec"]["template"]["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] = queue_name
+    queue_name = card_quota({H200: 3})
+    deployment = queued_deployment("serve", 1, queue_name)
     control_plane.apply(deployment, namespace=namespace)
     with live.client() as client:
         wait_for(
@@ -158,16 +142,13 @@ def test_the_cache_survives_an_api_server_restart_mid_watch_and_decides_right_af
             f'queue "{queue_name}" has 1 NVIDIA-H200 left (quota 3: 2 running)'
         )
     assert "API server unavailable, retrying" in live.log() or "watch expired" in live.log()
-    control_plane.kubectl("delete", "queue", queue_name, check=False)
 
 
 def test_a_quota_lowered_below_use_is_reported_by_the_auditor_without_evicting_anything(
-    control_plane: ControlPlane, live: Process, namespace: str
+    control_plane: ControlPlane, live: Process, namespace: str, card_quota: Quota
 ) -> None:
-    queue_name = f"q-{namespace}"
-    control_plane.apply(queue(queue_name, {H200: 2}))
-    deployment = gpu_deployment("busy", 2, product=H200)
-    deployment["spec"]["template"]["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] = queue_name
+    queue_name = card_quota({H200: 2})
+    deployment = queued_deployment("busy", 2, queue_name)
     control_plane.apply(deployment, namespace=namespace)
     with live.client() as client:
         wait_for(
@@ -175,7 +156,9 @@ def test_a_quota_lowered_below_use_is_reported_by_the_auditor_without_evicting_a
             lambda: gauge(client, "running", queue_name, H200) == 2,
             timeout=90,
         )
-        lowered = control_plane.kubectl("apply", "-f", "-", stdin=json.dumps(queue(queue_name, {H200: 1})))
+        lowered = control_plane.kubectl(
+            "apply", "-f", "-", stdin=json.dumps(card_queue(queue_name, {H200: 1}))
+        )
         assert lowered.returncode == 0
         wait_for("the overcommitment metric", lambda: gauge(client, "overcommitted", queue_name, H200) == 1)
 
@@ -196,12 +179,10 @@ def test_a_quota_lowered_below_use_is_reported_by_the_auditor_without_evicting_a
         if p["status"].get("phase") == "Running"
     ]
     assert len(running) == 2  # nothing evicted
-    control_plane.kubectl("delete", "queue", queue_name, check=False)
 
 
-def test_status_reads_the_live_cluster_too(control_plane: ControlPlane, namespace: str) -> None:
-    queue_name = f"q-{namespace}"
-    control_plane.apply(queue(queue_name, {H200: 5}))
+def test_status_reads_the_live_cluster_too(control_plane: ControlPlane, card_quota: Quota) -> None:
+    queue_name = card_quota({H200: 5})
     done = subprocess.run(
         [
             sys.executable,
@@ -221,4 +202,3 @@ def test_status_reads_the_live_cluster_too(control_plane: ControlPlane, namespac
     status = json.loads(done.stdout)
     assert status["queues"][queue_name][H200]["quota"] == 5
     assert status["cards"][H200]["total"] > 0
-    control_plane.kubectl("delete", "queue", queue_name, check=False)

@@ -4,7 +4,7 @@ kubectl, a ReplicaSet and the HPA controller see."""
 import json
 import ssl
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -12,20 +12,11 @@ import httpx
 import pytest
 
 from tests.e2e.cluster import ControlPlane, wait_for
-from tests.e2e.objects import SELECTOR, gpu_deployment, hpa
+from tests.e2e.objects import H200, SELECTOR, card_queue, hpa, queued_deployment
 from tests.e2e.registration import configurations
 from tests.edges.serving import Process
 
-H200 = "NVIDIA-H200"
-
-
-def queue(name: str, quota: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "scheduling.volcano.sh/v1beta1",
-        "kind": "Queue",
-        "metadata": {"name": name, "annotations": {"volcano.sh/card.quota": quota}},
-        "spec": {"weight": 1},
-    }
+Quota = Callable[[dict[str, int]], str]
 
 
 @pytest.fixture(scope="module")
@@ -41,7 +32,12 @@ def webhook(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactor
 
         def answers() -> bool:
             done = control_plane.kubectl(
-                "create", "--dry-run=server", "-f", "-", stdin=json.dumps(queue("probe", "x")), check=False
+                "create",
+                "--dry-run=server",
+                "-f",
+                "-",
+                stdin=json.dumps(card_queue("probe", "x")),
+                check=False,
             )
             return "malformed volcano.sh/card.quota" in done.stderr
 
@@ -57,7 +53,7 @@ def test_a_malformed_quota_is_refused_with_our_message_and_an_overcommit_is_warn
     control_plane: ControlPlane, webhook: Process
 ) -> None:
     bad = control_plane.kubectl(
-        "apply", "-f", "-", stdin=json.dumps(queue("bad-q", '{"NVIDIA-H200": -1}')), check=False
+        "apply", "-f", "-", stdin=json.dumps(card_queue("bad-q", '{"NVIDIA-H200": -1}')), check=False
     )
     assert bad.returncode != 0
     assert (
@@ -65,7 +61,9 @@ def test_a_malformed_quota_is_refused_with_our_message_and_an_overcommit_is_warn
         in bad.stderr
     )
     name = f"big-{uuid.uuid4().hex[:6]}"
-    big = control_plane.kubectl("apply", "-f", "-", stdin=json.dumps(queue(name, '{"NVIDIA-H200": 500}')))
+    big = control_plane.kubectl(
+        "apply", "-f", "-", stdin=json.dumps(card_queue(name, '{"NVIDIA-H200": 500}'))
+    )
     assert "Warning: NVIDIA-H200: all queues' quotas sum to" in big.stderr
     control_plane.kubectl("delete", "queue", name, check=False)
 
@@ -75,14 +73,11 @@ def events(plane: ControlPlane, namespace: str, reason: str) -> list[dict[str, A
 
 
 def test_pods_within_quota_get_affinity_and_land_on_their_model_and_the_rest_fail_to_create(
-    control_plane: ControlPlane, webhook: Process, namespace: str
+    control_plane: ControlPlane, webhook: Process, namespace: str, card_quota: Quota
 ) -> None:
-    queue_name = f"q-{namespace}"
-    control_plane.apply(queue(queue_name, json.dumps({H200: 2})))
-    deployment = gpu_deployment("train", 3, product=H200)
-    template = deployment["spec"]["template"]
-    template["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] = queue_name
-    del template["spec"]["nodeSelector"]  # the injected affinity must do the pinning
+    queue_name = card_quota({H200: 2})
+    deployment = queued_deployment("train", 3, queue_name)
+    del deployment["spec"]["template"]["spec"]["nodeSelector"]  # the injected affinity must do the pinning
     control_plane.apply(deployment, namespace=namespace)
     failed = wait_for(
         "a FailedCreate event", lambda: events(control_plane, namespace, "FailedCreate"), timeout=60
@@ -101,16 +96,13 @@ def test_pods_within_quota_get_affinity_and_land_on_their_model_and_the_rest_fai
             {"key": "nvidia.com/gpu.product", "operator": "In", "values": [H200]}
         ]
         assert pod["spec"]["nodeName"] == "h200-mig-0"
-    control_plane.kubectl("delete", "queue", queue_name, check=False)
 
 
 def test_kubectl_scale_and_apply_are_denied_alike_and_a_server_dry_run_holds_nothing(
-    control_plane: ControlPlane, webhook: Process, namespace: str
+    control_plane: ControlPlane, webhook: Process, namespace: str, card_quota: Quota
 ) -> None:
-    queue_name = f"q-{namespace}"
-    control_plane.apply(queue(queue_name, json.dumps({H200: 2})))
-    deployment = gpu_deployment("chat", 1, product=H200)
-    deployment["spec"]["template"]["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] = queue_name
+    queue_name = card_quota({H200: 2})
+    deployment = queued_deployment("chat", 1, queue_name)
     control_plane.apply(deployment, namespace=namespace)
     wait_for(
         "1 running pod",
@@ -137,20 +129,14 @@ def test_kubectl_scale_and_apply_are_denied_alike_and_a_server_dry_run_holds_not
             "apply", "--dry-run=server", "-n", namespace, "-f", "-", stdin=json.dumps(deployment)
         )
     control_plane.kubectl("apply", "-n", namespace, "-f", "-", stdin=json.dumps(deployment))
-    control_plane.kubectl("delete", "queue", queue_name, check=False)
 
 
 def test_the_hpa_is_denied_past_the_quota_and_scales_once_cards_are_freed(
-    control_plane: ControlPlane, webhook: Process, namespace: str
+    control_plane: ControlPlane, webhook: Process, namespace: str, card_quota: Quota
 ) -> None:
-    queue_name = f"q-{namespace}"
-    control_plane.apply(queue(queue_name, json.dumps({H200: 2})))
+    queue_name = card_quota({H200: 2})
     for name, replicas in (("other", 1), ("chat", 1)):
-        deployment = gpu_deployment(name, replicas, product=H200)
-        deployment["spec"]["template"]["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] = (
-            queue_name
-        )
-        control_plane.apply(deployment, namespace=namespace)
+        control_plane.apply(queued_deployment(name, replicas, queue_name), namespace=namespace)
     control_plane.apply(hpa("chat", 2, 4), namespace=namespace)
     rescale = wait_for(
         "a FailedRescale event", lambda: events(control_plane, namespace, "FailedRescale"), timeout=90
@@ -164,14 +150,12 @@ def test_the_hpa_is_denied_past_the_quota_and_scales_once_cards_are_freed(
         lambda: control_plane.get("deployment", "chat", namespace=namespace)["spec"]["replicas"] == 2,
         timeout=90,
     )
-    control_plane.kubectl("delete", "queue", queue_name, check=False)
 
 
 def test_a_podgroup_created_for_a_pod_gets_the_card_annotations(
-    control_plane: ControlPlane, webhook: Process, namespace: str
+    control_plane: ControlPlane, webhook: Process, namespace: str, card_quota: Quota
 ) -> None:
-    queue_name = f"q-{namespace}"
-    control_plane.apply(queue(queue_name, json.dumps({H200: 4})))
+    queue_name = card_quota({H200: 4})
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -205,14 +189,12 @@ def test_a_podgroup_created_for_a_pod_gets_the_card_annotations(
     ]
     assert annotations["volcano.sh/card.name"] == H200
     assert json.loads(annotations["volcano.sh/card.request"]) == {H200: 2}
-    control_plane.kubectl("delete", "queue", queue_name, check=False)
 
 
 def test_two_hundred_concurrent_creates_against_fifty_free_cards_admit_exactly_fifty(
-    control_plane: ControlPlane, webhook: Process, namespace: str
+    control_plane: ControlPlane, webhook: Process, namespace: str, card_quota: Quota
 ) -> None:
-    queue_name = f"q-{namespace}"
-    control_plane.apply(queue(queue_name, json.dumps({H200: 50})))
+    queue_name = card_quota({H200: 50})
     context = ssl.create_default_context(cafile=str(control_plane.certs / "ca.crt"))
     context.load_cert_chain(control_plane.certs / "admin.crt", control_plane.certs / "admin.key")
     url = f"{control_plane.server}/api/v1/namespaces/{namespace}/pods"
@@ -235,4 +217,3 @@ def test_two_hundred_concurrent_creates_against_fifty_free_cards_admit_exactly_f
     assert statuses.count(201) == 50 and statuses.count(403) == 150, sorted(set(statuses))
     pods = control_plane.get("pods", namespace=namespace)["items"]
     assert len([p for p in pods if p["metadata"]["name"].startswith("burst-")]) == 50
-    control_plane.kubectl("delete", "queue", queue_name, check=False)
