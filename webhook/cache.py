@@ -133,8 +133,9 @@ class Informer:
         self.relists = 0
         self.skipped_events = 0
 
-    async def run(self) -> None:
-        relist = True
+    async def run(self, listed: bool = False) -> None:
+        """Keep watching for ever; ``listed``: the first list is already done."""
+        relist = not listed
         listed_at = self.clock()
         while True:
             try:

@@ -108,6 +108,19 @@ class LiveSource:
             i.broken_since is not None and now - i.broken_since > self.broken_after for i in self.informers
         )
 
+    async def _first_list(self, informer: cache.Informer) -> None:
+        while True:
+            try:
+                await informer.relist()
+                return
+            except (cache.Unavailable, cache.Expired) as exc:
+                delay = informer.backoff.next()
+                log.warning(
+                    "first list failed, retrying",
+                    extra={"kind": informer.kind.name, "error": str(exc), "retry_in": round(delay, 2)},
+                )
+                await asyncio.sleep(delay)
+
     async def _audit(self, transport: cache.Transport) -> None:
         """Usage above quota (quota lowered, nodes lost, webhook bypassed) becomes a Warning Event on
         the Queue, at most one per queue and card every ``EVENT_INTERVAL`` seconds. Nothing is evicted."""
@@ -142,10 +155,17 @@ class LiveSource:
     async def run(self) -> None:
         transport = self._transport = await self.connect()
         self.informers = [cache.Informer(kind, self._state, transport) for kind in cache.KINDS]
-        tasks = [asyncio.create_task(i.run(), name=f"informer {i.kind.plural}") for i in self.informers]
+        tasks: list[asyncio.Task[None]] = []
         try:
-            while not all(i.synced for i in self.informers):
-                await asyncio.sleep(0.1)
+            # The first lists run one kind after another, in dependency order (nodes and queues
+            # before the pods that refer to them), so no pod is charged twice; then every kind
+            # watches from its own list's version.
+            for informer in self.informers:
+                await self._first_list(informer)
+            tasks = [
+                asyncio.create_task(i.run(listed=True), name=f"informer {i.kind.plural}")
+                for i in self.informers
+            ]
             settle_heap()
             log.info("cache synced", extra={"pods": len(self._state.pods), "nodes": len(self._state.nodes)})
             tasks.append(asyncio.create_task(self._audit(transport), name="auditor"))
