@@ -18,6 +18,7 @@ from kubernetes_asyncio import client, config
 
 from webhook.cache import Expired, Kind, Unavailable
 from webhook.errors import ConfigError
+from webhook.lease import LeaseConflict, LeaseUnavailable
 
 LIST_TIMEOUT = 60.0
 EVENT_NAMESPACE = "default"  # Events about cluster-scoped objects (Queues) live here
@@ -177,3 +178,47 @@ async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
             raise Unavailable(f"a watch event over {MAX_EVENT_BYTES} bytes")
     if pending.strip():
         yield bytes(pending)
+
+
+class KubeLeaseClient:
+    """The Lease ``namespace/name`` through the same connection, for ``lease.LeaderElector``."""
+
+    def __init__(self, transport: KubeTransport, namespace: str, name: str) -> None:
+        self.transport, self.name = transport, name
+        self.collection = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+
+    async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
+        try:
+            response = await self.transport.api.call_api(
+                path,
+                method,
+                body=body,
+                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=5),
+            )
+            return response.status, await response.read()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise LeaseUnavailable(f"{path}: {exc!r}") from exc
+
+    async def get(self) -> dict[str, Any] | None:
+        status, body = await self._call("GET", f"{self.collection}/{self.name}")
+        if status == 404:
+            return None
+        if status != 200:
+            raise LeaseUnavailable(f"lease {self.name}: HTTP {status}")
+        lease = orjson.loads(body)
+        return lease if isinstance(lease, dict) else None
+
+    async def create(self, lease: dict[str, Any]) -> None:
+        self._check(*await self._call("POST", self.collection, lease))
+
+    async def replace(self, lease: dict[str, Any]) -> None:
+        self._check(*await self._call("PUT", f"{self.collection}/{self.name}", lease))
+
+    def _check(self, status: int, body: bytes) -> None:
+        if status == 409:
+            raise LeaseConflict(f"lease {self.name} changed meanwhile")
+        if status not in (200, 201):
+            raise LeaseUnavailable(f"lease {self.name}: HTTP {status}: {body[:200].decode(errors='replace')}")

@@ -10,6 +10,7 @@ import contextlib
 import logging
 import os
 import signal
+import socket
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,8 @@ from webhook import logs, server
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
 from webhook.errors import ConfigError
-from webhook.kube import KubeTransport
+from webhook.kube import KubeLeaseClient, KubeTransport
+from webhook.lease import LeaderElector
 from webhook.metrics import Metrics
 from webhook.settings import ServeSettings
 from webhook.sources import LiveSource, SnapshotSource, StateSource
@@ -41,7 +43,19 @@ def build_source(settings: ServeSettings) -> StateSource:
         settings.policy(),
         broken_after=settings.watch_broken_seconds,
         audit_seconds=settings.audit_seconds,
+        elect=_elector(settings) if settings.leader_elect else None,
     )
+
+
+def _elector(settings: ServeSettings) -> Callable[[Any], LeaderElector]:
+    namespace = settings.lease_namespace or os.environ.get("POD_NAMESPACE") or "default"
+    identity = f"{socket.gethostname()}-{os.getpid()}"
+
+    def elect(transport: Any) -> LeaderElector:
+        client = KubeLeaseClient(transport, namespace, settings.lease_name)
+        return LeaderElector(client, identity, settings.lease_name, namespace)
+
+    return elect
 
 
 def live_state(kubeconfig: Path | None, policy: Policy, timeout: float = 60.0) -> ClusterState:

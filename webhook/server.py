@@ -101,7 +101,7 @@ async def _review(request: web.Request, webhook: review.Webhook) -> web.Response
     source = request.app[SOURCE]
     state = source.state
     if not source.ready or state is None:
-        raise NotReady("cache not ready: the cluster state has not synced yet")
+        raise NotReady(f"cache not ready: {source.not_ready_reason()}")
     owner = await _live_owner(source, state, raw, webhook)
     decision = review.decide_request(state, raw, webhook, time.time(), owner)
     payload = orjson.dumps(wire.response(raw.uid, decision))
@@ -142,7 +142,7 @@ async def _healthz(_request: web.Request) -> web.Response:
 async def _readyz(request: web.Request) -> web.Response:
     if is_ready(request.app):
         return web.Response(text="ready")
-    why = "draining" if request.app[HEALTH].draining else "state not synced"
+    why = "draining" if request.app[HEALTH].draining else request.app[SOURCE].not_ready_reason()
     return web.Response(text=f"not ready: {why}", status=503)
 
 

@@ -44,6 +44,13 @@ class ServeSettings(BaseSettings):
     audit_seconds: float = Field(
         30.0, gt=0, description="how often the live cache looks for queues above their quota"
     )
+    leader_elect: bool = Field(
+        False, description="several replicas: only the holder of a Lease is ready and serves"
+    )
+    lease_name: str = Field("card-quota-webhook", description="the Lease replicas elect a leader with")
+    lease_namespace: str = Field(
+        "", description="namespace of the Lease (default: the pod's namespace, else default)"
+    )
     max_body_bytes: int = Field(
         7 * MiB, ge=1024, description="largest AdmissionReview accepted (an UPDATE carries two objects)"
     )

@@ -17,6 +17,7 @@ from webhook.core import report
 from webhook.core.objects import OwnerRef
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
+from webhook.lease import LeaderElector
 
 
 class StateSource(Protocol):
@@ -31,6 +32,9 @@ class StateSource(Protocol):
 
     async def fetch(self, ref: OwnerRef, namespace: str) -> dict[str, Any] | None:
         """The one live read (a PodGroup's owner the cache has not seen yet), or None."""
+
+    def not_ready_reason(self) -> str:
+        """Why ``ready`` is false, for /readyz and the 503 answer."""
 
 
 class SnapshotSource:
@@ -50,6 +54,9 @@ class SnapshotSource:
 
     async def fetch(self, ref: OwnerRef, namespace: str) -> dict[str, Any] | None:
         return None  # a snapshot holds all there is
+
+    def not_ready_reason(self) -> str:
+        return "the cluster state has not synced yet (the snapshot is loading)"
 
     async def run(self) -> None:
         state = await asyncio.to_thread(snapshot.load_snapshot, self.directory, self.policy)
@@ -87,7 +94,10 @@ class LiveSource:
         broken_after: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
         audit_seconds: float = 30.0,
+        elect: Callable[[cache.Transport], LeaderElector] | None = None,
     ) -> None:
+        self.elect = elect
+        self.elector: LeaderElector | None = None
         self.connect, self.broken_after, self.clock = connect, broken_after, clock
         self.audit_seconds = audit_seconds
         self._warned: dict[tuple[str, str], float] = {}  # (queue, card) -> when an Event was recorded
@@ -101,12 +111,19 @@ class LiveSource:
 
     @property
     def ready(self) -> bool:
+        return not self.not_ready_reason()
+
+    def not_ready_reason(self) -> str:
+        """ "" when ready: every kind synced, no watch broken too long, and (with leader election)
+        this replica holds the Lease."""
         if not self.informers or not all(i.synced for i in self.informers):
-            return False
-        now = self.clock()
-        return not any(
-            i.broken_since is not None and now - i.broken_since > self.broken_after for i in self.informers
-        )
+            return "the cluster state has not synced yet"
+        now, limit = self.clock(), self.broken_after
+        if any(i.broken_since is not None and now - i.broken_since > limit for i in self.informers):
+            return f"a watch has been broken for more than {limit:.0f} s"
+        if self.elector is not None and not self.elector.is_leader:
+            return f"another replica holds the lease {self.elector.namespace}/{self.elector.name} and serves"
+        return ""
 
     async def _first_list(self, informer: cache.Informer) -> None:
         while True:
@@ -156,13 +173,16 @@ class LiveSource:
         transport = self._transport = await self.connect()
         self.informers = [cache.Informer(kind, self._state, transport) for kind in cache.KINDS]
         tasks: list[asyncio.Task[None]] = []
+        if self.elect is not None:
+            self.elector = self.elect(transport)
+            tasks.append(asyncio.create_task(self.elector.run(), name="leader election"))
         try:
             # The first lists run one kind after another, in dependency order (nodes and queues
             # before the pods that refer to them), so no pod is charged twice; then every kind
             # watches from its own list's version.
             for informer in self.informers:
                 await self._first_list(informer)
-            tasks = [
+            tasks += [
                 asyncio.create_task(i.run(listed=True), name=f"informer {i.kind.plural}")
                 for i in self.informers
             ]

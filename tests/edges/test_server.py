@@ -256,6 +256,9 @@ class Unsynced:
     async def run(self) -> None:
         return None
 
+    def not_ready_reason(self) -> str:
+        return "the cluster state has not synced yet"
+
 
 def test_before_the_state_has_synced_reviews_get_503_and_readyz_is_false(tmp_path: Path) -> None:
     with (

@@ -1,0 +1,84 @@
+"""Leader election over a Lease with optimistic concurrency: never two leaders, and a dead leader
+is replaced once its Lease has gone unrenewed for its duration."""
+
+import asyncio
+import copy
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from webhook.lease import LeaderElector, LeaseConflict
+
+
+class Store:
+    """One Lease in an API server: writes must carry the resourceVersion they read."""
+
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.version = 0
+
+
+class Client:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    async def get(self) -> dict[str, Any] | None:
+        return copy.deepcopy(self.store.lease)
+
+    async def create(self, lease: dict[str, Any]) -> None:
+        if self.store.lease is not None:
+            raise LeaseConflict("exists")
+        self._put(lease)
+
+    async def replace(self, lease: dict[str, Any]) -> None:
+        assert self.store.lease is not None
+        if lease["metadata"].get("resourceVersion") != self.store.lease["metadata"]["resourceVersion"]:
+            raise LeaseConflict("changed")
+        self._put(lease)
+
+    def _put(self, lease: dict[str, Any]) -> None:
+        self.store.version += 1
+        self.store.lease = copy.deepcopy(lease)
+        self.store.lease["metadata"]["resourceVersion"] = str(self.store.version)
+
+
+def electors(n: int, now: list[float]) -> list[LeaderElector]:
+    store = Store()
+    return [
+        LeaderElector(Client(store), f"replica-{i}", "cardquota", "ns", clock=lambda: now[0])
+        for i in range(n)
+    ]
+
+
+def test_one_replica_leads_and_a_dead_leader_is_replaced_after_the_lease_duration() -> None:
+    now = [0.0]
+    a, b = electors(2, now)
+    asyncio.run(a.try_acquire_or_renew())
+    asyncio.run(b.try_acquire_or_renew())
+    assert a.is_leader and not b.is_leader
+    while now[0] < 10:  # a renews, b watches
+        now[0] += 2
+        asyncio.run(a.try_acquire_or_renew())
+        asyncio.run(b.try_acquire_or_renew())
+        assert a.is_leader and not b.is_leader
+    took_over = None
+    while took_over is None:  # a is dead from now on
+        now[0] += 1
+        assert not (a.is_leader and b.is_leader)
+        if asyncio.run(b.try_acquire_or_renew()):
+            took_over = now[0]
+    assert not a.is_leader and b.is_leader
+    assert 10 + 15 <= took_over <= 10 + 15 + 3  # the duration, after b last saw a's record change
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.floats(0.1, 4.0), st.booleans()), min_size=1, max_size=80))
+def test_never_two_leaders_whatever_the_schedule(schedule: list[tuple[int, float, bool]]) -> None:
+    now = [0.0]
+    replicas = electors(3, now)
+    for who, wait, acts in schedule:  # a replica that does not act this step is slow, partitioned or dead
+        now[0] += wait
+        if acts:
+            asyncio.run(replicas[who].try_acquire_or_renew())
+        assert sum(r.is_leader for r in replicas) <= 1

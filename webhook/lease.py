@@ -1,0 +1,128 @@
+"""One serving replica among several: a coordination.k8s.io Lease, and readiness tied to holding it.
+
+Only the holder is ready, so the Service sends every review to one replica and its in-flight holds
+see every admission. The holder renews every ``renew_every`` seconds and stops counting itself the
+leader ``renew_deadline`` after its last successful renewal; another replica takes the Lease only
+when it has seen the same record unchanged for ``duration`` seconds by its own clock (as client-go
+does, so clock skew between nodes does not matter). Because ``renew_deadline < duration``, two
+replicas never both consider themselves the leader. Updates use the Lease's resourceVersion:
+a conflict means someone else wrote first, and this round is lost.
+"""
+
+import asyncio
+import datetime
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+log = logging.getLogger(__name__)
+
+
+class LeaseConflict(Exception):
+    """The Lease changed since it was read (HTTP 409)."""
+
+
+class LeaseUnavailable(Exception):
+    """The API server could not be asked; this round is lost, the deadline still runs."""
+
+
+class LeaseClient(Protocol):
+    async def get(self) -> dict[str, Any] | None:
+        """The Lease, or None when there is none."""
+
+    async def create(self, lease: dict[str, Any]) -> None:
+        """Create it; ``LeaseConflict`` when someone else just did."""
+
+    async def replace(self, lease: dict[str, Any]) -> None:
+        """Write it back with its resourceVersion; ``LeaseConflict`` when it changed meanwhile."""
+
+
+def _now_micro() -> str:
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@dataclass
+class LeaderElector:
+    client: LeaseClient
+    identity: str
+    name: str
+    namespace: str
+    duration: float = 15.0
+    renew_deadline: float = 10.0
+    renew_every: float = 2.0
+    clock: Callable[[], float] = time.monotonic
+
+    def __post_init__(self) -> None:
+        self._held_until = 0.0
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
+
+    @property
+    def is_leader(self) -> bool:
+        return self.clock() < self._held_until
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.try_acquire_or_renew()
+            except LeaseUnavailable as exc:
+                log.warning("lease round failed", extra={"lease": self.name, "error": str(exc)})
+            await asyncio.sleep(self.renew_every)
+
+    async def try_acquire_or_renew(self) -> bool:
+        started = self.clock()
+        lease = await self.client.get()
+        if lease is None:
+            return await self._write(self._fresh(), started, create=True)
+        spec = lease.get("spec") or {}
+        record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseTransitions"))
+        if record != self._observed:
+            self._observed, self._observed_at = record, self.clock()
+        holder = spec.get("holderIdentity")
+        expired = self.clock() - self._observed_at > float(spec.get("leaseDurationSeconds") or self.duration)
+        if holder and holder != self.identity and not expired:
+            self._held_until = 0.0
+            return False
+        transitions = int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
+        now = _now_micro()
+        lease["spec"] = {
+            **spec,
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(self.duration),
+            "renewTime": now,
+            "acquireTime": spec.get("acquireTime") if holder == self.identity else now,
+            "leaseTransitions": transitions,
+        }
+        return await self._write(lease, started, create=False)
+
+    def _fresh(self) -> dict[str, Any]:
+        now = _now_micro()
+        return {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {"name": self.name, "namespace": self.namespace},
+            "spec": {
+                "holderIdentity": self.identity,
+                "leaseDurationSeconds": int(self.duration),
+                "acquireTime": now,
+                "renewTime": now,
+                "leaseTransitions": 0,
+            },
+        }
+
+    async def _write(self, lease: dict[str, Any], started: float, *, create: bool) -> bool:
+        was_leader = self.is_leader
+        try:
+            await (self.client.create(lease) if create else self.client.replace(lease))
+        except LeaseConflict:
+            self._held_until = 0.0
+            return False
+        # Counted from before the read: the deadline can only be early, never late.
+        self._held_until = started + self.renew_deadline
+        if not was_leader:
+            log.info(
+                "leading: this replica serves reviews", extra={"lease": self.name, "identity": self.identity}
+            )
+        return True
