@@ -1,14 +1,22 @@
 """Several replicas with --leader-elect on the real API server: one serves, and when it dies another
 takes over within the Lease's duration."""
 
+import asyncio
+import contextlib
+import ssl
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from tests.e2e.cluster import ControlPlane, wait_for
+from tests.e2e.cluster import ControlPlane, free_port, wait_for
+from tests.e2e.objects import H200, SELECTOR, card_queue
+from tests.e2e.registration import configurations
 from tests.edges.serving import Process
 
 
@@ -53,3 +61,123 @@ def test_one_replica_serves_and_another_takes_over_when_it_dies(replicas: list[P
     gap = time.monotonic() - died
     assert len(successor) == 1 and gap < 15 + 5, gap
     print(f"failover gap: {gap:.1f} s")
+
+
+class Balancer:
+    """A TCP balancer on loopback that, like a Service, sends connections only to ready replicas."""
+
+    def __init__(self, backends: list[Process]) -> None:
+        self.backends = backends
+        self.ready: list[Process] = []
+        self.loop = asyncio.new_event_loop()
+        self.port = free_port()
+        self._turn = 0
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(timeout=10)
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.port}"
+
+    async def _start(self) -> None:
+        self.server = await asyncio.start_server(self._connect, "127.0.0.1", self.port)
+        self.health = asyncio.create_task(self._check())
+
+    async def _check(self) -> None:
+        while True:
+            self.ready = [p for p in self.backends if await asyncio.to_thread(ready, p)]
+            await asyncio.sleep(0.2)
+
+    async def _connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if not self.ready:
+            writer.close()
+            return
+        self._turn += 1
+        backend = self.ready[self._turn % len(self.ready)]
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", backend.port)
+        except OSError:
+            writer.close()
+            return
+
+        async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(OSError, ConnectionError):
+                data = await source.read(65536)
+                while data:
+                    sink.write(data)
+                    await sink.drain()
+                    data = await source.read(65536)
+            sink.close()
+
+        await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+
+    def stop(self) -> None:
+        async def close() -> None:
+            self.health.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.health
+            self.server.close()
+            await self.loop.shutdown_default_executor()
+
+        asyncio.run_coroutine_threadsafe(close(), self.loop).result(timeout=30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        self.loop.close()
+
+
+def burst(
+    plane: ControlPlane, namespace: str, queue_name: str, count: int, prefix: str, during: Any = None
+) -> list[int]:
+    context = ssl.create_default_context(cafile=str(plane.certs / "ca.crt"))
+    context.load_cert_chain(plane.certs / "admin.crt", plane.certs / "admin.key")
+    url = f"{plane.server}/api/v1/namespaces/{namespace}/pods"
+    annotations = {"volcano.sh/card.name": H200, "scheduling.volcano.sh/queue-name": queue_name}
+    container = {"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+    spec = {"containers": [container], "nodeSelector": {"cardquota-e2e/nowhere": "true"}}
+
+    def create(i: int) -> int:
+        if during is not None and i == count // 4:
+            during()
+        meta = {"name": f"{prefix}-{i}", "annotations": annotations}
+        return client.post(
+            url, json={"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+        ).status_code
+
+    with httpx.Client(verify=context, timeout=30) as client, ThreadPoolExecutor(max_workers=16) as pool:
+        return list(pool.map(create, range(count)))
+
+
+def test_three_replicas_behind_a_balancer_admit_exactly_fifty_of_two_hundred_even_when_the_leader_dies(
+    control_plane: ControlPlane, replicas: list[Process], namespace: str, card_quota: Any
+) -> None:
+    wait_for("one ready replica", lambda: [p for p in replicas if ready(p)], timeout=60)
+    balancer = Balancer(replicas)
+    registered = configurations(balancer.url, replicas[0].certs / "ca.crt", SELECTOR, f"cq-{namespace}")
+    try:
+        control_plane.apply(*registered)
+        queue_name = card_quota({H200: 50})
+        wait_for(
+            "the webhook answering",
+            lambda: burst(control_plane, namespace, queue_name, 1, f"probe{time.monotonic_ns()}") == [201],
+        )
+        statuses = burst(control_plane, namespace, queue_name, 199, "a")
+        assert statuses.count(201) == 49 and statuses.count(403) == 150, sorted(set(statuses))
+        # A second burst on a fresh quota, the leader killed a quarter of the way in.
+        other = f"{queue_name}-b"
+        control_plane.apply(card_queue(other, {H200: 50}))
+        leader = next(p for p in replicas if ready(p))
+        statuses = burst(control_plane, namespace, other, 200, "b", during=leader.proc.kill)
+        created = statuses.count(201)
+        assert created <= 50, created
+        wait_for("a new leader", lambda: [p for p in replicas if p is not leader and ready(p)], timeout=40)
+        pods = control_plane.get("pods", namespace=namespace)["items"]
+        in_other = [
+            p for p in pods if p["metadata"]["annotations"].get("scheduling.volcano.sh/queue-name") == other
+        ]
+        assert len(in_other) <= 50
+        control_plane.kubectl("delete", "queue", other, check=False)
+    finally:
+        for config in registered:
+            control_plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
+        balancer.stop()
