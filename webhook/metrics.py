@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from webhook.core.report import cluster_status, overcommitted
+from webhook.core.report import cluster_status
 from webhook.core.state import ClusterState
 
 LATENCY_BUCKETS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -113,8 +113,10 @@ class _StateCollector(Collector):
         over = GaugeMetricFamily(
             "cardquota_queue_overcommitted_cards", "cards used above the quota", labels=["queue", "card"]
         )
-        for queue, card, excess, _ in overcommitted(state):
-            over.add_metric([queue, card], excess)
+        for queue, per_card in status["queues"].items():  # the same figures as status, placed once
+            for card, n in per_card.items():
+                if n["free"] < 0:
+                    over.add_metric([queue, card], -n["free"])
         yield over
         skipped = sum(1 for node in state.nodes.values() if node.warnings and not node.cards)
         yield GaugeMetricFamily(
