@@ -62,6 +62,12 @@ class Metrics:
             "notAfter of the serving certificate in use",
             registry=self.registry,
         )
+        self.too_complex = Counter(
+            "cardquota_feasibility_too_complex",
+            "denials because the exact multi-card check gave up at its guard (failed closed)",
+            ["webhook"],
+            registry=self.registry,
+        )
         self.cert_reloads = Counter(
             "cardquota_certificate_reloads", "serving certificate reloads", registry=self.registry
         )

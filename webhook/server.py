@@ -20,7 +20,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook import review, wire
 from webhook.core.state import ClusterState
-from webhook.core.verdicts import Allowed
+from webhook.core.verdicts import TOO_COMPLEX, Allowed, Denied
 from webhook.errors import BadReview, NotReady
 from webhook.metrics import Metrics
 from webhook.sources import StateSource
@@ -107,7 +107,10 @@ async def _review(request: web.Request, webhook: review.Webhook) -> web.Response
     payload = orjson.dumps(wire.response(raw.uid, decision))
     outcome = "allowed" if isinstance(decision, Allowed) else "denied"
     elapsed = time.perf_counter() - started
-    request.app[METRICS].observe(webhook, raw.kind.kind, raw.operation, outcome, elapsed)
+    metrics = request.app[METRICS]
+    metrics.observe(webhook, raw.kind.kind, raw.operation, outcome, elapsed)
+    if isinstance(decision, Denied) and decision.cause == TOO_COMPLEX:
+        metrics.too_complex.labels(webhook).inc()
     return web.Response(body=payload, content_type="application/json")
 
 

@@ -12,9 +12,11 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.builders import H200, H800, cluster, node, pod, queue
 from tests.edges.serving import CLUSTER, REVIEWS, Process, client_context, serve_in_thread, serve_process
 from webhook import devcerts, review, snapshot
 from webhook.cli import example_files
+from webhook.core import feasibility
 from webhook.core.state import ClusterState
 from webhook.errors import ConfigError
 from webhook.settings import ServeSettings
@@ -442,3 +444,48 @@ def test_a_live_read_of_another_object_with_the_same_name_is_not_used(tmp_path: 
     ):
         out = post(client, "/mutate", body).json()["response"]
     assert "patch" not in out
+
+
+class Tangled:
+    """A queue whose flexible demand only the exact search can place (3+3 and 2+2 into 6 and 4)."""
+
+    ready = True
+
+    def __init__(self) -> None:
+        flex = f"{H200}|{H800}"
+        self.state = cluster(
+            node("h200", H200),
+            node("h800", H800),
+            queue("q", f'{{"{H200}": 6, "{H800}": 4}}'),
+            pod("a", flex, 3),
+            pod("b", flex, 3),
+            pod("c", flex, 2),
+        )
+
+    async def run(self) -> None:
+        return None
+
+    async def fetch(self, ref: Any, namespace: str) -> dict[str, Any] | None:
+        return None
+
+
+def test_a_check_past_its_guard_is_denied_to_be_safe_and_counted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    review = json.loads(body_of("pod-fits.json"))
+    review["request"].update(namespace="ns", name="new", object=pod("new", f"{H200}|{H800}", 2))
+    with (
+        serve_in_thread(Tangled(), tmp_path) as url,
+        httpx.Client(base_url=url, verify=client_context(tmp_path)) as client,
+    ):
+        dry = {**review, "request": {**review["request"], "dryRun": True}}
+        assert post(client, "/validate", json.dumps(dry).encode()).json()["response"]["allowed"] is True
+        monkeypatch.setattr(feasibility, "GUARD", 0)
+        answer = post(client, "/validate", json.dumps(review).encode()).json()["response"]
+        assert answer["allowed"] is False and answer["status"]["code"] == 403
+        assert (
+            "is too tangled to check exactly in time, so it is denied to be safe"
+            in answer["status"]["message"]
+        )
+        metrics = client.get("/metrics").text
+        assert metric(metrics, 'cardquota_feasibility_too_complex_total{webhook="validate"}') == 1.0

@@ -7,11 +7,12 @@ from webhook.core import keys, messages
 from webhook.core.cards import CardSpec
 from webhook.core.constraints import contradiction
 from webhook.core.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
+from webhook.core.feasibility import TooComplex
 from webhook.core.objects import PodRecord, PodTemplate, pod_record, workload_record
 from webhook.core.quota import AnnotationError, parse_card_request
 from webhook.core.state import ClusterState, scale_key
 from webhook.core.usage import queue_usage
-from webhook.core.verdicts import Allowed, Decision, Denied, Hold, Request
+from webhook.core.verdicts import TOO_COMPLEX, Allowed, Decision, Denied, Hold, Request
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
 SCALABLE = {"deployments": "Deployment", "statefulsets": "StatefulSet", "replicasets": "ReplicaSet"}
@@ -52,7 +53,11 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
                 "admitted under its workload's scale-up", hold=hold, queue=queue, card=demand.spec.text
             )
     usage = queue_usage(state, queue)
-    if usage.fits(demand.spec, demand.count, 1):
+    try:
+        fits = usage.fits(demand.spec, demand.count, 1)
+    except TooComplex as error:
+        return _too_complex(queue, what, demand.spec, demand.count, 1, error)
+    if fits:
         return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
     message = messages.no_room(usage, demand.spec, what, demand.count)
     if (
@@ -65,6 +70,13 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
             " strategy maxSurge: 0, maxUnavailable: 1"
         )
     return Denied(message, queue=queue, card=demand.spec.text)
+
+
+def _too_complex(queue: str, what: str, spec: CardSpec, per_pod: int, pods: int, error: TooComplex) -> Denied:
+    """The exact check gave up at its guard: fail closed, and say so."""
+    need = f"{pods} pods of {per_pod} {spec.text} each" if pods > 1 else f"{per_pod} {spec.text}"
+    message = messages.too_complex(queue, what, need, error)
+    return Denied(message, queue=queue, card=spec.text, cause=TOO_COMPLEX)
 
 
 def _unnamed(state: ClusterState, what: str, resource: str, count: int) -> Decision:
@@ -155,7 +167,11 @@ def decide_scale(state: ClusterState, request: Request) -> Decision:
         return refused
     usage = queue_usage(state, queue, exclude_ledger=scale_key(workload))
     hold = Hold(scale_key(workload), queue, demand.spec, demand.count, pods)
-    if usage.fits(demand.spec, demand.count, pods):
+    try:
+        fits = usage.fits(demand.spec, demand.count, pods)
+    except TooComplex as error:
+        return _too_complex(queue, what, demand.spec, demand.count, pods, error)
+    if fits:
         return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
     return Denied(
         messages.no_room(usage, demand.spec, what, demand.count, pods), queue=queue, card=demand.spec.text

@@ -1,22 +1,39 @@
 """Exact multi-card feasibility: can every flexible demand be given one of its alternatives?
 
-A *group* is ``pods`` pods that each need ``per_pod`` cards of any one of ``cards``. A pod is
-never split across models. When every card is only wanted in one pod size (the usual case: all
-sizes 1, or all 8), pods are units and the question is a small max-flow
-(source → group → card → sink). Otherwise a bounded branch-and-bound search answers it.
-Either way the cost depends on the number of cards and groups, never on the number of pods.
+A *group* is ``pods`` pods that each need ``per_pod`` cards of any one of ``cards``. A pod is never
+split across models. Admission asks whether *every* group near the request, the request included,
+can be given whole pods within quota (:func:`fits`): a yes/no question, answered exactly.
 
-Admission (:func:`fits`) asks for an assignment of *all* demand near the request within quota,
-the request included; that is exact, and monotone in free quota.
+The question is NP-hard in general (it contains partition), but small here: a connected set of
+cards (≤ a handful of models), a few pod sizes, and groups already merged by (alternatives, size).
+:func:`assign` answers it in four steps, each exact:
+
+1. *presolve*: a group left with one usable alternative is placed; a card with room for everything
+   that wants it takes all of it; every card's room is rounded down to the largest load the sizes
+   that want it can make exactly (a card of 9 wanted only by 2- and 4-card pods holds 8);
+2. the groups split into independent components, each solved on its own;
+3. a greedy dive, largest pods first, each spread where the rest of the demand presses least:
+   on the states admission meets it finds a placement at once when there is one;
+4. otherwise Hall's condition (for every set of cards, what can only go inside it fits inside it,
+   in cards and per pod size in pods) proves most infeasible states at once, and a depth-first
+   search with memoised failures on the rounded room left settles the rest.
+
+The search is exact, so no step budget ever changes an answer; as a guard against a hostile state,
+past :data:`GUARD` search nodes it raises :class:`TooComplex` and admission fails closed.
 """
 
-from collections import defaultdict, deque
-from collections.abc import Mapping, Sequence
+import functools
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from webhook.core.cards import CardName
 
-SEARCH_BUDGET = 200_000
+GUARD = 10_000  # search nodes for one check: tens of milliseconds at worst
+_DIVES = 6  # greedy passes before the exact search, each with the last one's stuck group first
+_FILL_LIMIT = 1 << 14  # room up to which exact loads are worked out (a bitset that long)
+_NODE_DIVES = 2  # search depths that also try a dive before branching
+_REPAIR_TRIES = 64  # placed groups the greedy dive may try to move before the exact search takes over
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,21 +50,22 @@ class Group:
 
 @dataclass(frozen=True, slots=True)
 class Placement:
-    """The best assignment found: cards placed per (group index, card)."""
+    """Cards placed per (group index, card). ``complete`` when every group is placed whole."""
 
     placed: Mapping[tuple[int, CardName], int]
-    exact: bool = True
+    complete: bool = True
 
     @property
     def total(self) -> int:
         return sum(self.placed.values())
 
 
-def place(capacity: Mapping[CardName, int], groups: Sequence[Group]) -> Placement:
-    """Place as many cards of the groups as the capacity allows."""
-    if _uniform_sizes(groups):
-        return _max_flow(capacity, groups)
-    return _search(capacity, groups)
+class TooComplex(Exception):
+    """The exact check gave up at the guard: the demand is too tangled to check in time."""
+
+    def __init__(self, groups: int, cards: int) -> None:
+        super().__init__(f"{groups} flexible groups over {cards} cards")
+        self.groups, self.cards = groups, cards
 
 
 def fits(capacity: Mapping[CardName, int], groups: Sequence[Group], request: Group) -> bool:
@@ -55,22 +73,518 @@ def fits(capacity: Mapping[CardName, int], groups: Sequence[Group], request: Gro
 
     Only the cards the request can reach matter (its alternatives, and the alternatives of every
     group that shares a card with them, transitively): over-use elsewhere blocks nothing. This is
-    monotone in free quota.
+    monotone in free quota. Raises :class:`TooComplex` past the guard.
     """
     cards, related = component(groups, request.cards)
     local = {card: capacity.get(card, 0) for card in cards}
-    if not related:  # the request alone: whole pods on each alternative (the common case, no flow)
-        free = local.values()
-        return min(free) >= 0 and sum(n // request.per_pod for n in free) >= request.pods
-    wanted = [*related, request]
-    return min(local.values(), default=0) >= 0 and place(local, wanted).total == sum(g.demand for g in wanted)
+    if min(local.values(), default=0) < 0:
+        return False
+    if not related:  # the request alone: whole pods on each alternative (the common case)
+        return sum(n // request.per_pod for n in local.values()) >= request.pods
+    return assign(local, [*related, request]) is not None
 
 
 def backlog(capacity: Mapping[CardName, int], groups: Sequence[Group], cards: Sequence[CardName]) -> bool:
     """Whether the demand already around ``cards`` cannot all be placed, before any new request."""
     reach, related = component(groups, tuple(cards))
     local = {card: capacity.get(card, 0) for card in reach}
-    return min(local.values(), default=0) < 0 or place(local, related).total < sum(g.demand for g in related)
+    return min(local.values(), default=0) < 0 or assign(local, related) is None
+
+
+def place(capacity: Mapping[CardName, int], groups: Sequence[Group]) -> Placement:
+    """A placement to show: the exact one when all demand fits; otherwise (demand above quota, or a
+    state past the guard) a greedy one, largest pods first, each on its alternatives in order of
+    preference. Never slow; never decides anything."""
+    try:
+        placed = assign(capacity, groups)
+    except TooComplex:
+        placed = None
+    if placed is not None:
+        return Placement(placed)
+    return Placement(_greedy({c: max(0, n) for c, n in capacity.items()}, groups), complete=False)
+
+
+def assign(
+    capacity: Mapping[CardName, int], groups: Sequence[Group], guard: int | None = None
+) -> dict[tuple[int, CardName], int] | None:
+    """Cards per (group index, card) placing every group whole within ``capacity``, or None when no
+    such assignment exists. Exact; raises :class:`TooComplex` past ``guard`` search nodes."""
+    names = sorted({card for group in groups for card in group.cards})
+    index = {card: k for k, card in enumerate(names)}
+    caps = [max(0, capacity.get(card, 0)) for card in names]
+    items = [
+        (tuple(index[c] for c in group.cards), group.per_pod, group.pods, i)
+        for i, group in enumerate(groups)
+        if group.pods > 0
+    ]
+    taken: dict[tuple[int, int], int] = {}
+    remaining = _presolve(caps, items, taken)
+    if remaining is None:
+        return None
+    budget = [GUARD if guard is None else guard]
+    for part in _components(remaining):
+        try:
+            if not _Search(caps, part, taken, budget).run():
+                return None
+        except _Exhausted:
+            raise TooComplex(len(items), len(names)) from None
+    return {(i, names[k]): pods * groups[i].per_pod for (i, k), pods in taken.items() if pods}
+
+
+Item = tuple[tuple[int, ...], int, int, int]  # alternatives (card indexes), size, pods, group index
+
+
+class _Exhausted(Exception):
+    pass
+
+
+def _presolve(caps: list[int], items: list[Item], taken: dict[tuple[int, int], int]) -> list[Item] | None:
+    """Place what has only one place, give a roomy card all it is wanted for, round room down to
+    what the sizes can fill; None when something cannot be placed at all."""
+    while True:
+        kept: list[Item] = []
+        for alts, size, pods, i in items:
+            room = tuple(k for k in alts if caps[k] >= size)
+            if len(room) > 1:
+                kept.append((room, size, pods, i))
+                continue
+            if not room:
+                return None
+            k = room[0]
+            caps[k] -= size * pods
+            if caps[k] < 0:
+                return None
+            taken[(i, k)] = taken.get((i, k), 0) + pods
+        items = kept
+        wanted: dict[int, int] = {}
+        for alts, size, pods, _ in items:
+            for k in alts:
+                wanted[k] = wanted.get(k, 0) + size * pods
+        roomy = next((k for k, want in wanted.items() if caps[k] >= want), None)
+        if roomy is None:
+            for k, held in _holding(items).items():
+                caps[k] = _fillable(caps[k], held)
+            if all(len(alts) > 1 for alts, *_ in _room_left(caps, items)):
+                return items
+            continue
+        kept = []
+        for alts, size, pods, i in items:
+            if roomy in alts:
+                caps[roomy] -= size * pods
+                taken[(i, roomy)] = taken.get((i, roomy), 0) + pods
+            else:
+                kept.append((alts, size, pods, i))
+        items = kept
+
+
+def _room_left(caps: list[int], items: list[Item]) -> Iterator[tuple[tuple[int, ...], int]]:
+    for alts, size, _, _ in items:
+        yield tuple(k for k in alts if caps[k] >= size), size
+
+
+def _components(items: list[Item]) -> list[list[Item]]:
+    parent: dict[int, int] = {}
+
+    def find(k: int) -> int:
+        while parent.setdefault(k, k) != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for alts, *_ in items:
+        for k in alts[1:]:
+            parent[find(k)] = find(alts[0])
+    parts: dict[int, list[Item]] = {}
+    for item in items:
+        parts.setdefault(find(item[0][0]), []).append(item)
+    return list(parts.values())
+
+
+@functools.lru_cache(maxsize=65536)
+def _fillable(room: int, pods: tuple[tuple[int, int], ...]) -> int:
+    """The largest load no more than ``room`` that some of these pods ((size, count) pairs) make
+    exactly: a card of 9 wanted only by 2- and 4-card pods holds 8; a card of 41 wanted by two
+    3-card pods and any number of 8-card pods holds 40."""
+    if room <= 0:
+        return 0
+    if sum(size * count for size, count in pods) <= room:
+        return sum(size * count for size, count in pods)
+    if room > _FILL_LIMIT:  # a huge room: round to the sizes' common divisor, weaker but sound
+        gcd = math.gcd(*(size for size, _ in pods))
+        return room - room % gcd
+    made, window = 1, (1 << (room + 1)) - 1  # bit n set: a load of n can be made
+    for size, count in pods:
+        step = 1
+        while count > 0:  # counts in binary pieces: 1, 2, 4, ... pods at a time
+            take = min(step, count)
+            made = (made | (made << (size * take))) & window
+            count -= take
+            step *= 2
+    return made.bit_length() - 1
+
+
+def _holding(items: Sequence[Item]) -> dict[int, tuple[tuple[int, int], ...]]:
+    """Per card, the pods (size, count) of the groups that could go there."""
+    per: dict[int, dict[int, int]] = {}
+    for alts, size, pods, _ in items:
+        for k in alts:
+            held = per.setdefault(k, {})
+            held[size] = held.get(size, 0) + pods
+    return {k: tuple(sorted(held.items())) for k, held in per.items()}
+
+
+def _largest_first(item: Item) -> tuple[int, int, int]:
+    return (-item[1], len(item[0]), -item[2])
+
+
+def _smallest_first(item: Item) -> tuple[int, int, int]:
+    return (item[1], len(item[0]), -item[2])
+
+
+class _Search:
+    """Greedy dives first; then Hall's condition; then an exact depth-first search.
+
+    The search goes smallest pods first: small pods decide what is left of each card in the
+    units the larger ones need, and the room left is remembered rounded to those units, so
+    placements that leave the same usable room are tried once. The largest size comes last and
+    is a max-flow in pods (exact, no branching)."""
+
+    def __init__(
+        self, caps: list[int], items: list[Item], taken: dict[tuple[int, int], int], budget: list[int]
+    ) -> None:
+        self.caps, self.taken, self.budget = caps, taken, budget
+        # The size with the most ways to split its groups is left to the closing max-flow.
+        ways: dict[int, float] = {}
+        for alts, size, pods, _ in items:
+            ways[size] = ways.get(size, 0.0) + math.log(math.comb(pods + len(alts) - 1, len(alts) - 1))
+        last = max(ways, key=lambda size: (ways[size], size), default=0)
+        self.items = sorted(items, key=lambda it: (it[1] == last, *_smallest_first(it)))
+        self.cards = sorted({k for it in items for k in it[0]})
+        self.failed: set[tuple[int, ...]] = set()
+        self.dives: dict[int, list[Item]] = {}
+        self.demand: list[int] = []
+        self.reach: list[list[int]] = []
+        self.holding: list[dict[int, tuple[tuple[int, int], ...]]] = []
+        self.press: list[list[float]] = []
+        self.flow_from = 0
+
+    def run(self) -> bool:
+        if sum(self.caps[k] for k in self.cards) < sum(size * pods for _, size, pods, _ in self.items):
+            return False
+        if len({size for _, size, _, _ in self.items}) == 1:  # one pod size: pods are units
+            return _flow(self.caps, self.items, self.taken)
+        order = sorted(self.items, key=_largest_first)
+        for _ in range(_DIVES):  # squeaky wheel: the group a dive could not place goes first next
+            stuck = _dive(self.caps, order, self.taken)
+            if stuck < 0:
+                return True
+            order.insert(0, order.pop(stuck))
+        if not _hall(self.caps, self.items, self.cards):
+            return False
+        self._prepare()
+        return self.group(0)
+
+    def _prepare(self) -> None:
+        """For each position p, over the groups from p on: their total demand, the room they could
+        use per card, the pods they could put on each card, and their expected pressure per card."""
+        n, width = len(self.items), len(self.caps)
+        self.demand = [0] * (n + 1)
+        self.reach = [[0] * width for _ in range(n + 1)]
+        self.holding = [_holding(self.items[p:]) for p in range(n + 1)]
+        self.press = [[0.0] * width for _ in range(n + 1)]
+        for p in range(n - 1, -1, -1):
+            alts, size, pods, _ = self.items[p]
+            self.demand[p] = self.demand[p + 1] + size * pods
+            reach = self.reach[p] = list(self.reach[p + 1])
+            press = self.press[p] = list(self.press[p + 1])
+            for k in alts:
+                reach[k] += size * pods
+                press[k] += size * pods / len(alts)
+        last = self.items[-1][1]
+        self.flow_from = next(p for p, it in enumerate(self.items) if it[1] == last)
+
+    def group(self, p: int) -> bool:
+        caps, reach, holding = self.caps, self.reach[p], self.holding[p]
+        room = tuple(_fillable(min(caps[k], reach[k]), holding[k]) if reach[k] else 0 for k in self.cards)
+        if sum(room) < self.demand[p]:
+            return False
+        key = (p, *room)
+        if key in self.failed:
+            return False
+        self.budget[0] -= 1
+        if self.budget[0] < 0:
+            raise _Exhausted
+        if p >= self.flow_from:
+            if _flow(self.caps, self.items[p:], self.taken):
+                return True
+            self.failed.add(key)
+            return False
+        if 0 < p <= _NODE_DIVES:
+            rest = self.dives.get(p)
+            if rest is None:
+                rest = self.dives[p] = sorted(self.items[p:], key=_largest_first)
+            if _dive(self.caps, rest, self.taken) < 0:
+                return True
+        alts, size, pods, _ = self.items[p]
+        press = self.press[p + 1]
+        targets = _spread([caps[k] - press[k] for k in alts], [caps[k] // size for k in alts], size, pods)
+        order = sorted(range(len(alts)), key=lambda j: -targets[j])
+        if self.split(p, [alts[j] for j in order], [targets[j] for j in order], 0, pods):
+            return True
+        self.failed.add(key)
+        return False
+
+    def split(self, p: int, alts: list[int], targets: list[int], j: int, left: int) -> bool:
+        """Put ``left`` pods of group ``p`` on ``alts[j:]``, nearest the targets first."""
+        if left == 0:
+            return self.group(p + 1)
+        size = self.items[p][1]
+        caps, k = self.caps, alts[j]
+        room = caps[k] // size
+        if j == len(alts) - 1:
+            return room >= left and self.put(p, k, left, lambda: self.group(p + 1))
+        rest = sum(caps[a] // size for a in alts[j + 1 :])
+        high, low = min(left, room), max(0, left - rest)
+        for x in _around(min(max(targets[j], low), high), low, high):
+            if self.put(p, k, x, functools.partial(self.split, p, alts, targets, j + 1, left - x)):
+                return True
+        return False
+
+    def put(self, p: int, k: int, pods: int, then: Callable[[], bool]) -> bool:
+        """Place ``pods`` of group ``p`` on card ``k`` and go on; undo unless that succeeded."""
+        self.budget[0] -= 1
+        if self.budget[0] < 0:
+            raise _Exhausted
+        size, i = self.items[p][1], self.items[p][3]
+        self.caps[k] -= size * pods
+        self.taken[(i, k)] = self.taken.get((i, k), 0) + pods
+        done = False
+        try:
+            done = then()
+        finally:
+            if not done:
+                self.caps[k] += size * pods
+                self.taken[(i, k)] -= pods
+        return done
+
+
+def _dive(caps: list[int], order: Sequence[Item], taken: dict[tuple[int, int], int]) -> int:
+    """One greedy pass over ``order``: each group spread where the groups after it press least; a
+    group that does not fit makes room by moving pods placed in this pass along their other
+    alternatives (short chains, a bounded number of tries). On success it commits to ``caps`` and
+    ``taken`` and returns -1; otherwise it changes nothing and returns where it got stuck."""
+    press: dict[int, float] = {}
+    for alts, size, pods, _ in order:
+        for k in alts:
+            press[k] = press.get(k, 0.0) + size * pods / len(alts)
+    left = list(caps)
+    on: dict[int, dict[int, int]] = {k: {} for k in press}  # card -> position in order -> pods
+    tries = [_REPAIR_TRIES]
+    for p, (alts, size, pods, _) in enumerate(order):
+        for k in alts:
+            press[k] -= size * pods / len(alts)
+        room = [left[k] // size for k in alts]
+        for j, x in enumerate(_spread([left[k] - press[k] for k in alts], room, size, pods)):
+            if x:
+                left[alts[j]] -= x * size
+                on[alts[j]][p] = on[alts[j]].get(p, 0) + x
+                pods -= x
+        while pods:
+            card = next((k for k in alts if _free(left, on, order, k, size - left[k], 3, {k}, tries)), None)
+            if card is None:
+                return p
+            k = card
+            left[k] -= size
+            on[k][p] = on[k].get(p, 0) + 1
+            pods -= 1
+    caps[:] = left
+    for k, held in on.items():
+        for p, x in held.items():
+            if x:
+                i = order[p][3]
+                taken[(i, k)] = taken.get((i, k), 0) + x
+    return -1
+
+
+def _free(
+    left: list[int],
+    on: dict[int, dict[int, int]],
+    order: Sequence[Item],
+    card: int,
+    need: int,
+    depth: int,
+    seen: set[int],
+    tries: list[int],
+) -> bool:
+    """Make ``need`` more room on ``card`` by moving placed pods to their other alternatives,
+    freeing room there in turn up to ``depth`` cards deep. Every move keeps the placement within
+    capacity, so a failed attempt leaves a valid (different) placement behind."""
+    while need > 0:
+        if depth == 0:
+            return False
+        for q, x in on[card].items():
+            tries[0] -= 1
+            if tries[0] < 0:
+                return False
+            if not x:
+                continue
+            alts, size = order[q][0], order[q][1]
+            target = next(
+                (
+                    b
+                    for b in alts
+                    if b not in seen
+                    and (
+                        left[b] >= size
+                        or _free(left, on, order, b, size - left[b], depth - 1, seen | {b}, tries)
+                    )
+                ),
+                None,
+            )
+            if target is not None:
+                on[card][q] -= 1
+                on[target][q] = on[target].get(q, 0) + 1
+                left[card] += size
+                left[target] -= size
+                need -= size
+                break
+        else:
+            return False
+    return True
+
+
+def _flow(caps: list[int], items: Sequence[Item], taken: dict[tuple[int, int], int]) -> bool:
+    """Groups of one pod size: a max-flow in pods (augmenting paths over group → card), exact.
+    On success it commits to ``caps`` and ``taken``; otherwise it changes nothing."""
+    size = items[0][1]
+    room = {k: caps[k] // size for alts, *_ in items for k in alts}
+    on: dict[tuple[int, int], int] = {}  # (position, card) -> pods
+    holders: dict[int, set[int]] = {k: set() for k in room}  # card -> positions with pods on it
+    for p, (_, _, pods, _) in enumerate(items):
+        while pods:
+            found = _augmenting(items, room, on, holders, p)
+            if found is None:
+                return False
+            steps, card = found
+            moved = min(pods, room[card], *(on[(q, k)] for q, k, step in steps if step < 0))
+            room[card] -= moved
+            pods -= moved
+            for q, k, step in steps:
+                on[(q, k)] = on.get((q, k), 0) + step * moved
+                holders[k].add(q)
+    for (q, k), pods in on.items():
+        if pods:
+            caps[k] -= pods * size
+            i = items[q][3]
+            taken[(i, k)] = taken.get((i, k), 0) + pods
+    return True
+
+
+def _augmenting(
+    items: Sequence[Item],
+    room: dict[int, int],
+    on: dict[tuple[int, int], int],
+    holders: dict[int, set[int]],
+    start: int,
+) -> tuple[list[tuple[int, int, int]], int] | None:
+    """A shortest way to place one more pod of ``start``: onto a card with room, or onto a card
+    another group's pod leaves for one of its other alternatives, and so on. Returns the steps
+    (position, card, +1 or -1) and the card whose room it takes."""
+    came: dict[int, tuple[int, int]] = {}  # card -> (position that moves onto it, card it leaves)
+    queue: list[tuple[int, int]] = [(start, -1)]
+    seen = {start}
+    for q, leaving in queue:
+        for k in items[q][0]:
+            if k in came or k == leaving:
+                continue
+            came[k] = (q, leaving)
+            if room[k] > 0:
+                steps, card = [], k
+                while card >= 0:
+                    mover, left = came[card]
+                    steps.append((mover, card, 1))
+                    if left >= 0:
+                        steps.append((mover, left, -1))
+                    card = left
+                return steps, k
+            for holder in holders[k]:
+                if holder not in seen and on.get((holder, k), 0) > 0:
+                    seen.add(holder)
+                    queue.append((holder, k))
+    return None
+
+
+def _around(start: int, low: int, high: int) -> Iterator[int]:
+    """``start``, then its neighbours outward, within ``low..high``."""
+    yield start
+    for step in range(1, high - low + 1):
+        if start - step >= low:
+            yield start - step
+        if start + step <= high:
+            yield start + step
+
+
+def _spread(slack: list[float], room: list[int], size: int, pods: int) -> list[int]:
+    """Where the pods would best go: one at a time to the alternative with the most slack left
+    (for many pods, in proportion to the room instead: only a starting point either way)."""
+    out = [0] * len(slack)
+    if pods > 64:
+        total = sum(room) or 1
+        return [min(r, pods * r // total) for r in room]
+    slack = list(slack)
+    alive = [j for j in range(len(slack)) if room[j]]
+    for _ in range(pods):
+        if not alive:
+            break
+        best = max(alive, key=slack.__getitem__)
+        out[best] += 1
+        slack[best] -= size
+        if out[best] == room[best]:
+            alive.remove(best)
+    return out
+
+
+def _hall(caps: list[int], items: Sequence[Item], cards: list[int]) -> bool:
+    """Hall's condition: for every set of cards, the demand that can only go inside it fits
+    inside it, in cards (all groups) and in pods per pod size (room divided by the size)."""
+    bit = {k: 1 << b for b, k in enumerate(cards)}
+    full = 1 << len(cards)
+    masks = [sum(bit[k] for k in alts) for alts, *_ in items]
+    checks: list[tuple[list[int], list[int]]] = []
+    inside = [0] * full
+    for mask, (_, size, pods, _) in zip(masks, items, strict=True):
+        inside[mask] += size * pods
+    checks.append((inside, [caps[k] for k in cards]))
+    for each in sorted({size for _, size, _, _ in items} - {1}):
+        inside = [0] * full
+        for mask, (_, size, pods, _) in zip(masks, items, strict=True):
+            if size == each:
+                inside[mask] += pods
+        checks.append((inside, [caps[k] // each for k in cards]))
+    for inside, room in checks:
+        for b in range(len(cards)):  # sum over subsets: inside[T] = demand with alternatives ⊆ T
+            one = 1 << b
+            inside = [inside[t] + inside[t ^ one] if t & one else inside[t] for t in range(full)]
+        total = [0] * full
+        for t in range(1, full):
+            low = t & -t
+            total[t] = total[t ^ low] + room[low.bit_length() - 1]
+        if any(need > have for need, have in zip(inside, total, strict=True)):
+            return False
+    return True
+
+
+def _greedy(capacity: dict[CardName, int], groups: Sequence[Group]) -> dict[tuple[int, CardName], int]:
+    placed: dict[tuple[int, CardName], int] = {}
+    for i in sorted(range(len(groups)), key=lambda i: -groups[i].per_pod):
+        group, left = groups[i], groups[i].pods
+        for card in group.cards:
+            pods = min(left, capacity.get(card, 0) // group.per_pod)
+            if pods:
+                capacity[card] -= pods * group.per_pod
+                placed[(i, card)] = placed.get((i, card), 0) + pods * group.per_pod
+                left -= pods
+    return placed
 
 
 def component(groups: Sequence[Group], cards: tuple[CardName, ...]) -> tuple[set[CardName], list[Group]]:
@@ -86,103 +600,3 @@ def component(groups: Sequence[Group], cards: tuple[CardName, ...]) -> tuple[set
                 rest.remove(group)
                 grew = True
     return reach, related
-
-
-def _uniform_sizes(groups: Sequence[Group]) -> bool:
-    size: dict[CardName, int] = {}
-    for group in groups:
-        for card in group.cards:
-            if size.setdefault(card, group.per_pod) != group.per_pod:
-                return False
-    return True
-
-
-def _max_flow(capacity: Mapping[CardName, int], groups: Sequence[Group]) -> Placement:
-    """Edmonds-Karp over source → group (pods) → card (pods that fit) → sink, in pods."""
-    residual: dict[object, dict[object, int]] = defaultdict(dict)
-    source, sink = ("source",), ("sink",)
-    for index, group in enumerate(groups):
-        if group.pods <= 0:
-            continue
-        residual[source][index] = group.pods
-        residual[index].setdefault(source, 0)
-        for card in group.cards:
-            residual[index][card] = group.pods
-            residual[card].setdefault(index, 0)
-            units = max(0, capacity.get(card, 0)) // group.per_pod
-            residual[card][sink] = units
-            residual[sink].setdefault(card, 0)
-    while path := _augmenting_path(residual, source, sink):
-        flow = min(residual[u][v] for u, v in path)
-        for u, v in path:
-            residual[u][v] -= flow
-            residual[v][u] += flow
-    placed: dict[tuple[int, CardName], int] = {}
-    for index, group in enumerate(groups):
-        for card in group.cards:
-            pods = residual.get(card, {}).get(index, 0)
-            if pods:
-                placed[(index, card)] = pods * group.per_pod
-    return Placement(placed)
-
-
-def _augmenting_path(
-    residual: Mapping[object, Mapping[object, int]], source: object, sink: object
-) -> list[tuple[object, object]]:
-    parent: dict[object, object] = {source: source}
-    queue = deque([source])
-    while queue:
-        node = queue.popleft()
-        for nxt, cap in residual[node].items():
-            if cap > 0 and nxt not in parent:
-                parent[nxt] = node
-                if nxt == sink:
-                    path = []
-                    while nxt != source:
-                        path.append((parent[nxt], nxt))
-                        nxt = parent[nxt]
-                    return path[::-1]
-                queue.append(nxt)
-    return []
-
-
-def _search(capacity: Mapping[CardName, int], groups: Sequence[Group]) -> Placement:
-    """Branch and bound, maximising cards placed; gives up exactness past a step budget."""
-    order = sorted(range(len(groups)), key=lambda i: (len(groups[i].cards), -groups[i].per_pod))
-    caps = {card: max(0, c) for card, c in capacity.items()}
-    best: list[int | dict[tuple[int, CardName], int]] = [-1, {}]
-    steps = [0]
-    current: dict[tuple[int, CardName], int] = {}
-    suffix = [0] * (len(order) + 1)
-    for pos in range(len(order) - 1, -1, -1):
-        suffix[pos] = suffix[pos + 1] + groups[order[pos]].demand
-
-    def visit(pos: int, alt: int, left: int, placed: int) -> None:
-        steps[0] += 1
-        if steps[0] > SEARCH_BUDGET:
-            return
-        if pos == len(order):
-            if placed > best[0]:  # type: ignore[operator]
-                best[0], best[1] = placed, dict(current)
-            return
-        group = groups[order[pos]]
-        if placed + left * group.per_pod + suffix[pos + 1] <= best[0]:  # type: ignore[operator]
-            return
-        if alt == len(group.cards) or left == 0:
-            visit(pos + 1, 0, groups[order[pos + 1]].pods if pos + 1 < len(order) else 0, placed)
-            return
-        card = group.cards[alt]
-        most = min(left, caps.get(card, 0) // group.per_pod)
-        for pods in range(most, -1, -1):
-            cards = pods * group.per_pod
-            caps[card] = caps.get(card, 0) - cards
-            if cards:
-                current[(order[pos], card)] = cards
-            visit(pos, alt + 1, left - pods, placed + cards)
-            current.pop((order[pos], card), None)
-            caps[card] += cards
-
-    if order:
-        visit(0, 0, groups[order[0]].pods, 0)
-    placed = best[1] if isinstance(best[1], dict) else {}
-    return Placement(placed, exact=steps[0] <= SEARCH_BUDGET)

@@ -2,6 +2,7 @@
 numbers ever appear: never another tenant's."""
 
 from webhook.core.cards import CardName, CardSpec
+from webhook.core.feasibility import TooComplex
 from webhook.core.usage import CardUse, QueueUsage
 
 
@@ -30,7 +31,11 @@ def left_of(usage: QueueUsage, card: CardName) -> str:
 def no_room(usage: QueueUsage, spec: CardSpec, what: str, per_pod: int, pods: int = 1) -> str:
     """Why ``pods`` pods of ``spec`` do not fit; ``what`` names the object."""
     text = _no_room(usage, spec, what, per_pod, pods)
-    if usage.backlog(spec):
+    try:
+        waiting = usage.backlog(spec)
+    except TooComplex:
+        waiting = False  # only a remark: never worth a slow or failed message
+    if waiting:
         text += f'; queue "{usage.queue}" already has more demand for these cards than quota: new pods wait'
     return text
 
@@ -67,4 +72,13 @@ def no_quota_annotation(queue: str, what: str, spec: CardSpec, count: int) -> st
     return (
         f'queue "{queue}" has no card quota (no volcano.sh/card.quota annotation), so it may use no'
         f" card; {what} needs {count} {spec.text}"
+    )
+
+
+def too_complex(queue: str, what: str, need: str, error: TooComplex) -> str:
+    """Why a request was denied without an answer: the exact check gave up at its guard."""
+    return (
+        f'{what} needs {need}, but the flexible card demand of queue "{queue}" ({error}) is too'
+        " tangled to check exactly in time, so it is denied to be safe; fewer distinct pod sizes or"
+        " card alternatives in the queue avoid this"
     )

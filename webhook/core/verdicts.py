@@ -31,12 +31,16 @@ class Allowed:
     card: str = ""
 
 
+TOO_COMPLEX = "too complex"  # a denial because the exact check gave up at its guard (fail closed)
+
+
 @dataclass(frozen=True, slots=True)
 class Denied:
     message: str
     code: int = 403
     queue: str = ""
     card: str = ""
+    cause: str = ""  # "" for a quota or shape denial; TOO_COMPLEX when the check gave up
 
 
 Decision = Allowed | Denied

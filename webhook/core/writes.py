@@ -2,17 +2,17 @@
 
 from collections import Counter
 
-from webhook.core import keys
+from webhook.core import keys, messages
 from webhook.core.cards import CardName, CardSpec
 from webhook.core.decisions import annotation_problem
 from webhook.core.demand import PodDemand, pod_demand
-from webhook.core.feasibility import Group, place
+from webhook.core.feasibility import Group, TooComplex, assign
 from webhook.core.messages import breakdown
 from webhook.core.objects import Task, queue_record, workload_record
 from webhook.core.quota import AnnotationError, parse_card_request, parse_quota
 from webhook.core.state import ClusterState
 from webhook.core.usage import queue_usage
-from webhook.core.verdicts import Allowed, Decision, Denied, Request
+from webhook.core.verdicts import TOO_COMPLEX, Allowed, Decision, Denied, Request
 
 
 def decide_queue(state: ClusterState, request: Request) -> Decision:
@@ -74,7 +74,13 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
     if not groups:
         return Allowed("no card demand")
     total = sum(g.demand for g in groups)
-    if place(dict(info.quota), groups).total < total:
+    try:
+        never = assign(dict(info.quota), groups) is None
+    except TooComplex as error:
+        spec = CardSpec(tuple(dict.fromkeys(c for g in groups for c in g.cards)))
+        message = messages.too_complex(queue, what, f"at least {total} {spec.text}", error)
+        return Denied(message, queue=queue, card=spec.text, cause=TOO_COMPLEX)
+    if never:
         named = list(dict.fromkeys(c for g in groups for c in g.cards))
         whole = ", ".join(f"{info.quota.get(c, 0)} {c}" for c in named)
         return Denied(
