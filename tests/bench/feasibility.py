@@ -10,6 +10,9 @@ Run with ``python -m tests.bench.feasibility [--states 5000] [--reference OLD.py
 * ``edge``: the same groups with quota drawn around a placement (±3 per model), so the demand already
   there may itself not fit: states admission should rarely meet, reported for the worst case.
 
+Each state is timed three times and the fastest run kept (the work is fixed; the slower runs only
+measure pauses of the machine); the check's caches are emptied before every run.
+
 ``--reference`` times another implementation of ``fits`` (a file defining it, e.g. an earlier
 ``webhook/core/feasibility.py``) on the same states, for a before/after figure in one run.
 """
@@ -23,9 +26,10 @@ from collections.abc import Callable, Sequence
 from types import ModuleType
 
 from webhook.core.cards import CardName
-from webhook.core.feasibility import GUARD, Group, TooComplex, fits
+from webhook.core.feasibility import GUARD, Group, TooComplex, clear_caches, fits
 
 SIZES = (1, 2, 3, 4, 8)
+REPEATS = 3
 MODELS = [CardName(f"MODEL-{n}") for n in range(8)]
 State = tuple[dict[CardName, int], list[Group], Group]
 
@@ -62,12 +66,20 @@ def time_fits(
     gc.collect()
     gc.freeze()  # as the server does once its cache is built: collections skip the states
     for capacity, groups, request in cases:
-        started = time.perf_counter_ns()
-        try:
-            fitting += check(capacity, groups, request)
-        except TooComplex:
-            guarded += 1
-        samples.append((time.perf_counter_ns() - started) / 1e6)
+        # The work for one state is fixed, so the fastest of a few runs is its cost: the others
+        # only add pauses of this shared machine. Caches are emptied before each run.
+        fastest = float("inf")
+        for _ in range(REPEATS):
+            clear_caches()
+            started = time.perf_counter_ns()
+            try:
+                answer = check(capacity, groups, request)
+            except TooComplex:
+                answer = None
+            fastest = min(fastest, (time.perf_counter_ns() - started) / 1e6)
+        fitting += answer is True
+        guarded += answer is None
+        samples.append(fastest)
     samples.sort()
     return {
         "fit": 100 * fitting / len(cases),
@@ -100,6 +112,8 @@ def main() -> None:
     for case in ("uniform", "adversarial", "edge"):
         generated = states(case, args.states, args.seed)
         for name, check in checks.items():
+            if name == "reference" and case == "edge":
+                continue  # an exponential reference takes hours on these
             r = time_fits(check, generated)
             print(
                 f"{case:<12} {name:<12} {r['fit']:>6.1f} {r['p50']:>8.3f} {r['p99']:>8.3f} {r['max']:>8.2f}"

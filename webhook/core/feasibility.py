@@ -6,17 +6,19 @@ can be given whole pods within quota (:func:`fits`): a yes/no question, answered
 
 The question is NP-hard in general (it contains partition), but small here: a connected set of
 cards (≤ a handful of models), a few pod sizes, and groups already merged by (alternatives, size).
-:func:`assign` answers it in four steps, each exact:
+:func:`assign` answers it in steps, each exact (docs/decisions.md §13):
 
 1. *presolve*: a group left with one usable alternative is placed; a card with room for everything
-   that wants it takes all of it; every card's room is rounded down to the largest load the sizes
-   that want it can make exactly (a card of 9 wanted only by 2- and 4-card pods holds 8);
-2. the groups split into independent components, each solved on its own;
-3. a greedy dive, largest pods first, each spread where the rest of the demand presses least:
-   on the states admission meets it finds a placement at once when there is one;
-4. otherwise Hall's condition (for every set of cards, what can only go inside it fits inside it,
-   in cards and per pod size in pods) proves most infeasible states at once, and a depth-first
-   search with memoised failures on the rounded room left settles the rest.
+   that wants it takes all of it; every card's room is rounded down to the largest load the pods
+   that can reach it make exactly (a card of 9 wanted only by 2- and 4-card pods holds 8);
+2. the groups split into independent components, each solved on its own; one pod size is a
+   max-flow in pods;
+3. greedy passes, largest pods first, each group spread where the rest presses least, stuck pods
+   making room by moving placed ones along short chains: they find most placements at once;
+4. a short probing search (a greedy pass at every node); then Hall's condition (for every set of
+   cards, what can only go inside it fits inside it, in cards and per pod size in pods), which
+   proves most infeasible states at once; then the depth-first search, smallest pods first with
+   failures remembered by the rounded room left, the largest size closing as a max-flow.
 
 The search is exact, so no step budget ever changes an answer; as a guard against a hostile state,
 past :data:`GUARD` search nodes it raises :class:`TooComplex` and admission fails closed.
@@ -30,10 +32,13 @@ from dataclasses import dataclass
 from webhook.core.cards import CardName
 
 GUARD = 10_000  # search nodes for one check: tens of milliseconds at worst
-_DIVES = 6  # greedy passes before the exact search, each with the last one's stuck group first
+VIEW_GUARD = 1_000  # the same for a placement only shown (messages, status, metrics)
+_DIVES = 3  # greedy passes before the exact search, each with the last one's stuck group first
 _FILL_LIMIT = 1 << 14  # room up to which exact loads are worked out (a bitset that long)
+_PROBE_NODES = 24  # nodes of the probing search (a dive at each) before Hall's condition
 _NODE_DIVES = 2  # search depths that also try a dive before branching
 _REPAIR_TRIES = 64  # placed groups the greedy dive may try to move before the exact search takes over
+_REPAIR_DEPTH = 2  # cards a chain of moves may reach
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +73,11 @@ class TooComplex(Exception):
         self.groups, self.cards = groups, cards
 
 
+def clear_caches() -> None:
+    """Forget the remembered room roundings (for benchmarks that time a cold check)."""
+    _fillable.cache_clear()
+
+
 def fits(capacity: Mapping[CardName, int], groups: Sequence[Group], request: Group) -> bool:
     """Whether there is an assignment of every flexible demand, ``request`` included, within quota.
 
@@ -96,7 +106,7 @@ def place(capacity: Mapping[CardName, int], groups: Sequence[Group]) -> Placemen
     state past the guard) a greedy one, largest pods first, each on its alternatives in order of
     preference. Never slow; never decides anything."""
     try:
-        placed = assign(capacity, groups)
+        placed = assign(capacity, groups, guard=VIEW_GUARD)
     except TooComplex:
         placed = None
     if placed is not None:
@@ -135,6 +145,10 @@ Item = tuple[tuple[int, ...], int, int, int]  # alternatives (card indexes), siz
 
 
 class _Exhausted(Exception):
+    pass
+
+
+class _ProbeOver(Exception):
     pass
 
 
@@ -242,7 +256,8 @@ def _smallest_first(item: Item) -> tuple[int, int, int]:
 
 
 class _Search:
-    """Greedy dives first; then Hall's condition; then an exact depth-first search.
+    """Greedy passes first; then a short probing search; then Hall's condition; then the exact
+    depth-first search.
 
     The search goes smallest pods first: small pods decide what is left of each card in the
     units the larger ones need, and the room left is remembered rounded to those units, so
@@ -253,12 +268,7 @@ class _Search:
         self, caps: list[int], items: list[Item], taken: dict[tuple[int, int], int], budget: list[int]
     ) -> None:
         self.caps, self.taken, self.budget = caps, taken, budget
-        # The size with the most ways to split its groups is left to the closing max-flow.
-        ways: dict[int, float] = {}
-        for alts, size, pods, _ in items:
-            ways[size] = ways.get(size, 0.0) + math.log(math.comb(pods + len(alts) - 1, len(alts) - 1))
-        last = max(ways, key=lambda size: (ways[size], size), default=0)
-        self.items = sorted(items, key=lambda it: (it[1] == last, *_smallest_first(it)))
+        self.items = sorted(items, key=_smallest_first)
         self.cards = sorted({k for it in items for k in it[0]})
         self.failed: set[tuple[int, ...]] = set()
         self.dives: dict[int, list[Item]] = {}
@@ -267,6 +277,7 @@ class _Search:
         self.holding: list[dict[int, tuple[tuple[int, int], ...]]] = []
         self.press: list[list[float]] = []
         self.flow_from = 0
+        self.probe, self.dive_depth = -1, _NODE_DIVES
 
     def run(self) -> bool:
         if sum(self.caps[k] for k in self.cards) < sum(size * pods for _, size, pods, _ in self.items):
@@ -279,9 +290,17 @@ class _Search:
             if stuck < 0:
                 return True
             order.insert(0, order.pop(stuck))
+        self._prepare()
+        # A short probe first: the search with a dive at every node finds most placements the
+        # passes missed within a few nodes. What it proves impossible on the way stays proven.
+        self.probe, self.dive_depth = _PROBE_NODES, len(self.items)
+        try:
+            return self.group(0)
+        except _ProbeOver:
+            pass
         if not _hall(self.caps, self.items, self.cards):
             return False
-        self._prepare()
+        self.probe, self.dive_depth = -1, _NODE_DIVES
         return self.group(0)
 
     def _prepare(self) -> None:
@@ -314,12 +333,16 @@ class _Search:
         self.budget[0] -= 1
         if self.budget[0] < 0:
             raise _Exhausted
+        if self.probe >= 0:
+            self.probe -= 1
+            if self.probe < 0:
+                raise _ProbeOver
         if p >= self.flow_from:
             if _flow(self.caps, self.items[p:], self.taken):
                 return True
             self.failed.add(key)
             return False
-        if 0 < p <= _NODE_DIVES:
+        if 0 < p <= self.dive_depth:
             rest = self.dives.get(p)
             if rest is None:
                 rest = self.dives[p] = sorted(self.items[p:], key=_largest_first)
@@ -390,7 +413,8 @@ def _dive(caps: list[int], order: Sequence[Item], taken: dict[tuple[int, int], i
                 on[alts[j]][p] = on[alts[j]].get(p, 0) + x
                 pods -= x
         while pods:
-            card = next((k for k in alts if _free(left, on, order, k, size - left[k], 3, {k}, tries)), None)
+            roomy = (k for k in alts if _free(left, on, order, k, size - left[k], _REPAIR_DEPTH, {k}, tries))
+            card = next(roomy, None)
             if card is None:
                 return p
             k = card
