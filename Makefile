@@ -7,7 +7,11 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8443
 CURL   := curl -sS --cacert certs/ca.crt -H 'Content-Type: application/json' --data-binary @examples/reviews/pod-over-quota.json https://127.0.0.1:$(PORT)/validate
 
-.PHONY: run examples test lint bench install clean e2e-bin e2e cluster cluster-down certs dev-certs
+IMAGE  ?= cardquota:0.1.0
+BASE   ?=
+BUILD_ARGS := $(if $(BASE),--build-arg BASE=$(BASE))
+
+.PHONY: run examples test lint bench install clean e2e-bin e2e cluster cluster-down certs dev-certs image lock
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -73,3 +77,17 @@ bench: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+## image: build the container image with whichever OCI builder is present (BASE=... to change the base)
+image:
+	@if command -v docker >/dev/null; then docker build $(BUILD_ARGS) -t $(IMAGE) .; \
+	elif command -v podman >/dev/null; then podman build $(BUILD_ARGS) -t $(IMAGE) .; \
+	elif command -v buildah >/dev/null; then buildah bud --isolation chroot $(BUILD_ARGS) -t $(IMAGE) .; \
+	else echo "make image needs docker, podman or buildah"; exit 1; fi
+
+## lock: re-pin the image's runtime dependencies (requirements.lock) from a clean virtualenv
+lock:
+	rm -rf .lock-venv && $(PYTHON) -m venv .lock-venv && .lock-venv/bin/pip install --quiet .
+	{ echo "# The runtime dependencies of the image, pinned: pip freeze of a clean venv after \`pip install .\`."; \
+	  echo "# Refresh with: make lock"; .lock-venv/bin/pip freeze --exclude cardquota; } > requirements.lock
+	rm -rf .lock-venv build

@@ -43,13 +43,21 @@ class Process:
     """``cardquota serve`` on a free loopback port, with its log kept for assertions."""
 
     def __init__(
-        self, certs: Path, log: Path, *flags: str, cluster: Path | None = CLUSTER, make_certs: bool = True
+        self,
+        certs: Path,
+        log: Path,
+        *flags: str,
+        cluster: Path | None = CLUSTER,
+        make_certs: bool = True,
+        program: tuple[str, ...] = (sys.executable, "-m", "webhook"),
+        cwd: Path = ROOT,
+        user: int | None = None,
     ) -> None:
         self.certs, self.log_path = devcerts.ensure_dev_certs(certs) if make_certs else certs, log
         self.port = free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         source = ["--cluster", str(cluster)] if cluster is not None else []
-        command = [sys.executable, "-m", "webhook", "serve", *source, "--cert-dir", str(certs)]
+        command = [*program, "serve", *source, "--cert-dir", str(certs)]
         command += ["--host", "127.0.0.1", "--port", str(self.port), *flags]
         self._log = log.open("wb")
         env = {
@@ -57,7 +65,10 @@ class Process:
             for k, v in os.environ.items()
             if not k.startswith("CARDQUOTA_") and k != "KUBERNETES_SERVICE_HOST"
         }
-        self.proc = subprocess.Popen(command, stdout=self._log, stderr=subprocess.STDOUT, cwd=ROOT, env=env)
+        as_user = {} if user is None else {"user": user, "group": user, "extra_groups": []}
+        self.proc = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd, env=env, **as_user
+        )
 
     def client(self, **kwargs: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, verify=client_context(self.certs), timeout=10, **kwargs)
