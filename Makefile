@@ -80,10 +80,10 @@ clean:
 
 ## image: build the container image with whichever OCI builder is present (BASE=... to change the base)
 image:
-	@if command -v docker >/dev/null; then docker build $(BUILD_ARGS) -t $(IMAGE) .; \
-	elif command -v podman >/dev/null; then podman build $(BUILD_ARGS) -t $(IMAGE) .; \
+	@if docker info >/dev/null 2>&1; then docker build $(BUILD_ARGS) -t $(IMAGE) .; \
 	elif command -v buildah >/dev/null; then buildah bud --isolation chroot $(BUILD_ARGS) -t $(IMAGE) .; \
-	else echo "make image needs docker, podman or buildah"; exit 1; fi
+	elif command -v podman >/dev/null; then podman build $(BUILD_ARGS) -t $(IMAGE) .; \
+	else echo "make image needs a running docker, or buildah, or podman"; exit 1; fi
 
 ## lock: re-pin the image's runtime dependencies (requirements.lock) from a clean virtualenv
 lock:
