@@ -1,0 +1,58 @@
+{{- define "cqw.name" -}}
+{{- printf "%s" .Release.Name | trunc 50 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "cqw.labels" -}}
+app.kubernetes.io/name: card-quota-webhook
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "cqw.selector" -}}
+app.kubernetes.io/name: card-quota-webhook
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "cqw.secret" -}}
+{{- if eq .Values.certs.mode "provided" -}}{{ .Values.certs.secretName }}{{- else -}}{{ include "cqw.name" . }}-tls{{- end -}}
+{{- end -}}
+
+{{- define "cqw.dnsNames" -}}
+{{- $svc := include "cqw.name" . -}}
+{{- $names := list $svc (printf "%s.%s" $svc .Release.Namespace) (printf "%s.%s.svc" $svc .Release.Namespace) (printf "%s.%s.svc.cluster.local" $svc .Release.Namespace) -}}
+{{- concat $names .Values.certs.extraDNSNames | toJson -}}
+{{- end -}}
+
+{{/* A pod (or a workload's pod template) that names a card or requests a card resource. */}}
+{{- define "cqw.cardPod" -}}
+{{- $prefixes := .Values.webhook.cardResourcePrefixes | toJson -}}
+{{- $wants := printf "(has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(r, %s.exists(p, r.startsWith(p)))) || (has(c.resources.requests) && c.resources.requests.exists(r, %s.exists(p, r.startsWith(p))))))" $prefixes $prefixes -}}
+{{- printf "(has(%s.metadata.annotations) && 'volcano.sh/card.name' in %s.metadata.annotations) || %s.spec.containers.exists(c, %s) || (has(%s.spec.initContainers) && %s.spec.initContainers.exists(c, %s))" .pod .pod .pod $wants .pod .pod $wants -}}
+{{- end -}}
+
+{{- define "cqw.clientConfig" -}}
+{{- if .Values.webhook.url }}
+url: {{ printf "%s%s" (trimSuffix "/" .Values.webhook.url) .path | quote }}
+{{- else }}
+service:
+  name: {{ include "cqw.name" . }}
+  namespace: {{ .Release.Namespace }}
+  path: {{ .path | quote }}
+  port: {{ .Values.service.port }}
+{{- end }}
+{{- if eq .Values.certs.mode "provided" }}
+caBundle: {{ .Values.certs.caBundle | quote }}
+{{- else if eq .Values.certs.mode "self-signed" }}
+caBundle: {{ .caBundle | quote }}
+{{- end }}
+{{- end -}}
+
+{{- define "cqw.namespaceSelector" -}}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: {{ concat (list .Release.Namespace "kube-system" "kube-node-lease") .Values.webhook.excludeNamespaces | uniq | toJson }}
+{{- end -}}

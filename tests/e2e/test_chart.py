@@ -1,0 +1,271 @@
+"""The Helm chart: lint, render every certificate mode, every object accepted by the real API server
+(server-side dry run, cert-manager's CRDs read from its Go module), the schema refusing typos, and the
+webhook configurations doing what they say: a CPU-only pod and a pod in the release namespace never
+reach the webhook."""
+
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.cluster import ROOT, ControlPlane, wait_for
+from tests.e2e.recorder import Recorder
+
+CHART = ROOT / "charts" / "card-quota-webhook"
+CERT_MANAGER = "github.com/cert-manager/cert-manager@v1.21.2"
+CERT_MANAGER_CRDS = ("certificates", "certificaterequests", "issuers", "clusterissuers")
+MODES = {
+    "cert-manager": [],
+    "self-signed": ["--set", "certs.mode=self-signed"],
+    "provided": [
+        "--set",
+        "certs.mode=provided",
+        "--set",
+        "certs.secretName=tls",
+        "--set",
+        "certs.caBundle=Zm9v",
+    ],
+    "by url, one replica, fail open": [
+        "--set",
+        "webhook.url=https://192.0.2.10:8443",
+        "--set",
+        "certs.extraIPAddresses={192.0.2.10}",
+        "--set",
+        "replicas=1",
+        "--set",
+        "webhook.failurePolicy.validate=Ignore",
+        "--set",
+        "metrics.serviceMonitor.enabled=false",
+    ],
+}
+
+
+def helm(plane: ControlPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(plane.bin / "helm"), *args], capture_output=True, text=True, timeout=120, check=check
+    )
+
+
+def render(plane: ControlPlane, namespace: str, *flags: str, release: str = "cq") -> list[dict[str, Any]]:
+    out = helm(plane, "template", release, str(CHART), "-n", namespace, *flags).stdout
+    return [doc for doc in yaml.safe_load_all(out) if doc]
+
+
+def of_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
+    (found,) = [o for o in objects if o["kind"] == kind]
+    return found
+
+
+@pytest.fixture(scope="module")
+def cert_manager_crds(control_plane: ControlPlane) -> None:
+    """cert-manager's CRDs, read from its Go module (downloaded by the Go module proxy, never copied)."""
+    download = subprocess.run(
+        ["go", "mod", "download", "-json", CERT_MANAGER],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    )
+    crds = Path(json.loads(download.stdout)["Dir"]) / "deploy" / "crds"
+    for name in CERT_MANAGER_CRDS:
+        control_plane.kubectl("apply", "--server-side", "-f", str(crds / f"cert-manager.io_{name}.yaml"))
+
+
+def test_the_chart_lints_clean(control_plane: ControlPlane) -> None:
+    lint = helm(control_plane, "lint", "--strict", str(CHART), check=False)
+    assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_rendered_object_is_accepted_by_the_api_server(
+    control_plane: ControlPlane, cert_manager_crds: None, namespace: str, mode: str
+) -> None:
+    objects = render(control_plane, namespace, *MODES[mode], release=f"cq-{uuid.uuid4().hex[:6]}")
+    applied = control_plane.kubectl(
+        "apply",
+        "--dry-run=server",
+        "-o",
+        "json",
+        "-f",
+        "-",
+        stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}),
+    )
+    assert len(json.loads(applied.stdout)["items"]) == len(objects)
+
+
+def test_a_misspelt_or_mistyped_value_is_refused_before_anything_is_created(
+    control_plane: ControlPlane,
+) -> None:
+    typo = helm(
+        control_plane,
+        "template",
+        "cq",
+        str(CHART),
+        "--set",
+        "webhook.failurPolicy.validate=Fail",
+        check=False,
+    )
+    assert typo.returncode != 0 and "failurPolicy" in typo.stderr
+    wrong = helm(control_plane, "template", "cq", str(CHART), "--set", "replicas=three", check=False)
+    assert wrong.returncode != 0 and "replicas" in wrong.stderr
+    mode = helm(control_plane, "template", "cq", str(CHART), "--set", "certs.mode=vault", check=False)
+    assert mode.returncode != 0 and "mode" in mode.stderr
+
+
+def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
+    control_plane: ControlPlane,
+) -> None:
+    objects = render(control_plane, "card-quota")
+    validating = of_kind(objects, "ValidatingWebhookConfiguration")
+    mutating = of_kind(objects, "MutatingWebhookConfiguration")
+    (validate,) = validating["webhooks"]
+    rules = {
+        (r["apiGroups"][0], res, tuple(r["operations"])) for r in validate["rules"] for res in r["resources"]
+    }
+    assert rules == {
+        ("", "pods", ("CREATE",)),
+        *{("apps", f"{w}/scale", ("UPDATE",)) for w in ("deployments", "statefulsets", "replicasets")},
+        *{("apps", w, ("UPDATE",)) for w in ("deployments", "statefulsets", "replicasets")},
+        ("scheduling.volcano.sh", "queues", ("CREATE", "UPDATE")),
+        ("scheduling.volcano.sh", "podgroups", ("CREATE",)),
+        ("batch.volcano.sh", "jobs", ("CREATE", "UPDATE")),
+    }
+    pods, podgroups = mutating["webhooks"]
+    assert [r["resources"] for r in pods["rules"]] == [["pods"]]
+    assert [r["resources"] for r in podgroups["rules"]] == [["podgroups"]]
+    assert pods["reinvocationPolicy"] == "IfNeeded"
+    assert (validate["failurePolicy"], pods["failurePolicy"], podgroups["failurePolicy"]) == (
+        "Fail",
+        "Fail",
+        "Ignore",
+    )
+    for hook in (validate, pods, podgroups):
+        assert hook["admissionReviewVersions"] == ["v1"] and hook["matchPolicy"] == "Equivalent"
+        assert hook["timeoutSeconds"] <= 10 and hook["clientConfig"]["service"]["namespace"] == "card-quota"
+        (selector,) = hook["namespaceSelector"]["matchExpressions"]
+        assert selector["operator"] == "NotIn"
+        assert {"card-quota", "kube-system", "kube-node-lease"} <= set(selector["values"])
+    for configuration in (validating, mutating):
+        assert (
+            configuration["metadata"]["annotations"]["cert-manager.io/inject-ca-from"]
+            == "card-quota/cq-serving"
+        )
+
+
+def test_rbac_grants_reads_of_what_the_cache_watches_and_writes_only_leases_and_events(
+    control_plane: ControlPlane,
+) -> None:
+    objects = render(control_plane, "card-quota")
+    writes = {"create", "update", "patch", "delete", "deletecollection", "*"}
+    for role in (o for o in objects if o["kind"] in ("ClusterRole", "Role")):
+        for rule in role["rules"]:
+            written = writes & set(rule["verbs"])
+            if written:
+                assert (rule["resources"], role["kind"]) in ((["leases"], "Role"), (["events"], "Role")), rule
+                assert written <= {"create", "update", "patch"}
+    cluster_role = of_kind(objects, "ClusterRole")
+    readable = {res for rule in cluster_role["rules"] for res in rule["resources"]}
+    assert readable == {
+        "nodes",
+        "pods",
+        "deployments",
+        "statefulsets",
+        "replicasets",
+        "queues",
+        "podgroups",
+        "jobs",
+    }
+
+
+def test_the_deployment_is_hardened_and_outlives_its_drain(control_plane: ControlPlane) -> None:
+    deployment = of_kind(render(control_plane, "card-quota"), "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert deployment["spec"]["replicas"] == 3 and pod["priorityClassName"] == "system-cluster-critical"
+    assert (
+        pod["securityContext"]["runAsNonRoot"]
+        and pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    )
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
+    assert "cpu" not in container["resources"].get("limits", {})
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert env["CARDQUOTA_LEADER_ELECT"] == "true"
+    assert pod["terminationGracePeriodSeconds"] > int(env["CARDQUOTA_DRAIN_SECONDS"]) + 5
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+@pytest.fixture
+def chart_hooks(control_plane: ControlPlane) -> Iterator[tuple[Recorder, str]]:
+    """The chart's two webhook configurations, registered by URL at a recorder, for a release in its own
+    namespace; they fail open and are removed afterwards, so other tests never depend on them."""
+    recorder = Recorder(control_plane.certs).start()
+    release_namespace = f"cq-release-{uuid.uuid4().hex[:6]}"
+    control_plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": release_namespace}})
+    base = recorder.url.removesuffix("/review")
+    flags = ["--set", "certs.mode=provided", "--set", "certs.secretName=tls"]
+    flags += ["--set", f"certs.caBundle={recorder.ca_bundle}", "--set", f"webhook.url={base}"]
+    for policy in ("validate", "mutatePods", "mutatePodGroups"):
+        flags += ["--set", f"webhook.failurePolicy.{policy}=Ignore"]
+    release = f"cq-{uuid.uuid4().hex[:6]}"
+    objects = render(control_plane, release_namespace, *flags, release=release)
+    hooks = [o for o in objects if o["kind"].endswith("WebhookConfiguration")]
+    control_plane.apply(*hooks)
+    try:
+        yield recorder, release_namespace
+    finally:
+        for hook in hooks:
+            control_plane.kubectl("delete", hook["kind"].lower(), hook["metadata"]["name"], check=False)
+        control_plane.kubectl("delete", "namespace", release_namespace, "--wait=false", check=False)
+        recorder.stop()
+
+
+def pod(name: str, annotations: dict[str, str] | None = None, requests: dict[str, str] | None = None) -> str:
+    container: dict[str, Any] = {"name": "c", "image": "i"}
+    if requests:
+        container["resources"] = {"requests": requests, "limits": requests}
+    metadata: dict[str, Any] = {"name": name, **({"annotations": annotations} if annotations else {})}
+    return json.dumps(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": [container]}}
+    )
+
+
+def test_cpu_only_pods_and_the_release_namespace_never_reach_the_webhook(
+    control_plane: ControlPlane, chart_hooks: tuple[Recorder, str], namespace: str
+) -> None:
+    recorder, release_namespace = chart_hooks
+
+    def create(space: str, body: str) -> None:
+        control_plane.kubectl("create", "--dry-run=server", "-n", space, "-f", "-", stdin=body)
+
+    card = pod("card", {"volcano.sh/card.name": "NVIDIA-H200"}, {"nvidia.com/gpu": "1"})
+
+    def seen(name: str, space: str) -> int:
+        return sum(
+            1
+            for review in recorder.matching("pods", "CREATE", namespace=space)
+            if review["object"]["metadata"]["name"] == name
+        )
+
+    def card_pod_arrives() -> bool:
+        create(namespace, card)
+        return seen("card", namespace) >= 2  # validated and mutated
+
+    wait_for("the chart's webhooks to be called for a card pod", card_pod_arrives, timeout=30)
+    create(namespace, pod("unnamed", requests={"nvidia.com/gpu": "1"}))  # a card resource, no name: sent
+    create(namespace, pod("cpu-only", requests={"cpu": "1"}))
+    create(release_namespace, card.replace('"card"', '"in-release"', 1))
+    create(namespace, card.replace('"card"', '"after"', 1))
+    wait_for("a later card pod to arrive", lambda: seen("after", namespace) >= 2, timeout=30)
+    assert seen("unnamed", namespace) == 2
+    assert seen("cpu-only", namespace) == 0
+    assert seen("in-release", release_namespace) == 0
