@@ -156,13 +156,13 @@ def test_client_certificates_are_required_when_a_client_ca_is_set(tmp_path: Path
         with_cert = client_context(certs, (tmp_path / "client.crt", tmp_path / "client.key"))
         url = process.url
 
-        def answers() -> bool:
+        def ready() -> bool:  # ready, not just alive: before the state is loaded reviews get 503
             try:
-                return httpx.get(f"{url}/healthz", verify=with_cert).status_code == 200
+                return httpx.get(f"{url}/readyz", verify=with_cert).status_code == 200
             except httpx.TransportError:
                 return False
 
-        wait_for(answers, timeout=30)
+        wait_for(ready, timeout=30)
         assert httpx.post(f"{url}/validate", content=GOOD, verify=with_cert).status_code == 200
         with pytest.raises((httpx.TransportError, ssl.SSLError)):
             httpx.get(f"{url}/healthz", verify=client_context(certs))
