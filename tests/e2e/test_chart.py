@@ -3,6 +3,7 @@
 webhook configurations doing what they say: a CPU-only pod and a pod in the release namespace never
 reach the webhook."""
 
+import base64
 import json
 import subprocess
 import uuid
@@ -12,12 +13,13 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography import x509
 
+from tests.e2e import build
 from tests.e2e.cluster import ROOT, ControlPlane, wait_for
 from tests.e2e.recorder import Recorder
 
 CHART = ROOT / "charts" / "card-quota-webhook"
-CERT_MANAGER = "github.com/cert-manager/cert-manager@v1.21.2"
 CERT_MANAGER_CRDS = ("certificates", "certificaterequests", "issuers", "clusterissuers")
 MODES = {
     "cert-manager": [],
@@ -64,16 +66,28 @@ def of_kind(objects: list[dict[str, Any]], kind: str) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def cert_manager_crds(control_plane: ControlPlane) -> None:
     """cert-manager's CRDs, read from its Go module (downloaded by the Go module proxy, never copied)."""
-    download = subprocess.run(
-        ["go", "mod", "download", "-json", CERT_MANAGER],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=600,
-    )
-    crds = Path(json.loads(download.stdout)["Dir"]) / "deploy" / "crds"
+    crds = build.cert_manager_crds()
     for name in CERT_MANAGER_CRDS:
         control_plane.kubectl("apply", "--server-side", "-f", str(crds / f"cert-manager.io_{name}.yaml"))
+
+
+@pytest.fixture(scope="module")
+def cert_manager(
+    control_plane: ControlPlane, cert_manager_crds: None, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
+    """cert-manager's certificate controllers and CA injector running against the control plane."""
+    log = tmp_path_factory.mktemp("cert-manager") / "cert-manager.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            [str(control_plane.bin / build.CERT_MANAGER), f"--cluster-kubeconfig={control_plane.kubeconfig}"],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+        try:
+            yield log
+        finally:
+            process.terminate()
+            process.wait(timeout=30)
 
 
 def test_the_chart_lints_clean(control_plane: ControlPlane) -> None:
@@ -269,3 +283,39 @@ def test_cpu_only_pods_and_the_release_namespace_never_reach_the_webhook(
     assert seen("unnamed", namespace) == 2
     assert seen("cpu-only", namespace) == 0
     assert seen("in-release", release_namespace) == 0
+
+
+def test_in_cert_manager_mode_cert_manager_issues_the_certificate_and_injects_its_ca(
+    control_plane: ControlPlane, cert_manager: Path, namespace: str
+) -> None:
+    release = f"cq-{uuid.uuid4().hex[:6]}"
+    flags = [f"--set=webhook.failurePolicy.{p}=Ignore" for p in ("validate", "mutatePods", "mutatePodGroups")]
+    helm_ns = [f"--kubeconfig={control_plane.kubeconfig}", "-n", namespace]
+    helm(control_plane, "install", release, str(CHART), *helm_ns, *flags, "--set=replicas=1")
+    try:
+
+        def issued() -> dict[str, str] | None:
+            found = control_plane.kubectl(
+                "get", "secret", f"{release}-tls", "-n", namespace, "-o", "json", check=False
+            )
+            data = json.loads(found.stdout).get("data", {}) if found.returncode == 0 else {}
+            return data if {"tls.crt", "tls.key", "ca.crt"} <= set(data) else None
+
+        wait_for("cert-manager to issue the serving certificate", lambda: issued() is not None, timeout=60)
+        secret = issued()
+        assert secret is not None
+
+        def bundles() -> list[str]:
+            kinds = ("validatingwebhookconfiguration", "mutatingwebhookconfiguration")
+            configurations = [control_plane.get(kind, release) for kind in kinds]
+            return [
+                hook["clientConfig"].get("caBundle", "") for c in configurations for hook in c["webhooks"]
+            ]
+
+        wait_for("the CA injector to fill every caBundle", lambda: all(bundles()), timeout=60)
+        assert bundles() == [secret["ca.crt"]] * 3
+        certificate = x509.load_pem_x509_certificate(base64.b64decode(secret["tls.crt"]))
+        names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+        assert f"{release}.{namespace}.svc" in names.get_values_for_type(x509.DNSName)
+    finally:
+        helm(control_plane, "uninstall", release, *helm_ns, check=False)
