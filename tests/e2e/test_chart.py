@@ -17,7 +17,10 @@ from cryptography import x509
 
 from tests.e2e import build
 from tests.e2e.cluster import ROOT, ControlPlane, wait_for
+from tests.e2e.objects import H200, hpa, queued_deployment
 from tests.e2e.recorder import Recorder
+from tests.e2e.test_webhook import events
+from tests.edges.serving import Process, free_port
 
 CHART = ROOT / "charts" / "card-quota-webhook"
 CERT_MANAGER_CRDS = ("certificates", "certificaterequests", "issuers", "clusterissuers")
@@ -319,3 +322,88 @@ def test_in_cert_manager_mode_cert_manager_issues_the_certificate_and_injects_it
         assert f"{release}.{namespace}.svc" in names.get_values_for_type(x509.DNSName)
     finally:
         helm(control_plane, "uninstall", release, *helm_ns, check=False)
+
+
+def service_account_kubeconfig(plane: ControlPlane, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as the chart's ServiceAccount (what the pod's token gives it)."""
+    token = plane.kubectl("create", "token", account, "-n", namespace, "--duration=1h").stdout.strip()
+    admin = yaml.safe_load(plane.kubeconfig.read_text())
+    cluster = admin["clusters"][0]
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster],
+                "users": [{"name": account, "user": {"token": token}}],
+                "contexts": [{"name": account, "context": {"cluster": cluster["name"], "user": account}}],
+                "current-context": account,
+            }
+        )
+    )
+    return path
+
+
+def test_installed_in_cert_manager_mode_it_serves_with_the_issued_secret_as_its_service_account_and_denies(
+    control_plane: ControlPlane, cert_manager: Path, namespace: str, card_quota: Any, tmp_path: Path
+) -> None:
+    release_namespace = f"cq-release-{uuid.uuid4().hex[:6]}"
+    control_plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": release_namespace}})
+    release, port = f"cq-{uuid.uuid4().hex[:6]}", free_port()
+    helm_ns = [f"--kubeconfig={control_plane.kubeconfig}", "-n", release_namespace]
+    flags = [f"--set=webhook.url=https://127.0.0.1:{port}", "--set=certs.extraIPAddresses={127.0.0.1}"]
+    flags += ["--set=replicas=1", "--set=webhook.failurePolicy.validate=Fail"]
+    helm(control_plane, "install", release, str(CHART), *helm_ns, *flags)
+    process = None
+    try:
+
+        def issued() -> dict[str, str] | None:
+            found = control_plane.kubectl(
+                "get", "secret", f"{release}-tls", "-n", release_namespace, "-o", "json", check=False
+            )
+            data = json.loads(found.stdout).get("data", {}) if found.returncode == 0 else {}
+            return data if {"tls.crt", "tls.key", "ca.crt"} <= set(data) else None
+
+        secret = wait_for("the serving certificate", issued, timeout=60)
+        mounted = tmp_path / "tls"  # as the kubelet mounts the Secret
+        mounted.mkdir()
+        for name, value in secret.items():
+            (mounted / name).write_bytes(base64.b64decode(value))
+        kubeconfig = service_account_kubeconfig(control_plane, release_namespace, release, tmp_path / "sa")
+        wait_for(
+            "the CA injected",
+            lambda: control_plane.get("validatingwebhookconfiguration", release)["webhooks"][0][
+                "clientConfig"
+            ].get("caBundle"),
+            timeout=60,
+        )
+        process = Process(
+            mounted,
+            tmp_path / "server.log",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--drain-seconds",
+            "0",
+            cluster=None,
+            make_certs=False,
+            port=port,
+        )
+        process.wait_ready(timeout=60)
+        queue_name = card_quota({H200: 2})
+        control_plane.apply(queued_deployment("train", 3, queue_name), namespace=namespace)
+        failed = wait_for(
+            "a FailedCreate event", lambda: events(control_plane, namespace, "FailedCreate"), timeout=60
+        )
+        assert f'queue "{queue_name}" has 0 NVIDIA-H200 left (quota 2: ' in failed[0]["message"]
+        control_plane.apply(queued_deployment("chat", 1, queue_name), namespace=namespace)
+        control_plane.apply(hpa("chat", 2, 3), namespace=namespace)  # the HPA does not scale from 0
+        rescale = wait_for(
+            "a FailedRescale event", lambda: events(control_plane, namespace, "FailedRescale"), timeout=90
+        )
+        assert f"scale-up of deployment {namespace}/chat from 1 to 2 replicas needs" in rescale[0]["message"]
+        assert "Forbidden" not in process.log() and "Traceback" not in process.log()
+    finally:
+        helm(control_plane, "uninstall", release, *helm_ns, check=False)
+        control_plane.kubectl("delete", "namespace", release_namespace, "--wait=false", check=False)
+        if process is not None:
+            process.stop()

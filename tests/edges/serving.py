@@ -52,9 +52,10 @@ class Process:
         program: tuple[str, ...] = (sys.executable, "-m", "webhook"),
         cwd: Path = ROOT,
         user: int | None = None,
+        port: int | None = None,
     ) -> None:
         self.certs, self.log_path = devcerts.ensure_dev_certs(certs) if make_certs else certs, log
-        self.port = free_port()
+        self.port = port or free_port()
         self.url = f"https://127.0.0.1:{self.port}"
         source = ["--cluster", str(cluster)] if cluster is not None else []
         command = [*program, "serve", *source, "--cert-dir", str(certs)]
