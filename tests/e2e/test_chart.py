@@ -344,15 +344,21 @@ def service_account_kubeconfig(plane: ControlPlane, namespace: str, account: str
     return path
 
 
-def test_installed_in_cert_manager_mode_it_serves_with_the_issued_secret_as_its_service_account_and_denies(
-    control_plane: ControlPlane, cert_manager: Path, namespace: str, card_quota: Any, tmp_path: Path
+@pytest.mark.parametrize("mode", ["cert-manager", "self-signed"])
+def test_installed_it_serves_with_the_chart_secret_as_its_service_account_and_denies(
+    control_plane: ControlPlane,
+    cert_manager: Path,
+    namespace: str,
+    card_quota: Any,
+    tmp_path: Path,
+    mode: str,
 ) -> None:
     release_namespace = f"cq-release-{uuid.uuid4().hex[:6]}"
     control_plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": release_namespace}})
     release, port = f"cq-{uuid.uuid4().hex[:6]}", free_port()
     helm_ns = [f"--kubeconfig={control_plane.kubeconfig}", "-n", release_namespace]
     flags = [f"--set=webhook.url=https://127.0.0.1:{port}", "--set=certs.extraIPAddresses={127.0.0.1}"]
-    flags += ["--set=replicas=1", "--set=webhook.failurePolicy.validate=Fail"]
+    flags += ["--set=replicas=1", "--set=webhook.failurePolicy.validate=Fail", f"--set=certs.mode={mode}"]
     helm(control_plane, "install", release, str(CHART), *helm_ns, *flags)
     process = None
     try:
