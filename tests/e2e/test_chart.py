@@ -5,12 +5,16 @@ reach the webhook."""
 
 import base64
 import json
+import ssl
 import subprocess
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import yaml
 from cryptography import x509
@@ -20,7 +24,7 @@ from tests.e2e.cluster import ROOT, ControlPlane, wait_for
 from tests.e2e.objects import H200, hpa, queued_deployment
 from tests.e2e.recorder import Recorder
 from tests.e2e.test_webhook import events
-from tests.edges.serving import Process, free_port
+from tests.edges.serving import Process, free_port, mount_like_kubelet, served_serial
 
 CHART = ROOT / "charts" / "card-quota-webhook"
 CERT_MANAGER_CRDS = ("certificates", "certificaterequests", "issuers", "clusterissuers")
@@ -324,6 +328,84 @@ def test_in_cert_manager_mode_cert_manager_issues_the_certificate_and_injects_it
         helm(control_plane, "uninstall", release, *helm_ns, check=False)
 
 
+QUEUE = "scheduling.volcano.sh/queue-name"
+
+
+def injected(plane: ControlPlane, release: str) -> list[str]:
+    """The caBundle of every webhook in the release's two configurations."""
+    return [
+        hook["clientConfig"].get("caBundle", "")
+        for kind in ("validatingwebhookconfiguration", "mutatingwebhookconfiguration")
+        for hook in plane.get(kind, release)["webhooks"]
+    ]
+
+
+def force_renewal(plane: ControlPlane, namespace: str, certificate: str) -> None:
+    """What ``cmctl renew`` does: set the Certificate's Issuing condition; cert-manager reissues."""
+    found = plane.get("certificate", certificate, namespace=namespace)
+    conditions = [c for c in found["status"].get("conditions", []) if c["type"] != "Issuing"]
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    conditions.append(
+        {
+            "type": "Issuing",
+            "status": "True",
+            "reason": "ManuallyTriggered",
+            "message": "Certificate re-issuance manually triggered",
+            "lastTransitionTime": now,
+            "observedGeneration": found["metadata"]["generation"],
+        }
+    )
+    patch = json.dumps({"status": {"conditions": conditions}})
+    plane.kubectl(
+        "patch",
+        "certificate",
+        certificate,
+        "-n",
+        namespace,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        patch,
+    )
+
+
+class ApiLoad:
+    """A thread creating one card pod with dryRun=All through the API server, over and over: every
+    answer must come from the webhook (allowed, or denied by it); any other answer is a failure."""
+
+    def __init__(self, plane: ControlPlane, namespace: str, body: str) -> None:
+        self.url = f"{plane.server}/api/v1/namespaces/{namespace}/pods?dryRun=All"
+        self.certs, self.body = plane.certs, body
+        self.answered, self.failures = 0, []  # type: ignore[var-annotated]
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        client_cert = (str(self.certs / "admin.crt"), str(self.certs / "admin.key"))
+        verify = ssl.create_default_context(cafile=str(self.certs / "ca.crt"))
+        verify.load_cert_chain(*client_cert)
+        with httpx.Client(verify=verify, timeout=15, headers={"Content-Type": "application/json"}) as client:
+            while not self._stop.is_set():
+                try:
+                    answer = client.post(self.url, content=self.body)
+                except httpx.HTTPError as exc:
+                    self.failures.append(repr(exc))
+                    continue
+                by_webhook = answer.status_code == 403 and "denied the request" in answer.text
+                if answer.status_code == 201 or by_webhook:
+                    self.answered += 1
+                else:
+                    self.failures.append(f"{answer.status_code}: {answer.text[:300]}")
+
+    def __enter__(self) -> "ApiLoad":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+
 def service_account_kubeconfig(plane: ControlPlane, namespace: str, account: str, path: Path) -> Path:
     """A kubeconfig that authenticates as the chart's ServiceAccount (what the pod's token gives it)."""
     token = plane.kubectl("create", "token", account, "-n", namespace, "--duration=1h").stdout.strip()
@@ -371,10 +453,8 @@ def test_installed_it_serves_with_the_chart_secret_as_its_service_account_and_de
             return data if {"tls.crt", "tls.key", "ca.crt"} <= set(data) else None
 
         secret = wait_for("the serving certificate", issued, timeout=60)
-        mounted = tmp_path / "tls"  # as the kubelet mounts the Secret
-        mounted.mkdir()
-        for name, value in secret.items():
-            (mounted / name).write_bytes(base64.b64decode(value))
+        mounted = tmp_path / "tls"
+        mount_like_kubelet(mounted, "1", {k: base64.b64decode(v) for k, v in secret.items()})
         kubeconfig = service_account_kubeconfig(control_plane, release_namespace, release, tmp_path / "sa")
         wait_for(
             "the CA injected",
@@ -390,6 +470,8 @@ def test_installed_it_serves_with_the_chart_secret_as_its_service_account_and_de
             str(kubeconfig),
             "--drain-seconds",
             "0",
+            "--cert-poll-seconds",
+            "0.5",
             cluster=None,
             make_certs=False,
             port=port,
@@ -407,6 +489,31 @@ def test_installed_it_serves_with_the_chart_secret_as_its_service_account_and_de
             "a FailedRescale event", lambda: events(control_plane, namespace, "FailedRescale"), timeout=90
         )
         assert f"scale-up of deployment {namespace}/chat from 1 to 2 replicas needs" in rescale[0]["message"]
+
+        # A forced renewal, under load through the API server: no review may fail.
+        ca_bundles = injected(control_plane, release)
+        before = served_serial(port, mounted)
+        card_pod = pod("load", {QUEUE: queue_name, "volcano.sh/card.name": H200}, {"nvidia.com/gpu": "1"})
+        with ApiLoad(control_plane, namespace, card_pod) as load:
+            wait_for("reviews answered under load", lambda: load.answered >= 5, timeout=30)
+            if mode == "cert-manager":
+                force_renewal(control_plane, release_namespace, f"{release}-serving")
+            else:
+                helm(control_plane, "upgrade", release, str(CHART), *helm_ns, "--reuse-values")
+            renewed = wait_for(
+                "the renewed certificate in the Secret",
+                lambda: (data := issued()) and data["tls.crt"] != secret["tls.crt"] and data,
+                timeout=60,
+            )
+            mount_like_kubelet(mounted, "2", {k: base64.b64decode(v) for k, v in renewed.items()})
+            wait_for(
+                "the renewed certificate served", lambda: served_serial(port, mounted) != before, timeout=30
+            )
+            answered = load.answered
+            wait_for("reviews answered after the renewal", lambda: load.answered >= answered + 5, timeout=30)
+        assert load.failures == [], load.failures[:3]
+        assert injected(control_plane, release) == ca_bundles  # the CA did not move
+        assert '"msg":"certificate reloaded"' in process.log()
         assert "Forbidden" not in process.log() and "Traceback" not in process.log()
     finally:
         helm(control_plane, "uninstall", release, *helm_ns, check=False)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from cryptography import x509
 
 from webhook import devcerts, server
 from webhook.metrics import Metrics
@@ -37,6 +38,29 @@ def client_context(certs: Path, client_cert: tuple[Path, Path] | None = None) ->
     if client_cert:
         context.load_cert_chain(*client_cert)
     return context
+
+
+def served_serial(port: int, certs: Path) -> int:
+    context = client_context(certs)
+    with (
+        socket.create_connection(("127.0.0.1", port)) as raw,
+        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+    assert der is not None
+    return x509.load_der_x509_certificate(der).serial_number
+
+
+def mount_like_kubelet(directory: Path, version: str, files: dict[str, bytes]) -> None:
+    """Lay files out as a mounted Secret: ``..<version>/`` dirs, ``..data`` swapped atomically."""
+    target = directory / f"..{version}"
+    target.mkdir(parents=True)
+    for name, data in files.items():
+        (target / name).write_bytes(data)
+        if not (directory / name).exists():
+            (directory / name).symlink_to(Path("..data") / name)
+    (directory / "..data_tmp").symlink_to(target.name)
+    os.replace(directory / "..data_tmp", directory / "..data")
 
 
 class Process:

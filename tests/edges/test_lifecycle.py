@@ -1,7 +1,5 @@
 """The server's life as a cluster lives it: certificate rotation and rolling restarts under load."""
 
-import os
-import socket
 import ssl
 import threading
 import time
@@ -13,7 +11,14 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
-from tests.edges.serving import REVIEWS, Process, client_context, serve_process
+from tests.edges.serving import (
+    REVIEWS,
+    Process,
+    client_context,
+    mount_like_kubelet,
+    serve_process,
+    served_serial,
+)
 from webhook import devcerts
 
 GOOD = (REVIEWS / "pod-cpu-only.json").read_bytes()
@@ -54,29 +59,6 @@ class Load:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
-
-
-def served_serial(port: int, certs: Path) -> int:
-    context = client_context(certs)
-    with (
-        socket.create_connection(("127.0.0.1", port)) as raw,
-        context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
-    ):
-        der = tls.getpeercert(binary_form=True)
-    assert der is not None
-    return x509.load_der_x509_certificate(der).serial_number
-
-
-def mount_like_kubelet(directory: Path, version: str, files: dict[str, bytes]) -> None:
-    """Lay files out as a mounted Secret: ``..<version>/`` dirs, ``..data`` swapped atomically."""
-    target = directory / f"..{version}"
-    target.mkdir(parents=True)
-    for name, data in files.items():
-        (target / name).write_bytes(data)
-        if not (directory / name).exists():
-            (directory / name).symlink_to(Path("..data") / name)
-    (directory / "..data_tmp").symlink_to(target.name)
-    os.replace(directory / "..data_tmp", directory / "..data")
 
 
 def wait_for(condition: Callable[[], bool], timeout: float) -> None:
