@@ -4,6 +4,7 @@ The per-queue, per-card gauges are computed from the state when Prometheus scrap
 never pays for them.
 """
 
+from collections import Counter as Tally
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -72,6 +73,12 @@ class Metrics:
             "cardquota_certificate_reloads", "serving certificate reloads", registry=self.registry
         )
 
+        # Known label values start at 0, so rates and alerts see a series before the first event.
+        for status in ("400", "503", "500"):
+            self.rejected.labels(status)
+        for webhook in ("validate", "mutate"):
+            self.too_complex.labels(webhook)
+
         self._children: dict[tuple[str, str, str, str], tuple[Any, Any]] = {}
 
     def observe(self, webhook: str, kind: str, operation: str, decision: str, seconds: float) -> None:
@@ -131,3 +138,11 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "cardquota_in_flight_holds", "in-flight ledger entries", value=len(state.ledger)
         )
+        objects = GaugeMetricFamily(
+            "cardquota_objects_skipped",
+            "objects the cluster holds in a shape that cannot be read (see cardquota status)",
+            labels=["kind"],
+        )
+        for kind, n in sorted(Tally(key.split("/", 1)[0] for key in state.skipped).items()):
+            objects.add_metric([kind], n)
+        yield objects

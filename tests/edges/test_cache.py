@@ -11,12 +11,14 @@ import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from prometheus_client import generate_latest
 
 from tests.builders import H200, H800, node, pod, queue
 from webhook.cache import KINDS, Backoff, Expired, Informer, Kind, Unavailable
 from webhook.core.policy import Policy
 from webhook.core.report import cluster_status
 from webhook.core.state import ClusterState
+from webhook.metrics import Metrics
 from webhook.snapshot import build_state
 from webhook.sources import LiveSource
 
@@ -168,6 +170,10 @@ def test_an_object_in_an_odd_shape_is_skipped_reported_and_the_informer_goes_on(
     assert set(inf.state.queues) == {"good"}
     notes = cluster_status(inf.state)["notes"]
     assert notes == ["Queue/odd: skipped, spec must be an object, got a string"]
+    metrics = Metrics()
+    metrics.watch_state(lambda: inf.state)
+    scraped = generate_latest(metrics.registry).decode()
+    assert 'cardquota_objects_skipped{kind="Queue"} 1.0' in scraped
 
 
 def test_a_watch_error_that_is_not_410_is_retried_like_a_broken_connection() -> None:
