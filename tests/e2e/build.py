@@ -36,6 +36,7 @@ KWOK_STAGES = (
 STAGES_FILE = "kwok-stages.yaml"
 # cert-manager's controllers and CA injector: a main of our own in its own module (certmanager/).
 CERT_MANAGER = "cert-manager"
+PROMETHEUS = "prometheus"  # Debian's package, for the dashboard's end-to-end test
 CERT_MANAGER_MODULE = "github.com/cert-manager/cert-manager@v1.21.2"
 
 
@@ -145,6 +146,29 @@ def _cert_manager(target: Path) -> None:
     staging.replace(target)
 
 
+def _prometheus(target: Path) -> None:
+    """Debian's prometheus binary, taken out of its package (nothing is installed on the machine)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        os.chmod(tmp, 0o777)  # apt's download user may write here
+
+        def download() -> bool:
+            return (
+                subprocess.run(
+                    ["apt-get", "download", "-q", PROMETHEUS], cwd=tmp, capture_output=True
+                ).returncode
+                == 0
+            )
+
+        if not download() and os.geteuid() == 0:
+            subprocess.run(["apt-get", "update", "-qq"], check=True)  # a fresh machine's empty lists
+        if not list(Path(tmp).glob("*.deb")) and not download():
+            raise SystemExit("apt-get download prometheus failed: Debian's prometheus package is needed")
+        deb = next(Path(tmp).glob("prometheus_*.deb"))
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(Path(tmp) / "root")], check=True)
+        shutil.copy(Path(tmp) / "root" / "usr" / "bin" / PROMETHEUS, target)
+    target.chmod(0o755)
+
+
 def cert_manager_crds() -> Path:
     """cert-manager's CRD manifests, read from its module in the Go module cache (never copied here)."""
     done = subprocess.run(
@@ -174,7 +198,9 @@ def _kwok_stages(target: Path) -> None:
 def ensure_binaries() -> Path:
     """The cache directory with every binary, building what is missing."""
     out = cache_dir()
-    missing = [b for b in (*BINARIES, "helm", STAGES_FILE, CERT_MANAGER) if not (out / b).exists()]
+    missing = [
+        b for b in (*BINARIES, "helm", STAGES_FILE, CERT_MANAGER, PROMETHEUS) if not (out / b).exists()
+    ]
     if not missing:
         return out
     out.mkdir(parents=True, exist_ok=True)
@@ -212,6 +238,8 @@ def ensure_binaries() -> Path:
         _kwok_stages(out / STAGES_FILE)
     if CERT_MANAGER in missing:
         _cert_manager(out / CERT_MANAGER)
+    if PROMETHEUS in missing:
+        _prometheus(out / PROMETHEUS)
     print(
         f"Control-plane binaries ready in {out} after {(time.monotonic() - started) / 60:.1f} min.",
         flush=True,

@@ -14,6 +14,8 @@ import pytest
 from tests.e2e.cluster import ROOT, ControlPlane, wait_for
 from tests.e2e.objects import SELECTOR, card_queue
 from tests.e2e.recorder import Recorder
+from tests.e2e.registration import configurations
+from tests.edges.serving import Process
 
 OUT = ROOT / "out" / "e2e"
 
@@ -102,3 +104,33 @@ def card_quota(control_plane: ControlPlane, namespace: str) -> Iterator[Callable
     yield make
     for name in made:
         control_plane.kubectl("delete", "queue", name, check=False)
+
+
+@pytest.fixture(scope="module")
+def webhook(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+    tmp = tmp_path_factory.mktemp("webhook")
+    flags = ("--kubeconfig", str(control_plane.kubeconfig), "--drain-seconds", "0")
+    process = Process(tmp / "certs", tmp / "server.log", *flags, cluster=None)
+    prefix = f"cardquota-e2e-{uuid.uuid4().hex[:6]}"
+    registered = configurations(process.url, process.certs / "ca.crt", SELECTOR, prefix)
+    try:
+        process.wait_ready(timeout=60)
+        control_plane.apply(*registered)
+
+        def answers() -> bool:
+            done = control_plane.kubectl(
+                "create",
+                "--dry-run=server",
+                "-f",
+                "-",
+                stdin=json.dumps(card_queue("probe", "x")),
+                check=False,
+            )
+            return "malformed volcano.sh/card.quota" in done.stderr
+
+        wait_for("the API server to call the webhook", answers, timeout=30)
+        yield process
+    finally:
+        for config in registered:
+            control_plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
+        process.stop()

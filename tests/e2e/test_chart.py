@@ -225,6 +225,22 @@ def test_the_deployment_is_hardened_and_outlives_its_drain(control_plane: Contro
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 
+def test_the_grafana_dashboard_ships_as_a_configmap_for_the_sidecar(control_plane: ControlPlane) -> None:
+    dashboard = of_kind(render(control_plane, "ops"), "ConfigMap")
+    assert dashboard["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads(dashboard["data"]["card-quota.json"])
+    assert shipped == json.loads((CHART / "dashboards" / "card-quota.json").read_text())
+    assert {p["title"] for p in shipped["panels"]} >= {
+        "Quota, used, pending and free",
+        "Denials by kind",
+        "Review latency",
+    }
+    moved = render(control_plane, "ops", "--set", "metrics.dashboard.namespace=monitoring")
+    assert of_kind(moved, "ConfigMap")["metadata"]["namespace"] == "monitoring"
+    off = render(control_plane, "ops", "--set", "metrics.dashboard.enabled=false")
+    assert [o for o in off if o["kind"] == "ConfigMap"] == []
+
+
 @pytest.fixture
 def chart_hooks(control_plane: ControlPlane) -> Iterator[tuple[Recorder, str]]:
     """The chart's two webhook configurations, registered by URL at a recorder, for a release in its own

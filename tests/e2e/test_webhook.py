@@ -4,49 +4,17 @@ kubectl, a ReplicaSet and the HPA controller see."""
 import json
 import ssl
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.e2e.cluster import ControlPlane, wait_for
-from tests.e2e.objects import H200, SELECTOR, card_queue, hpa, queued_deployment
-from tests.e2e.registration import configurations
+from tests.e2e.objects import H200, card_queue, hpa, queued_deployment
 from tests.edges.serving import Process
 
 Quota = Callable[[dict[str, int]], str]
-
-
-@pytest.fixture(scope="module")
-def webhook(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
-    tmp = tmp_path_factory.mktemp("webhook")
-    flags = ("--kubeconfig", str(control_plane.kubeconfig), "--drain-seconds", "0")
-    process = Process(tmp / "certs", tmp / "server.log", *flags, cluster=None)
-    prefix = f"cardquota-e2e-{uuid.uuid4().hex[:6]}"
-    registered = configurations(process.url, process.certs / "ca.crt", SELECTOR, prefix)
-    try:
-        process.wait_ready(timeout=60)
-        control_plane.apply(*registered)
-
-        def answers() -> bool:
-            done = control_plane.kubectl(
-                "create",
-                "--dry-run=server",
-                "-f",
-                "-",
-                stdin=json.dumps(card_queue("probe", "x")),
-                check=False,
-            )
-            return "malformed volcano.sh/card.quota" in done.stderr
-
-        wait_for("the API server to call the webhook", answers, timeout=30)
-        yield process
-    finally:
-        for config in registered:
-            control_plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
-        process.stop()
 
 
 def test_a_malformed_quota_is_refused_with_our_message_and_an_overcommit_is_warned(
