@@ -6,7 +6,9 @@ Contract (other tools rely on it):
   cardquota review --cluster DIR [--webhook validate|mutate]   AdmissionReview on stdin -> response
   cardquota status --cluster DIR | --kubeconfig PATH [--output table|json]
   cardquota examples DIR                                       every review under DIR/reviews
-Exit 0 whenever a response was produced (allowed or not); 2 with a message when it was not.
+  cardquota probe [--kubeconfig PATH] [--timeout SECONDS]      the webhook answers via the API server?
+Exit 0 whenever a response was produced (allowed or not); 2 with a message when it was not;
+probe: 0 when the webhook answered, 1 when it did not in time.
 """
 
 import argparse
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from webhook import devcerts, review, settings, snapshot
+from webhook import devcerts, probe, review, settings, snapshot
 from webhook import main as main_module
 from webhook.core.policy import Policy
 from webhook.core.report import cluster_status, status_table
@@ -39,6 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("directory", type=Path)
     serve = sub.add_parser("serve", help="serve /validate and /mutate over HTTPS")
     settings.add_flags(serve)
+    probe_cmd = sub.add_parser(
+        "probe", help="wait until the webhook answers a dry-run review sent through the API server"
+    )
+    probe_cmd.add_argument("--kubeconfig", type=Path, help="default: the pod's service account")
+    probe_cmd.add_argument("--timeout", type=float, default=60.0, help="seconds to keep trying")
     certs = sub.add_parser("dev-certs", help="write a development CA and serving certificate to DIR")
     certs.add_argument("directory", type=Path)
     certs.add_argument(
@@ -56,6 +63,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _status(args.cluster, args.kubeconfig, args.output)
         if args.command == "serve":
             return main_module.run(settings.load(args))
+        if args.command == "probe":
+            return _probe(args.kubeconfig, args.timeout)
         if args.command == "dev-certs":
             names = args.name or devcerts.DEFAULT_NAMES
             print(devcerts.ensure_dev_certs(args.directory, names))
@@ -64,6 +73,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CardquotaError as exc:
         print(f"cardquota: {exc}", file=sys.stderr)
         return 2
+
+
+def _probe(kubeconfig: Path | None, timeout: float) -> int:
+    try:
+        print(f"the webhook answered: {probe.run(kubeconfig, timeout)}")
+    except probe.ProbeFailed as exc:
+        print(f"cardquota: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _review(cluster: Path, webhook: review.Webhook) -> int:

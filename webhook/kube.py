@@ -89,6 +89,23 @@ class KubeTransport:
             raise Unavailable(f"{path}: {exc!r}") from exc
         return body if isinstance(body, dict) else None
 
+    async def dry_run_create(self, collection: str, body: dict[str, Any]) -> tuple[int, str]:
+        """POST ``body`` to ``collection`` with ``dryRun=All``: the API server's status and answer."""
+        try:
+            response = await self.api.call_api(
+                collection,
+                "POST",
+                query_params=[("dryRun", "All")],
+                body=body,
+                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=LIST_TIMEOUT),
+            )
+            return response.status, (await response.read())[:4096].decode(errors="replace")
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise Unavailable(f"{collection}: {exc!r}") from exc
+
     async def warn_queue(self, queue: str, reason: str, message: str) -> None:
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {

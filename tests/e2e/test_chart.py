@@ -7,6 +7,7 @@ import base64
 import json
 import ssl
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -181,8 +182,15 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
 def test_rbac_grants_reads_of_what_the_cache_watches_and_writes_only_leases_and_events(
     control_plane: ControlPlane,
 ) -> None:
-    objects = render(control_plane, "card-quota")
+    rendered = render(control_plane, "card-quota")
+    hooks = [o for o in rendered if "helm.sh/hook" in o["metadata"].get("annotations", {})]
+    objects = [o for o in rendered if o not in hooks]
     writes = {"create", "update", "patch", "delete", "deletecollection", "*"}
+    # helm test's probe account exists only while the test runs and may only create Queues (dry run).
+    assert {o["metadata"]["annotations"]["helm.sh/hook"] for o in hooks} == {"test"}
+    assert of_kind(hooks, "ClusterRole")["rules"] == [
+        {"apiGroups": ["scheduling.volcano.sh"], "resources": ["queues"], "verbs": ["create"]}
+    ]
     for role in (o for o in objects if o["kind"] in ("ClusterRole", "Role")):
         for rule in role["rules"]:
             written = writes & set(rule["verbs"])
@@ -422,6 +430,38 @@ class ApiLoad:
         self._thread.join(timeout=30)
 
 
+def run_test_hook(
+    plane: ControlPlane, release: str, namespace: str, flags: list[str], tmp: Path, timeout: str = "60"
+) -> subprocess.CompletedProcess[str]:
+    """Create the ``helm test`` hook's account and RBAC, and run its pod's command here with that
+    account's token (the local control plane's nodes run no containers)."""
+    rendered = helm(
+        plane, "template", release, str(CHART), *flags, "--show-only", "templates/tests/probe.yaml"
+    )
+    objects = [o for o in yaml.safe_load_all(rendered.stdout) if o]
+    (pod_spec,) = [o["spec"] for o in objects if o["kind"] == "Pod"]
+    plane.kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin=json.dumps(
+            {"apiVersion": "v1", "kind": "List", "items": [o for o in objects if o["kind"] != "Pod"]}
+        ),
+    )
+    kubeconfig = service_account_kubeconfig(
+        plane, namespace, pod_spec["serviceAccountName"], tmp / "probe-sa"
+    )
+    args = list(pod_spec["containers"][0]["args"])
+    args[args.index("--timeout") + 1] = timeout
+    return subprocess.run(
+        [sys.executable, "-m", "webhook", *args, "--kubeconfig", str(kubeconfig)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        cwd=ROOT,
+    )
+
+
 def service_account_kubeconfig(plane: ControlPlane, namespace: str, account: str, path: Path) -> Path:
     """A kubeconfig that authenticates as the chart's ServiceAccount (what the pod's token gives it)."""
     token = plane.kubectl("create", "token", account, "-n", namespace, "--duration=1h").stdout.strip()
@@ -531,6 +571,24 @@ def test_installed_it_serves_with_the_chart_secret_as_its_service_account_and_de
         assert injected(control_plane, release) == ca_bundles  # the CA did not move
         assert '"msg":"certificate reloaded"' in process.log()
         assert "Forbidden" not in process.log() and "Traceback" not in process.log()
+
+        # helm test's probe, as its pod would run it: under its own account, through the API server.
+        probe = run_test_hook(control_plane, release, release_namespace, helm_ns + flags, tmp_path)
+        assert probe.returncode == 0, probe.stderr
+        answered = (
+            'the webhook answered: admission webhook "validate.cardquota.volcano.sh" denied the request: '
+        )
+        assert probe.stdout.startswith(
+            answered + 'queue "cardquota-probe" has a malformed volcano.sh/card.quota'
+        )
+        process.stop()
+        process = None
+        down = run_test_hook(
+            control_plane, release, release_namespace, helm_ns + flags, tmp_path, timeout="3"
+        )
+        assert down.returncode == 1
+        assert "the webhook did not answer a dry-run review within 3 s: HTTP 500" in down.stderr
+        assert "failed calling webhook" in down.stderr
     finally:
         helm(control_plane, "uninstall", release, *helm_ns, check=False)
         control_plane.kubectl("delete", "namespace", release_namespace, "--wait=false", check=False)
