@@ -18,7 +18,7 @@ from kubernetes_asyncio import client, config
 
 from webhook.cache import Expired, Kind, Unavailable
 from webhook.errors import ConfigError
-from webhook.lease import LeaseConflict, LeaseUnavailable
+from webhook.lease import SERVING_LABEL, LeaseConflict, LeaseUnavailable
 
 LIST_TIMEOUT = 60.0
 EVENT_NAMESPACE = "default"  # Events about cluster-scoped objects (Queues) live here
@@ -239,3 +239,29 @@ class KubeLeaseClient:
             raise LeaseConflict(f"lease {self.name} changed meanwhile")
         if status not in (200, 201):
             raise LeaseUnavailable(f"lease {self.name}: HTTP {status}: {body[:200].decode(errors='replace')}")
+
+
+class KubePodLabel:
+    """``lease.PodLabelClient`` for the pod ``namespace/name`` (this replica's own, from the
+    downward API), through the same connection."""
+
+    def __init__(self, transport: KubeTransport, namespace: str, name: str) -> None:
+        self.transport, self.path = transport, f"/api/v1/namespaces/{namespace}/pods/{name}"
+
+    async def label(self, value: str | None) -> None:
+        patch = {"metadata": {"labels": {SERVING_LABEL: value}}}
+        try:
+            response = await self.transport.api.call_api(
+                self.path,
+                "PATCH",
+                body=patch,
+                header_params={"Content-Type": "application/merge-patch+json", "Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=5),
+            )
+            status, text = response.status, (await response.read())[:300].decode(errors="replace")
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise LeaseUnavailable(f"{self.path}: {exc!r}") from exc
+        if status != 200:
+            raise LeaseUnavailable(f"{self.path}: HTTP {status}: {text}")

@@ -58,13 +58,33 @@ class LeaderElector:
         self._held_until = 0.0
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
+        self._released = False
 
     @property
     def is_leader(self) -> bool:
         return self.clock() < self._held_until
 
+    async def release(self) -> None:
+        """Give the Lease up (a graceful stop): stop renewing, and clear the holder so a standby
+        takes over at its next round instead of waiting for the Lease to expire."""
+        was_leader, self._released, self._held_until = self.is_leader, True, 0.0
+        if not was_leader:
+            return
+        try:
+            lease = await self.client.get()
+            spec = (lease or {}).get("spec") or {}
+            if lease is None or spec.get("holderIdentity") != self.identity:
+                return
+            now = _now_micro()
+            lease["spec"] = {**spec, "holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": now}
+            await self.client.replace(lease)
+            log.info("lease released", extra={"lease": self.name, "identity": self.identity})
+        except (LeaseConflict, LeaseUnavailable) as exc:
+            extra = {"lease": self.name, "error": str(exc)}
+            log.warning("could not release the lease; it expires", extra=extra)
+
     async def run(self) -> None:
-        while True:
+        while not self._released:
             try:
                 await self.try_acquire_or_renew()
             except LeaseUnavailable as exc:
@@ -72,6 +92,8 @@ class LeaderElector:
             await asyncio.sleep(self.renew_every)
 
     async def try_acquire_or_renew(self) -> bool:
+        if self._released:
+            return False
         started = self.clock()
         lease = await self.client.get()
         if lease is None:
@@ -119,6 +141,8 @@ class LeaderElector:
         except LeaseConflict:
             self._held_until = 0.0
             return False
+        if self._released:  # released while this round was under way: the next leader may be chosen
+            return False
         # Counted from before the read: the deadline can only be early, never late.
         self._held_until = started + self.renew_deadline
         if not was_leader:
@@ -126,3 +150,44 @@ class LeaderElector:
                 "leading: this replica serves reviews", extra={"lease": self.name, "identity": self.identity}
             )
         return True
+
+
+SERVING_LABEL = "cardquota.volcano.sh/serving"
+
+
+class PodLabelClient(Protocol):
+    async def label(self, value: str | None) -> None:
+        """Set (or, with None, remove) ``SERVING_LABEL`` on this replica's own pod; raise
+        ``LeaseUnavailable`` when the API server cannot be reached."""
+
+
+@dataclass
+class ServingLabel:
+    """Keeps this pod's ``SERVING_LABEL`` equal to "holds the Lease": the Service selects it, so
+    reviews go to the leader while every synced replica stays ready (a PodDisruptionBudget can then
+    count standbys as available, and draining the leader's node is never blocked). Removed at
+    start, before the replica is ready; a failed patch is retried every ``every`` seconds."""
+
+    client: PodLabelClient
+    leading: Callable[[], bool]
+    every: float = 0.5
+
+    def __post_init__(self) -> None:
+        self.applied: bool | None = None  # unknown until the first patch succeeds
+
+    async def sync(self) -> None:
+        wanted = self.leading()
+        if wanted == self.applied:
+            return
+        try:
+            await self.client.label("true" if wanted else None)
+        except LeaseUnavailable as exc:
+            log.warning("could not label this pod", extra={"serving": wanted, "error": str(exc)})
+            return
+        self.applied = wanted
+        log.info("pod label set", extra={"label": SERVING_LABEL, "serving": wanted})
+
+    async def run(self) -> None:
+        while True:
+            await self.sync()
+            await asyncio.sleep(self.every)

@@ -21,7 +21,7 @@ from webhook import logs, server
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
 from webhook.errors import ConfigError
-from webhook.kube import KubeLeaseClient, KubeTransport
+from webhook.kube import KubeLeaseClient, KubePodLabel, KubeTransport
 from webhook.lease import LeaderElector
 from webhook.metrics import Metrics
 from webhook.settings import ServeSettings
@@ -44,7 +44,15 @@ def build_source(settings: ServeSettings) -> StateSource:
         broken_after=settings.watch_broken_seconds,
         audit_seconds=settings.audit_seconds,
         elect=_elector(settings) if settings.leader_elect else None,
+        label_pod=_pod_label() if settings.leader_elect and settings.label_leader_pod else None,
     )
+
+
+def _pod_label() -> Callable[[Any], KubePodLabel]:
+    name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+    if not name or not namespace:
+        raise ConfigError("--label-leader-pod needs POD_NAME and POD_NAMESPACE (the downward API)")
+    return lambda transport: KubePodLabel(transport, namespace, name)
 
 
 def _elector(settings: ServeSettings) -> Callable[[Any], LeaderElector]:
@@ -148,6 +156,7 @@ async def serve(settings: ServeSettings) -> int:
     code = await stopped
     if code == 0:
         health.draining = True
+        await source.step_down()  # with leader election: a standby takes over now, not at expiry
         log.info("draining", extra={"seconds": settings.drain_seconds})
         await asyncio.sleep(settings.drain_seconds)
     await runner.cleanup()

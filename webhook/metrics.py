@@ -55,7 +55,13 @@ class Metrics:
         )
         self.ready = Gauge(
             "cardquota_ready",
-            "1 when the state source has synced and the server is not draining",
+            "1 when /readyz answers 200 (synced, not draining; with leader election and a serving "
+            "label, standbys too)",
+            registry=self.registry,
+        )
+        self.serving = Gauge(
+            "cardquota_serving",
+            "1 when this replica answers reviews (synced, not draining, and the Lease holder if elected)",
             registry=self.registry,
         )
         self.cert_expiry = Gauge(

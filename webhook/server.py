@@ -47,7 +47,8 @@ UID = web.RequestKey("uid", str)  # the review uid, once parsed, for the bug log
 def make_app(source: StateSource, metrics: Metrics, health: Health, max_body_bytes: int) -> web.Application:
     app = web.Application(client_max_size=max_body_bytes, middlewares=[_errors])
     app[SOURCE], app[METRICS], app[HEALTH], app[BODY_LIMIT] = source, metrics, health, max_body_bytes
-    metrics.ready.set_function(lambda: float(is_ready(app)))
+    metrics.ready.set_function(lambda: float(not health.draining and not source.readiness_reason()))
+    metrics.serving.set_function(lambda: float(is_ready(app)))
     metrics.watch_state(lambda: source.state)
     app.router.add_post("/validate", _validate)
     app.router.add_post("/mutate", _mutate)
@@ -143,10 +144,10 @@ async def _healthz(_request: web.Request) -> web.Response:
 
 
 async def _readyz(request: web.Request) -> web.Response:
-    if is_ready(request.app):
-        return web.Response(text="ready")
-    why = "draining" if request.app[HEALTH].draining else request.app[SOURCE].not_ready_reason()
-    return web.Response(text=f"not ready: {why}", status=503)
+    if request.app[HEALTH].draining:
+        return web.Response(text="not ready: draining", status=503)
+    why = request.app[SOURCE].readiness_reason()
+    return web.Response(text=f"not ready: {why}" if why else "ready", status=503 if why else 200)
 
 
 async def _metrics(request: web.Request) -> web.Response:

@@ -47,6 +47,11 @@ class ServeSettings(BaseSettings):
     leader_elect: bool = Field(
         False, description="several replicas: only the holder of a Lease is ready and serves"
     )
+    label_leader_pod: bool = Field(
+        False,
+        description="with --leader-elect: every synced replica is ready, and the Lease holder labels its "
+        "own pod cardquota.volcano.sh/serving=true for the Service to select (POD_NAME, POD_NAMESPACE)",
+    )
     lease_name: str = Field("card-quota-webhook", description="the Lease replicas elect a leader with")
     lease_namespace: str = Field(
         "", description="namespace of the Lease (default: the pod's namespace, else default)"

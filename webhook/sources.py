@@ -17,7 +17,7 @@ from webhook.core import report
 from webhook.core.objects import OwnerRef
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
-from webhook.lease import LeaderElector
+from webhook.lease import LeaderElector, PodLabelClient, ServingLabel
 
 
 class StateSource(Protocol):
@@ -34,7 +34,14 @@ class StateSource(Protocol):
         """The one live read (a PodGroup's owner the cache has not seen yet), or None."""
 
     def not_ready_reason(self) -> str:
-        """Why ``ready`` is false, for /readyz and the 503 answer."""
+        """Why ``ready`` is false (this replica does not answer reviews): the 503 answer."""
+
+    def readiness_reason(self) -> str:
+        """Why /readyz is 503, "" when it is 200 (the same as ``not_ready_reason`` unless standbys
+        stay ready and the leader is selected by its pod label)."""
+
+    async def step_down(self) -> None:
+        """A graceful stop: stop answering reviews and hand leadership over, if there is any."""
 
 
 class SnapshotSource:
@@ -57,6 +64,12 @@ class SnapshotSource:
 
     def not_ready_reason(self) -> str:
         return "the cluster state has not synced yet (the snapshot is loading)"
+
+    def readiness_reason(self) -> str:
+        return "" if self.ready else self.not_ready_reason()
+
+    async def step_down(self) -> None:
+        return None
 
     async def run(self) -> None:
         state = await asyncio.to_thread(snapshot.load_snapshot, self.directory, self.policy)
@@ -95,9 +108,11 @@ class LiveSource:
         clock: Callable[[], float] = time.monotonic,
         audit_seconds: float = 30.0,
         elect: Callable[[cache.Transport], LeaderElector] | None = None,
+        label_pod: Callable[[cache.Transport], PodLabelClient] | None = None,
     ) -> None:
-        self.elect = elect
+        self.elect, self.label_pod = elect, label_pod
         self.elector: LeaderElector | None = None
+        self.labeler: ServingLabel | None = None
         self.connect, self.broken_after, self.clock = connect, broken_after, clock
         self.audit_seconds = audit_seconds
         self._warned: dict[tuple[str, str], float] = {}  # (queue, card) -> when an Event was recorded
@@ -114,16 +129,33 @@ class LiveSource:
         return not self.not_ready_reason()
 
     def not_ready_reason(self) -> str:
-        """ "" when ready: every kind synced, no watch broken too long, and (with leader election)
-        this replica holds the Lease."""
+        """ "" when this replica answers reviews: every kind synced, no watch broken too long, and
+        (with leader election) it holds the Lease."""
+        why = self._sync_reason()
+        if not why and self.elector is not None and not self.elector.is_leader:
+            return f"another replica holds the lease {self.elector.namespace}/{self.elector.name} and serves"
+        return why
+
+    def readiness_reason(self) -> str:
+        if self.labeler is None:
+            return self.not_ready_reason()
+        if self.labeler.applied is None:
+            return "this pod's serving label has not been cleared yet"
+        return self._sync_reason()
+
+    def _sync_reason(self) -> str:
         if not self.informers or not all(i.synced for i in self.informers):
             return "the cluster state has not synced yet"
         now, limit = self.clock(), self.broken_after
         if any(i.broken_since is not None and now - i.broken_since > limit for i in self.informers):
             return f"a watch has been broken for more than {limit:.0f} s"
-        if self.elector is not None and not self.elector.is_leader:
-            return f"another replica holds the lease {self.elector.namespace}/{self.elector.name} and serves"
         return ""
+
+    async def step_down(self) -> None:
+        if self.elector is not None:
+            await self.elector.release()
+        if self.labeler is not None:
+            await self.labeler.sync()
 
     async def _first_list(self, informer: cache.Informer) -> None:
         while True:
@@ -176,6 +208,9 @@ class LiveSource:
         if self.elect is not None:
             self.elector = self.elect(transport)
             tasks.append(asyncio.create_task(self.elector.run(), name="leader election"))
+            if self.label_pod is not None:
+                self.labeler = ServingLabel(self.label_pod(transport), lambda: self.ready)
+                tasks.append(asyncio.create_task(self.labeler.run(), name="serving label"))
         try:
             # The first lists run one kind after another, in dependency order (nodes and queues
             # before the pods that refer to them), so no pod is charged twice; then every kind

@@ -195,8 +195,11 @@ def test_rbac_grants_reads_of_what_the_cache_watches_and_writes_only_leases_and_
         for rule in role["rules"]:
             written = writes & set(rule["verbs"])
             if written:
-                assert (rule["resources"], role["kind"]) in ((["leases"], "Role"), (["events"], "Role")), rule
-                assert written <= {"create", "update", "patch"}
+                allowed = ((["leases"], "Role"), (["events"], "Role"), (["pods"], "Role"))
+                assert (rule["resources"], role["kind"]) in allowed, rule
+                assert written <= (
+                    {"patch"} if rule["resources"] == ["pods"] else {"create", "update", "patch"}
+                )
     cluster_role = of_kind(objects, "ClusterRole")
     readable = {res for rule in cluster_role["rules"] for res in rule["resources"]}
     assert readable == {
@@ -226,11 +229,30 @@ def test_the_deployment_is_hardened_and_outlives_its_drain(control_plane: Contro
         "capabilities": {"drop": ["ALL"]},
     }
     assert "cpu" not in container["resources"].get("limits", {})
-    env = {e["name"]: e["value"] for e in container["env"]}
-    assert env["CARDQUOTA_LEADER_ELECT"] == "true"
+    env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+    assert env["CARDQUOTA_LEADER_ELECT"] == "true" and env["CARDQUOTA_LABEL_LEADER_POD"] == "true"
+    assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
     assert pod["terminationGracePeriodSeconds"] > int(env["CARDQUOTA_DRAIN_SECONDS"]) + 5
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_the_service_selects_the_lease_holder_and_the_pdb_counts_every_ready_replica(
+    control_plane: ControlPlane,
+) -> None:
+    def services(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+        return {o["metadata"]["name"]: o["spec"]["selector"] for o in objects if o["kind"] == "Service"}
+
+    three = render(control_plane, "card-quota")
+    pods = of_kind(three, "Deployment")["spec"]["selector"]["matchLabels"]
+    assert services(three) == {"cq": {**pods, "cardquota.volcano.sh/serving": "true"}, "cq-metrics": pods}
+    assert of_kind(three, "PodDisruptionBudget")["spec"] == {
+        "maxUnavailable": 1,
+        "selector": {"matchLabels": pods},
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
+    one = render(control_plane, "card-quota", "--set", "replicas=1")  # no election, no label
+    assert services(one) == {"cq": pods, "cq-metrics": pods}
 
 
 def test_the_grafana_dashboard_ships_as_a_configmap_for_the_sidecar(control_plane: ControlPlane) -> None:

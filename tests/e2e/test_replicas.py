@@ -17,7 +17,7 @@ import pytest
 from tests.e2e.cluster import ControlPlane, free_port, wait_for
 from tests.e2e.objects import H200, SELECTOR, card_queue
 from tests.e2e.registration import configurations
-from tests.edges.serving import Process
+from tests.edges.serving import REVIEWS, Process
 
 
 @pytest.fixture
@@ -181,3 +181,70 @@ def test_three_replicas_behind_a_balancer_admit_exactly_fifty_of_two_hundred_eve
         for config in registered:
             control_plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
         balancer.stop()
+
+
+def serving(process: Process) -> bool:
+    if process.proc.poll() is not None:
+        return False
+    try:
+        with process.client() as client:
+            return "cardquota_serving 1.0" in client.get("/metrics").text
+    except httpx.TransportError:
+        return False
+
+
+def test_with_a_pod_label_every_replica_is_ready_the_leader_is_labelled_and_a_sigterm_hands_over_in_seconds(
+    control_plane: ControlPlane, namespace: str, tmp_path: Path
+) -> None:
+    """What the chart runs: the Service selects the pod labelled serving=true, the PDB sees 3 ready."""
+    label = "cardquota.volcano.sh/serving"
+    names = [f"replica-{i}" for i in range(3)]
+    for name in names:
+        stale = {label: "true"} if name == "replica-2" else {}  # left by an earlier run of that pod
+        control_plane.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "labels": {"app": "cardquota", **stale}},
+                "spec": {"nodeName": "rtx4090-0", "containers": [{"name": "c", "image": "i"}]},
+            },
+            namespace=namespace,
+        )
+    flags = ("--kubeconfig", str(control_plane.kubeconfig), "--drain-seconds", "1", "--leader-elect")
+    flags += ("--label-leader-pod", "--lease-name", "cardquota", "--lease-namespace", namespace)
+    started = [
+        Process(
+            tmp_path / "certs",
+            tmp_path / f"{name}.log",
+            *flags,
+            cluster=None,
+            env={"POD_NAME": name, "POD_NAMESPACE": namespace},
+        )
+        for name in names
+    ]
+
+    def labelled() -> set[str]:
+        pods = control_plane.get("pods", namespace=namespace)["items"]
+        return {p["metadata"]["name"] for p in pods if p["metadata"].get("labels", {}).get(label) == "true"}
+
+    try:
+        wait_for("every replica ready", lambda: all(ready(p) for p in started), timeout=60)
+        (leader,) = wait_for("one serving replica", lambda: [p for p in started if serving(p)], timeout=30)
+        wait_for("only the leader labelled", lambda: labelled() == {names[started.index(leader)]}, timeout=10)
+        standby = next(p for p in started if p is not leader)
+        with standby.client() as client:
+            answer = client.post("/validate", content=(REVIEWS / "pod-cpu-only.json").read_bytes())
+            assert answer.status_code == 503 and "another replica holds the lease" in answer.text
+        leader.terminate()  # SIGTERM: a rolling update or a drain
+        stopped = time.monotonic()
+        others = [p for p in started if p is not leader]
+        (successor,) = wait_for("a standby serving", lambda: [p for p in others if serving(p)], timeout=30)
+        wanted = {names[started.index(successor)]}
+        wait_for("the label moved", lambda: labelled() == wanted, timeout=10, every=0.1)
+        gap = time.monotonic() - stopped
+        assert gap < 6, gap  # the next 2 s round of a standby, not the Lease's 15 s
+        print(f"graceful handover: {gap:.1f} s")
+        assert leader.proc.wait(timeout=30) == 0
+    finally:
+        for process in started:
+            process.stop()

@@ -77,6 +77,7 @@ class Process:
         cwd: Path = ROOT,
         user: int | None = None,
         port: int | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.certs, self.log_path = devcerts.ensure_dev_certs(certs) if make_certs else certs, log
         self.port = port or free_port()
@@ -85,14 +86,14 @@ class Process:
         command = [*program, "serve", *source, "--cert-dir", str(certs)]
         command += ["--host", "127.0.0.1", "--port", str(self.port), *flags]
         self._log = log.open("wb")
-        env = {
+        environment = {
             k: v
             for k, v in os.environ.items()
             if not k.startswith("CARDQUOTA_") and k != "KUBERNETES_SERVICE_HOST"
-        }
+        } | (env or {})
         as_user = {} if user is None else {"user": user, "group": user, "extra_groups": []}
         self.proc = subprocess.Popen(
-            command, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd, env=env, **as_user
+            command, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd, env=environment, **as_user
         )
 
     def client(self, **kwargs: Any) -> httpx.Client:

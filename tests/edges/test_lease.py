@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.lease import LeaderElector, LeaseConflict
+from webhook.lease import LeaderElector, LeaseConflict, LeaseUnavailable, ServingLabel
 
 
 class Store:
@@ -82,3 +82,62 @@ def test_never_two_leaders_whatever_the_schedule(schedule: list[tuple[int, float
         if acts:
             asyncio.run(replicas[who].try_acquire_or_renew())
         assert sum(r.is_leader for r in replicas) <= 1
+
+
+def test_a_released_lease_is_taken_at_the_next_round_and_the_old_leader_never_leads_again() -> None:
+    now = [0.0]
+    a, b = electors(2, now)
+    asyncio.run(a.try_acquire_or_renew())
+    now[0] = 1.0
+    asyncio.run(b.try_acquire_or_renew())
+    assert a.is_leader and not b.is_leader
+    asyncio.run(a.release())
+    assert not a.is_leader
+    now[0] = 2.0  # long before the 15 s the Lease would have run for
+    assert asyncio.run(b.try_acquire_or_renew()) and b.is_leader
+    assert not asyncio.run(a.try_acquire_or_renew()) and not a.is_leader
+
+
+def test_a_standby_releasing_leaves_the_leaders_lease_alone() -> None:
+    now = [0.0]
+    a, b = electors(2, now)
+    asyncio.run(a.try_acquire_or_renew())
+    asyncio.run(b.try_acquire_or_renew())
+    asyncio.run(b.release())
+    now[0] = 1.0
+    assert asyncio.run(a.try_acquire_or_renew()) and a.is_leader
+
+
+class Pod:
+    """A pod's serving label in an API server that can be down."""
+
+    def __init__(self) -> None:
+        self.label: str | None = "true"  # left behind by a previous run of this replica
+        self.down = False
+        self.patches = 0
+
+    async def label_(self, value: str | None) -> None:
+        self.patches += 1
+        if self.down:
+            raise LeaseUnavailable("connection refused")
+        self.label = value
+
+
+def test_the_serving_label_follows_leadership_and_is_retried_until_it_lands() -> None:
+    pod, leading = Pod(), [False]
+    client = type("C", (), {"label": lambda self, v: pod.label_(v)})()
+    labeler = ServingLabel(client, lambda: leading[0])
+    assert labeler.applied is None
+    asyncio.run(labeler.sync())  # at start: a stale label is removed before the replica is ready
+    assert pod.label is None and labeler.applied is False
+    leading[0] = True
+    asyncio.run(labeler.sync())
+    assert pod.label == "true"
+    asyncio.run(labeler.sync())
+    assert pod.patches == 2  # nothing to do: no API call
+    leading[0], pod.down = False, True
+    asyncio.run(labeler.sync())
+    assert pod.label == "true" and labeler.applied is True  # failed: tried again next round
+    pod.down = False
+    asyncio.run(labeler.sync())
+    assert pod.label is None and labeler.applied is False

@@ -249,14 +249,32 @@ def test_health_and_readiness_answer_plainly(client: httpx.Client) -> None:
     assert client.get("/validate").status_code == 405
 
 
-class Unsynced:
-    """A state source that has not synced: what the live cache is before its first list."""
+class FakeSource:
+    """A ``StateSource`` that is ready, never fetches and has no leader to step down from."""
 
+    ready = True
     state: ClusterState | None = None
-    ready = False
 
     async def run(self) -> None:
         return None
+
+    async def fetch(self, ref: Any, namespace: str) -> dict[str, Any] | None:
+        return None
+
+    def not_ready_reason(self) -> str:
+        return ""
+
+    def readiness_reason(self) -> str:
+        return "" if self.ready else self.not_ready_reason()
+
+    async def step_down(self) -> None:
+        return None
+
+
+class Unsynced(FakeSource):
+    """A state source that has not synced: what the live cache is before its first list."""
+
+    ready = False
 
     def not_ready_reason(self) -> str:
         return "the cluster state has not synced yet"
@@ -275,17 +293,12 @@ def test_before_the_state_has_synced_reviews_get_503_and_readyz_is_false(tmp_pat
         assert "cardquota_ready 0.0" in client.get(f"{url}/metrics").text
 
 
-class Broken:
+class Broken(FakeSource):
     """A state that makes the core fail: stands for a bug in a handler."""
 
-    ready = True
-
-    @property
+    @property  # type: ignore[override]
     def state(self) -> ClusterState:
         return "not a state"  # type: ignore[return-value]
-
-    async def run(self) -> None:
-        return None
 
 
 def test_a_bug_is_a_500_logged_with_the_review_uid(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -316,19 +329,11 @@ def test_settings_refuse_nonsense_and_keep_alive_outlasts_the_api_servers_idle_t
         settings.load(Args())  # type: ignore[arg-type]
 
 
-class Loaded:
+class Loaded(FakeSource):
     """The example cluster, loaded fresh: a state no other test has admitted anything into."""
-
-    ready = True
 
     def __init__(self) -> None:
         self.state = snapshot.load_snapshot(CLUSTER)
-
-    async def run(self) -> None:
-        return None
-
-    async def fetch(self, ref: Any, namespace: str) -> dict[str, Any] | None:
-        return None
 
 
 def pod_create(uid: str, name: str, *, dry_run: bool) -> bytes:
@@ -446,10 +451,8 @@ def test_a_live_read_of_another_object_with_the_same_name_is_not_used(tmp_path: 
     assert "patch" not in out
 
 
-class Tangled:
+class Tangled(FakeSource):
     """A queue whose flexible demand only the exact search can place (3+3 and 2+2 into 6 and 4)."""
-
-    ready = True
 
     def __init__(self) -> None:
         flex = f"{H200}|{H800}"
@@ -461,12 +464,6 @@ class Tangled:
             pod("b", flex, 3),
             pod("c", flex, 2),
         )
-
-    async def run(self) -> None:
-        return None
-
-    async def fetch(self, ref: Any, namespace: str) -> dict[str, Any] | None:
-        return None
 
 
 def test_a_check_past_its_guard_is_denied_to_be_safe_and_counted(
