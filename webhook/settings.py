@@ -45,7 +45,7 @@ class ServeSettings(BaseSettings):
         30.0, gt=0, description="how often the live cache looks for queues above their quota"
     )
     leader_elect: bool = Field(
-        False, description="several replicas: only the holder of a Lease is ready and serves"
+        False, description="several replicas: only the holder of a Lease serves"
     )
     label_leader_pod: bool = Field(
         False,

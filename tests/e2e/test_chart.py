@@ -56,9 +56,10 @@ MODES = {
 
 
 def helm(plane: ControlPlane, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(plane.bin / "helm"), *args], capture_output=True, text=True, timeout=120, check=check
-    )
+    done = subprocess.run([str(plane.bin / "helm"), *args], capture_output=True, text=True, timeout=120)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"helm {' '.join(args[:2])} failed: {done.stderr.strip()}")
+    return done
 
 
 def render(plane: ControlPlane, namespace: str, *flags: str, release: str = "cq") -> list[dict[str, Any]]:
@@ -229,6 +230,8 @@ def test_the_deployment_is_hardened_and_outlives_its_drain(control_plane: Contro
         "capabilities": {"drop": ["ALL"]},
     }
     assert "cpu" not in container["resources"].get("limits", {})
+    names = [e["name"] for e in container["env"]]
+    assert len(names) == len(set(names)), names
     env = {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
     assert env["CARDQUOTA_LEADER_ELECT"] == "true" and env["CARDQUOTA_LABEL_LEADER_POD"] == "true"
     assert env["POD_NAME"] == {"fieldRef": {"fieldPath": "metadata.name"}}
@@ -344,8 +347,8 @@ def test_in_cert_manager_mode_cert_manager_issues_the_certificate_and_injects_it
     release = f"cq-{uuid.uuid4().hex[:6]}"
     flags = [f"--set=webhook.failurePolicy.{p}=Ignore" for p in ("validate", "mutatePods", "mutatePodGroups")]
     helm_ns = [f"--kubeconfig={control_plane.kubeconfig}", "-n", namespace]
-    helm(control_plane, "install", release, str(CHART), *helm_ns, *flags, "--set=replicas=1")
-    try:
+    try:  # a failed install may leave webhook configurations behind: uninstall whatever happens
+        helm(control_plane, "install", release, str(CHART), *helm_ns, *flags, "--set=replicas=1")
 
         def issued() -> dict[str, str] | None:
             found = control_plane.kubectl(
@@ -519,9 +522,9 @@ def test_installed_it_serves_with_the_chart_secret_as_its_service_account_and_de
     helm_ns = [f"--kubeconfig={control_plane.kubeconfig}", "-n", release_namespace]
     flags = [f"--set=webhook.url=https://127.0.0.1:{port}", "--set=certs.extraIPAddresses={127.0.0.1}"]
     flags += ["--set=replicas=1", "--set=webhook.failurePolicy.validate=Fail", f"--set=certs.mode={mode}"]
-    helm(control_plane, "install", release, str(CHART), *helm_ns, *flags)
     process = None
-    try:
+    try:  # a failed install may leave webhook configurations behind: uninstall whatever happens
+        helm(control_plane, "install", release, str(CHART), *helm_ns, *flags)
 
         def issued() -> dict[str, str] | None:
             found = control_plane.kubectl(
