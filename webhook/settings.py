@@ -44,9 +44,7 @@ class ServeSettings(BaseSettings):
     audit_seconds: float = Field(
         30.0, gt=0, description="how often the live cache looks for queues above their quota"
     )
-    leader_elect: bool = Field(
-        False, description="several replicas: only the holder of a Lease serves"
-    )
+    leader_elect: bool = Field(False, description="several replicas: only the holder of a Lease serves")
     label_leader_pod: bool = Field(
         False,
         description="with --leader-elect: every synced replica is ready, and the Lease holder labels its "
