@@ -120,6 +120,15 @@ def replicaset(
     }
 
 
+def statefulset(name: str, replicas: int, card: str | None = H200, **kw: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-sts-{name}"},
+        "spec": {"replicas": replicas, "template": template(card, **kw)},
+    }
+
+
 def podgroup(
     name: str,
     phase: str,

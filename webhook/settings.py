@@ -6,9 +6,10 @@ the defaults. docs/operations.md lists them all; ``cardquota serve --help`` prin
 
 import argparse
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from webhook.core.policy import Policy
@@ -83,6 +84,23 @@ class ServeSettings(BaseSettings):
     service_type: bool = Field(
         False, description="set volcano.sh/service.type on PodGroups from the owner kind"
     )
+    service_types: str = Field(
+        "ReplicaSet=inference,Deployment=inference,StatefulSet=inference,Job=training",
+        description="with --service-type: PodGroup owner kind=service type, comma-separated "
+        "(Job is a batch or a Volcano Job)",
+    )
+    preemptable: str = Field(
+        "inference=false,training=true",
+        description="with --service-type: service type=the volcano.sh/preemptable it defaults to",
+    )
+
+    @field_validator("service_types", "preemptable")
+    @classmethod
+    def _pairs_parse(cls, text: str, info: ValidationInfo) -> str:
+        pairs = _pairs(text)
+        if info.field_name == "preemptable" and not set(pairs.values()) <= {"true", "false"}:
+            raise ValueError(f"values must be true or false, got {text!r}")
+        return text
 
     def policy(self) -> Policy:
         return Policy(
@@ -90,8 +108,21 @@ class ServeSettings(BaseSettings):
             default_label_key=self.default_label_key,
             unnamed_card_pods=self.unnamed_card_pods,
             service_type=self.service_type,
+            service_type_by_kind=MappingProxyType(_pairs(self.service_types)),
+            preemptable_by_service_type=MappingProxyType(_pairs(self.preemptable)),
             in_flight_ttl=self.in_flight_ttl_seconds,
         )
+
+
+def _pairs(text: str) -> dict[str, str]:
+    """``"a=b,c=d"`` as a dict; every entry needs a non-empty key and value."""
+    pairs: dict[str, str] = {}
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = (half.strip() for half in entry.partition("="))
+        if not sep or not key or not value:
+            raise ValueError(f"expected key=value entries separated by commas, got {entry!r}")
+        pairs[key] = value
+    return pairs
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:

@@ -19,6 +19,7 @@ from tests.builders import (
     podgroup,
     replicaset,
     request,
+    statefulset,
     template,
     vcjob,
 )
@@ -183,6 +184,97 @@ def test_service_type_and_preemptable_follow_the_owner_kind_when_enabled() -> No
         "false",
     )
     assert (training["volcano.sh/service.type"], training["volcano.sh/preemptable"]) == ("training", "true")
+
+
+STS = owner("StatefulSet", "db", "uid-sts-db")
+BATCH = owner("Job", "etl", "uid-batch-etl", "batch/v1")
+
+
+@pytest.mark.parametrize(
+    ("policy", "owner_ref", "preset", "expected"),
+    [
+        pytest.param(Policy(), RS, {}, {}, id="off by default"),
+        pytest.param(
+            Policy(service_type=True),
+            RS,
+            {},
+            {"volcano.sh/service.type": "inference", "volcano.sh/preemptable": "false"},
+            id="replicaset",
+        ),
+        pytest.param(
+            Policy(service_type=True),
+            STS,
+            {},
+            {"volcano.sh/service.type": "inference", "volcano.sh/preemptable": "false"},
+            id="statefulset",
+        ),
+        pytest.param(
+            Policy(service_type=True),
+            JOB,
+            {},
+            {"volcano.sh/service.type": "training", "volcano.sh/preemptable": "true"},
+            id="volcano job",
+        ),
+        pytest.param(
+            Policy(service_type=True),
+            BATCH,
+            {},
+            {"volcano.sh/service.type": "training", "volcano.sh/preemptable": "true"},
+            id="batch job",
+        ),
+        pytest.param(
+            Policy(service_type=True),
+            RS,
+            {"volcano.sh/service.type": "training"},
+            {"volcano.sh/service.type": "training", "volcano.sh/preemptable": "true"},
+            id="the user's service type kept, preemptable follows it",
+        ),
+        pytest.param(
+            Policy(service_type=True),
+            RS,
+            {"volcano.sh/preemptable": "true"},
+            {"volcano.sh/service.type": "inference", "volcano.sh/preemptable": "true"},
+            id="the user's preemptable kept",
+        ),
+        pytest.param(
+            Policy(service_type=True, service_type_by_kind={"StatefulSet": "training"}),
+            STS,
+            {},
+            {"volcano.sh/service.type": "training", "volcano.sh/preemptable": "true"},
+            id="mapping configured",
+        ),
+        pytest.param(
+            Policy(service_type=True, service_type_by_kind={"StatefulSet": "training"}),
+            RS,
+            {},
+            {},
+            id="a kind left out of the mapping gets nothing",
+        ),
+        pytest.param(
+            Policy(service_type=True, preemptable_by_service_type={"training": "false"}),
+            RS,
+            {},
+            {"volcano.sh/service.type": "inference"},
+            id="a service type left out of the preemptable mapping gets no preemptable",
+        ),
+    ],
+)
+def test_service_type_and_preemptable_rules(
+    policy: Policy, owner_ref: dict[str, Any], preset: dict[str, str], expected: dict[str, str]
+) -> None:
+    state = cluster(
+        deployment("chat", 1),
+        replicaset("chat-1", 1, "chat"),
+        statefulset("db", 1),
+        pod("etl-0", owner=BATCH),  # a batch Job is known by its pods
+        vcjob("train", [(1, template(H200))]),
+        policy=policy,
+    )
+    group = podgroup("pg", "Pending", owner_ref=owner_ref, minMember=1)
+    group["metadata"]["annotations"] = dict(preset)
+    out = annotations_after(state, group)
+    assert {k: out[k] for k in ("volcano.sh/service.type", "volcano.sh/preemptable") if k in out} == expected
+    assert mutated(state, mutated(state, group, **PG), **PG) == mutated(state, group, **PG)  # idempotent
 
 
 def test_a_bare_pod_podgroup_reads_the_pod_itself() -> None:

@@ -109,7 +109,7 @@ def card_quota(control_plane: ControlPlane, namespace: str) -> Iterator[Callable
 @pytest.fixture(scope="module")
 def webhook(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     tmp = tmp_path_factory.mktemp("webhook")
-    flags = ("--kubeconfig", str(control_plane.kubeconfig), "--drain-seconds", "0")
+    flags = ("--kubeconfig", str(control_plane.kubeconfig), "--drain-seconds", "0", "--service-type")
     process = Process(tmp / "certs", tmp / "server.log", *flags, cluster=None)
     prefix = f"cardquota-e2e-{uuid.uuid4().hex[:6]}"
     registered = configurations(process.url, process.certs / "ca.crt", SELECTOR, prefix)

@@ -26,6 +26,7 @@ from tests.e2e.objects import H200, hpa, queued_deployment
 from tests.e2e.recorder import Recorder
 from tests.e2e.test_webhook import events
 from tests.edges.serving import Process, free_port, mount_like_kubelet, served_serial
+from webhook.settings import ServeSettings
 
 CHART = ROOT / "charts" / "card-quota-webhook"
 CERT_MANAGER_CRDS = ("certificates", "certificaterequests", "issuers", "clusterissuers")
@@ -238,6 +239,28 @@ def test_the_deployment_is_hardened_and_outlives_its_drain(control_plane: Contro
     assert pod["terminationGracePeriodSeconds"] > int(env["CARDQUOTA_DRAIN_SECONDS"]) + 5
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
+
+
+def test_the_podgroup_values_reach_the_server_as_settings_it_accepts(
+    control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    flags = ["--set", "podGroups.serviceType=true", "--set", "podGroups.serviceTypes.StatefulSet=training"]
+    flags += ["--set", "podGroups.preemptable.training=false"]
+    (container,) = of_kind(render(control_plane, "ops", *flags), "Deployment")["spec"]["template"]["spec"][
+        "containers"
+    ]
+    for entry in container["env"]:
+        if entry["name"].startswith("CARDQUOTA_") and "value" in entry:
+            monkeypatch.setenv(entry["name"], entry["value"])
+    policy = ServeSettings().policy()
+    assert policy.service_type is True
+    assert policy.service_type_by_kind["StatefulSet"] == "training"
+    assert policy.service_type_by_kind["ReplicaSet"] == "inference"
+    assert dict(policy.preemptable_by_service_type) == {"inference": "false", "training": "false"}
+    wrong = helm(
+        control_plane, "template", "cq", str(CHART), "--set", "podGroups.preemptable.x=maybe", check=False
+    )
+    assert wrong.returncode != 0 and "preemptable" in wrong.stderr
 
 
 def test_the_service_selects_the_lease_holder_and_the_pdb_counts_every_ready_replica(

@@ -159,6 +159,52 @@ def test_a_podgroup_created_for_a_pod_gets_the_card_annotations(
     assert json.loads(annotations["volcano.sh/card.request"]) == {H200: 2}
 
 
+def test_a_podgroup_for_a_deployments_pods_gets_the_inference_service_type_and_is_not_preemptable(
+    control_plane: ControlPlane, webhook: Process, namespace: str, card_quota: Quota
+) -> None:
+    queue_name = card_quota({H200: 4})
+    control_plane.apply(queued_deployment("chat", 1, queue_name), namespace=namespace)
+    replicaset = wait_for(
+        "the Deployment's ReplicaSet",
+        lambda: control_plane.get("replicasets", "-l", "app=chat", namespace=namespace)["items"],
+        timeout=30,
+    )[0]["metadata"]
+    group = {  # as the Volcano controller creates it: one per ReplicaSet, owned by it
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": f"podgroup-{replicaset['uid']}",
+            "annotations": {"scheduling.k8s.io/group-name": "kept"},
+            "ownerReferences": [
+                {
+                    "apiVersion": "apps/v1",
+                    "kind": "ReplicaSet",
+                    "name": replicaset["name"],
+                    "uid": replicaset["uid"],
+                    "controller": True,
+                }
+            ],
+        },
+        "spec": {"minMember": 1, "queue": queue_name},
+    }
+    control_plane.apply(group, namespace=namespace)
+    annotations = control_plane.get("podgroup", group["metadata"]["name"], namespace=namespace)["metadata"][
+        "annotations"
+    ]
+    assert annotations["volcano.sh/service.type"] == "inference"
+    assert annotations["volcano.sh/preemptable"] == "false"
+    assert annotations["volcano.sh/card.name"] == H200
+    assert annotations["scheduling.k8s.io/group-name"] == "kept"
+    # A training PodGroup the user marked stays as the user set it.
+    group["metadata"]["name"] += "-user"
+    group["metadata"]["annotations"] = {"volcano.sh/service.type": "training"}
+    control_plane.apply(group, namespace=namespace)
+    mine = control_plane.get("podgroup", group["metadata"]["name"], namespace=namespace)["metadata"][
+        "annotations"
+    ]
+    assert (mine["volcano.sh/service.type"], mine["volcano.sh/preemptable"]) == ("training", "true")
+
+
 def test_two_hundred_concurrent_creates_against_fifty_free_cards_admit_exactly_fifty(
     control_plane: ControlPlane, webhook: Process, namespace: str, card_quota: Quota
 ) -> None:

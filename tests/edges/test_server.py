@@ -329,6 +329,35 @@ def test_settings_refuse_nonsense_and_keep_alive_outlasts_the_api_servers_idle_t
         settings.load(Args())  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("given", "error"),
+    [
+        ({"service_types": "StatefulSet=training,Job=training"}, None),
+        ({"service_types": " ReplicaSet = inference , "}, None),
+        ({"service_types": "ReplicaSet"}, "setting service_types: .*key=value"),
+        ({"service_types": "=inference"}, "setting service_types"),
+        ({"preemptable": "inference=maybe"}, "setting preemptable: .*true or false"),
+        ({"preemptable": "inference=true,training=false"}, None),
+    ],
+)
+def test_the_service_type_mappings_are_read_from_their_settings(
+    given: dict[str, str], error: str | None
+) -> None:
+    from webhook import settings
+
+    args = type("Args", (), given)()
+    if error is not None:
+        with pytest.raises(ConfigError, match=error):
+            settings.load(args)
+        return
+    policy = settings.load(args).policy()
+    if "service_types" in given:
+        pairs = [part.split("=") for part in given["service_types"].split(",") if part.strip()]
+        assert dict(policy.service_type_by_kind) == {k.strip(): v.strip() for k, v in pairs}
+    else:
+        assert dict(policy.preemptable_by_service_type) == {"inference": "true", "training": "false"}
+
+
 class Loaded(FakeSource):
     """The example cluster, loaded fresh: a state no other test has admitted anything into."""
 

@@ -56,3 +56,10 @@ namespaceSelector:
       operator: NotIn
       values: {{ concat (list .Release.Namespace "kube-system" "kube-node-lease") .Values.webhook.excludeNamespaces | uniq | toJson }}
 {{- end -}}
+
+{{/* A map as "key=value,key=value" (sorted), the form of the server's mapping settings. */}}
+{{- define "cqw.pairs" -}}
+{{- $out := list -}}
+{{- range $k, $v := . }}{{ $out = append $out (printf "%s=%v" $k $v) }}{{ end -}}
+{{- join "," $out -}}
+{{- end -}}
