@@ -7,6 +7,8 @@ Contract (other tools rely on it):
   cardquota status --cluster DIR | --kubeconfig PATH [--output table|json]
   cardquota examples DIR                                       every review under DIR/reviews
   cardquota probe [--kubeconfig PATH] [--timeout SECONDS]      the webhook answers via the API server?
+  cardquota whatif -f FILE --cluster DIR | --kubeconfig PATH [--output table|json]
+                                                               what the webhooks would say to FILE
 Exit 0 whenever a response was produced (allowed or not); 2 with a message when it was not;
 probe: 0 when the webhook answered, 1 when it did not in time.
 """
@@ -19,7 +21,7 @@ from pathlib import Path
 
 import orjson
 
-from webhook import devcerts, probe, review, settings, snapshot
+from webhook import devcerts, probe, review, settings, snapshot, whatif
 from webhook import main as main_module
 from webhook.core.policy import Policy
 from webhook.core.report import cluster_status, status_table
@@ -41,6 +43,12 @@ def _parser() -> argparse.ArgumentParser:
     ex.add_argument("directory", type=Path)
     serve = sub.add_parser("serve", help="serve /validate and /mutate over HTTPS")
     settings.add_flags(serve)
+    what = sub.add_parser("whatif", help="what the webhooks would say to every object of a manifest")
+    what.add_argument("-f", "--filename", required=True, help="a YAML/JSON manifest, - for stdin")
+    source = what.add_mutually_exclusive_group(required=True)
+    source.add_argument("--cluster", type=Path, help="a snapshot directory")
+    source.add_argument("--kubeconfig", type=Path, help="the live cluster this kubeconfig reaches")
+    what.add_argument("--output", choices=("table", "json"), default="table")
     probe_cmd = sub.add_parser(
         "probe", help="wait until the webhook answers a dry-run review sent through the API server"
     )
@@ -63,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _status(args.cluster, args.kubeconfig, args.output)
         if args.command == "serve":
             return main_module.run(settings.load(args))
+        if args.command == "whatif":
+            return _whatif(args.filename, args.cluster, args.kubeconfig, args.output)
         if args.command == "probe":
             return _probe(args.kubeconfig, args.timeout)
         if args.command == "dev-certs":
@@ -73,6 +83,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CardquotaError as exc:
         print(f"cardquota: {exc}", file=sys.stderr)
         return 2
+
+
+def _whatif(filename: str, cluster: Path | None, kubeconfig: Path | None, output: str) -> int:
+    objects = whatif.read_manifest(filename, sys.stdin.buffer.read() if filename == "-" else None)
+    state = (
+        snapshot.load_snapshot(cluster)
+        if cluster is not None
+        else main_module.live_state(kubeconfig, Policy())
+    )
+    answers = whatif.whatif(state, objects)
+    if output == "json":
+        sys.stdout.buffer.write(whatif.as_json(answers) + b"\n")
+    else:
+        print(whatif.table(answers))
+    return 0
 
 
 def _probe(kubeconfig: Path | None, timeout: float) -> int:

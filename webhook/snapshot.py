@@ -19,38 +19,45 @@ from webhook.errors import SnapshotError
 SUFFIXES = (".yaml", ".yml", ".json")
 
 
-def _documents(path: Path) -> Iterator[tuple[int, Any]]:
+def _documents(where: str, data: bytes, json_only: bool) -> Iterator[tuple[int, Any]]:
     try:
-        if (
-            path.suffix == ".json"
-        ):  # one JSON document: orjson reads a large dump in a fraction of YAML's time
-            yield 1, orjson.loads(path.read_bytes())
+        if json_only:  # one JSON document: orjson reads a large dump in a fraction of YAML's time
+            yield 1, orjson.loads(data)
             return
-        text = path.read_text(encoding="utf-8")
-        yield from enumerate(yaml.safe_load_all(text), start=1)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SnapshotError(f"{path}: cannot read: {exc}") from exc
+        yield from enumerate(yaml.safe_load_all(data.decode("utf-8")), start=1)
+    except UnicodeDecodeError as exc:
+        raise SnapshotError(f"{where}: cannot read: {exc}") from exc
     except orjson.JSONDecodeError as exc:
-        raise SnapshotError(f"{path}: not JSON: {exc}") from exc
+        raise SnapshotError(f"{where}: not JSON: {exc}") from exc
     except yaml.YAMLError as exc:
-        raise SnapshotError(f"{path}: not YAML/JSON: {exc}") from exc
+        raise SnapshotError(f"{where}: not YAML/JSON: {exc}") from exc
 
 
-def _objects(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
-    for index, doc in _documents(path):
-        where = f"{path} document {index}"
+def objects_of(where: str, data: bytes, json_only: bool = False) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The objects of one YAML/JSON text (multi-document, ``kind: *List`` unrolled), each labelled
+    with where it is; a document that is not an object raises ``SnapshotError`` naming it."""
+    for index, doc in _documents(where, data, json_only):
+        place = f"{where} document {index}"
         if doc is None:
             continue
         if not isinstance(doc, dict):
-            raise SnapshotError(f"{where}: expected a Kubernetes object, got {type(doc).__name__}")
+            raise SnapshotError(f"{place}: expected a Kubernetes object, got {type(doc).__name__}")
         items = doc.get("items") if str(doc.get("kind", "")).endswith("List") else [doc]
         if not isinstance(items, list):
-            raise SnapshotError(f"{where}: a List's items must be a list")
+            raise SnapshotError(f"{place}: a List's items must be a list")
         for position, obj in enumerate(items):
-            label = where if len(items) == 1 and obj is doc else f"{where} item {position}"
+            label = place if len(items) == 1 and obj is doc else f"{place} item {position}"
             if not isinstance(obj, dict) or not obj.get("kind"):
                 raise SnapshotError(f"{label}: object without a kind")
             yield label, obj
+
+
+def _objects(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise SnapshotError(f"{path}: cannot read: {exc}") from exc
+    yield from objects_of(str(path), data, json_only=path.suffix == ".json")
 
 
 def load_snapshot(directory: Path | str, policy: Policy | None = None) -> ClusterState:

@@ -1,0 +1,144 @@
+"""``cardquota whatif``: what the webhooks would say to a manifest, without recording anything."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.edges.serving import CLUSTER, REVIEWS, ROOT
+from webhook import review, snapshot, whatif
+from webhook.core.verdicts import Denied
+from webhook.errors import SnapshotError
+
+
+def sent_as_manifest(path: Path) -> dict[str, Any] | None:
+    """The review's object when ``whatif`` would send that very request: a CREATE or UPDATE of a
+    kind it knows, no subresource, the same operation as the cluster implies, not a dry run."""
+    request = json.loads(path.read_text())["request"]
+    obj = request.get("object")
+    if request.get("subResource") or request.get("dryRun") or not isinstance(obj, dict):
+        return None
+    group = request["kind"]["group"]
+    if (group, request["kind"]["kind"]) not in whatif.RESOURCES:
+        return None
+    state = snapshot.load_snapshot(CLUSTER)
+    meta = obj.get("metadata") or {}
+    namespace = request.get("namespace") or meta.get("namespace") or "default"
+    obj = {
+        **obj,
+        "metadata": {**meta, "namespace": namespace, "name": request.get("name") or meta.get("name")},
+    }
+    (answer,) = whatif.whatif(state, [("x", obj)])
+    return obj if answer.operation == request["operation"] else None
+
+
+VALIDATED = [
+    p for p in sorted(REVIEWS.glob("*.json")) if not p.name.endswith(".mutate.json") and sent_as_manifest(p)
+]
+
+
+def test_most_example_reviews_can_be_asked_as_manifests() -> None:
+    assert len(VALIDATED) >= 20, [p.name for p in VALIDATED]
+
+
+@pytest.mark.parametrize("path", VALIDATED, ids=lambda p: p.stem)
+def test_whatif_and_the_validating_webhook_agree_on_every_example(path: Path) -> None:
+    obj = sent_as_manifest(path)
+    assert obj is not None
+    _, decision = review.decide(snapshot.load_snapshot(CLUSTER), path.read_bytes(), "validate", time.time())
+    (answer,) = whatif.whatif(snapshot.load_snapshot(CLUSTER), [("x", obj)])
+    assert answer.allowed == (not isinstance(decision, Denied))
+    if isinstance(decision, Denied):
+        assert answer.message == decision.message
+    else:
+        assert set(decision.warnings) <= set(answer.warnings)
+
+
+def card_pod(name: str, queue: str = "cr-queue1", cards: int = 1) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "team-a",
+            "annotations": {"volcano.sh/card.name": "NVIDIA-H200", "scheduling.volcano.sh/queue-name": queue},
+        },
+        "spec": {
+            "containers": [
+                {"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": str(cards)}}}
+            ]
+        },
+    }
+
+
+def test_a_manifest_is_answered_in_order_as_if_applied_and_nothing_outlives_the_run() -> None:
+    state = snapshot.load_snapshot(CLUSTER)
+    answers = whatif.whatif(state, [("1", card_pod("a")), ("2", card_pod("b"))])
+    assert [a.allowed for a in answers] == [True, False]  # cr-queue1 has 1 H200 left
+    assert answers[0].patch and answers[0].patch[0]["path"] == "/spec/affinity"
+    assert "1 admitted, not yet seen" in answers[1].message and "pod team-a/b needs 1" in answers[1].message
+    fresh = snapshot.load_snapshot(CLUSTER)
+    assert [a.allowed for a in whatif.whatif(fresh, [("1", card_pod("b"))])] == [True]
+
+
+def test_a_workload_the_cluster_holds_is_an_update_from_its_replicas() -> None:
+    state = snapshot.load_snapshot(CLUSTER)
+    (found,) = [w for w in state.workloads.values() if w.kind == "Deployment" and w.replicas > 0][:1]
+    raw = json.loads((REVIEWS / "deployment-replicas-raised.json").read_text())["request"]["object"]
+    raw["metadata"].update(name=found.name, namespace=found.namespace)
+    raw["spec"]["replicas"] = found.replicas
+    (same,) = whatif.whatif(state, [("x", raw)])
+    assert same.operation == "UPDATE" and same.allowed and "not a scale-up" in same.message
+
+
+def test_the_cli_reads_stdin_and_answers_in_json() -> None:
+    manifest = yaml.safe_dump_all(
+        [card_pod("a"), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}]
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "webhook", "whatif", "-f", "-", "--cluster", str(CLUSTER), "--output", "json"],
+        input=manifest.encode(),
+        capture_output=True,
+        cwd=ROOT,
+        check=True,
+    )
+    answers = json.loads(done.stdout)
+    assert [(a["object"], a["allowed"], a["sent"]) for a in answers] == [
+        ("pod team-a/a", True, True),
+        ("configmap default/x", True, False),
+    ]
+
+
+def test_a_manifest_that_is_not_one_says_where() -> None:
+    with pytest.raises(SnapshotError, match="stdin document 2: expected a Kubernetes object, got list"):
+        whatif.read_manifest("-", b"kind: Pod\nmetadata: {name: a}\n---\n- 1\n")
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+        lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+        max_leaves=20,
+    ),
+    st.sampled_from(sorted(whatif.RESOURCES)),
+)
+def test_any_object_of_a_sent_kind_gets_an_answer_never_an_exception(
+    body: Any, kind: tuple[str, str]
+) -> None:
+    group, name = kind
+    obj = {
+        "apiVersion": f"{group}/v1" if group else "v1",
+        "kind": name,
+        "metadata": {"name": "x", "namespace": "team-a"},
+        "spec": body,
+    }
+    (answer,) = whatif.whatif(snapshot.load_snapshot(CLUSTER), [("x", obj)])
+    assert answer.sent and answer.message
