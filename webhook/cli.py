@@ -9,6 +9,8 @@ Contract (other tools rely on it):
   cardquota probe [--kubeconfig PATH] [--timeout SECONDS]      the webhook answers via the API server?
   cardquota whatif -f FILE --cluster DIR | --kubeconfig PATH [--output table|json]
                                                                what the webhooks would say to FILE
+  cardquota headroom KIND/NS/NAME | --queue Q --card SPEC --per-pod N  --cluster DIR | --kubeconfig PATH
+                                                               how many more replicas fit now
 Exit 0 whenever a response was produced (allowed or not); 2 with a message when it was not;
 probe: 0 when the webhook answered, 1 when it did not in time.
 """
@@ -21,11 +23,11 @@ from pathlib import Path
 
 import orjson
 
-from webhook import devcerts, probe, review, settings, snapshot, whatif
+from webhook import devcerts, headroom, probe, review, settings, snapshot, whatif
 from webhook import main as main_module
 from webhook.core.policy import Policy
 from webhook.core.report import cluster_status, status_table
-from webhook.errors import CardquotaError
+from webhook.errors import CardquotaError, ConfigError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,6 +51,17 @@ def _parser() -> argparse.ArgumentParser:
     source.add_argument("--cluster", type=Path, help="a snapshot directory")
     source.add_argument("--kubeconfig", type=Path, help="the live cluster this kubeconfig reaches")
     what.add_argument("--output", choices=("table", "json"), default="table")
+    room = sub.add_parser(
+        "headroom", help="how many more replicas of a workload fit now, and what stops one more"
+    )
+    room.add_argument("workload", nargs="?", help="deployment|statefulset|replicaset/NAMESPACE/NAME")
+    room.add_argument("--queue", help="for a workload not created yet: its queue")
+    room.add_argument("--card", help="... its card spec, e.g. NVIDIA-H200 or A|B")
+    room.add_argument("--per-pod", type=int, default=1, help="... cards per pod")
+    where_room = room.add_mutually_exclusive_group(required=True)
+    where_room.add_argument("--cluster", type=Path, help="a snapshot directory")
+    where_room.add_argument("--kubeconfig", type=Path, help="the live cluster this kubeconfig reaches")
+    room.add_argument("--output", choices=("table", "json"), default="table")
     probe_cmd = sub.add_parser(
         "probe", help="wait until the webhook answers a dry-run review sent through the API server"
     )
@@ -73,6 +86,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return main_module.run(settings.load(args))
         if args.command == "whatif":
             return _whatif(args.filename, args.cluster, args.kubeconfig, args.output)
+        if args.command == "headroom":
+            return _headroom(args)
         if args.command == "probe":
             return _probe(args.kubeconfig, args.timeout)
         if args.command == "dev-certs":
@@ -97,6 +112,26 @@ def _whatif(filename: str, cluster: Path | None, kubeconfig: Path | None, output
         sys.stdout.buffer.write(whatif.as_json(answers) + b"\n")
     else:
         print(whatif.table(answers))
+    return 0
+
+
+def _headroom(args: argparse.Namespace) -> int:
+    if bool(args.workload) == bool(args.queue and args.card):
+        raise ConfigError("name a workload (deployment/NS/NAME), or give --queue and --card for a new one")
+    state = (
+        snapshot.load_snapshot(args.cluster)
+        if args.cluster
+        else main_module.live_state(args.kubeconfig, Policy())
+    )
+    now = time.time()
+    if args.workload:
+        answer = headroom.of_workload(state, args.workload, now)
+    else:
+        answer = headroom.of_new(state, args.queue, args.card, args.per_pod, now)
+    if args.output == "json":
+        sys.stdout.buffer.write(headroom.as_json(answer) + b"\n")
+    else:
+        print(headroom.table(answer))
     return 0
 
 

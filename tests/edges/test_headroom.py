@@ -1,0 +1,118 @@
+"""``cardquota headroom``: N more replicas fit exactly when a scale-up by N is admitted and by N + 1
+is denied, and the answer says what stops the next one."""
+
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.builders import H200, H800, cluster, deployment, node, pod, queue, scale_request, statefulset
+from tests.edges.serving import CLUSTER, ROOT
+from webhook import headroom, snapshot
+from webhook.core import admission
+from webhook.core.verdicts import Allowed
+from webhook.errors import ConfigError
+
+
+@pytest.mark.parametrize(
+    ("workload", "more", "stops"),
+    [
+        ("deployment/team-a/chat", 1, 'queue "inference" has 1 left (quota 8: 6 running, 1 pending)'),
+        (
+            "deployment/team-c/vllm",
+            0,
+            'queue "cr-queue1" has 0 NVIDIA-GeForce-RTX-4090 left (quota 2: 2 running)',
+        ),
+    ],
+)
+def test_the_example_cluster(workload: str, more: int, stops: str) -> None:
+    answer = headroom.of_workload(snapshot.load_snapshot(CLUSTER), workload, time.time())
+    assert answer.more == more and stops in answer.reason
+
+
+def test_a_workload_not_created_yet_and_one_that_needs_no_cards() -> None:
+    state = snapshot.load_snapshot(CLUSTER)
+    new = headroom.of_new(state, "cr-queue1", H200, 1, time.time())
+    assert new.more == 1 and list(new.cards) == [H200] and new.cards[H200]["free"] == 1
+    assert headroom.of_new(state, "inference", H200, 2, time.time()).more == 0
+    cpu = cluster(node("h0", H200), queue("q", json.dumps({H200: 1})), deployment("web", 1, card=None))
+    assert headroom.of_workload(cpu, "deployment/ns/web", time.time()).more is None
+
+
+@pytest.mark.parametrize(
+    ("ref", "error"),
+    [
+        ("pod/ns/x", "expected deployment|statefulset|replicaset/NAMESPACE/NAME"),
+        ("deployment/ns", "expected"),
+        ("deployment/ns/missing", "deployment ns/missing is not in the cluster"),
+    ],
+)
+def test_a_bad_reference_says_what_is_wrong(ref: str, error: str) -> None:
+    with pytest.raises(ConfigError, match=error):
+        headroom.of_workload(snapshot.load_snapshot(CLUSTER), ref, time.time())
+
+
+def admitted(state: Any, name: str, old: int, new: int, resource: str) -> bool:
+    """The validating webhook's answer to the HPA's scale write, as a test builds it."""
+    return isinstance(
+        admission.validate(state, scale_request(name, old, new, resource, dry_run=True), 0.0), Allowed
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    quota=st.fixed_dictionaries({H200: st.integers(0, 12), H800: st.integers(0, 12)}),
+    running=st.integers(0, 6),
+    pending=st.integers(0, 4),
+    replicas=st.integers(0, 5),
+    per_pod=st.integers(1, 3),
+    spec=st.sampled_from([H200, H800, f"{H200}|{H800}"]),
+    kind=st.sampled_from(["deployment", "statefulset"]),
+)
+def test_headroom_n_means_n_is_admitted_and_n_plus_1_is_denied(
+    quota: dict[str, int], running: int, pending: int, replicas: int, per_pod: int, spec: str, kind: str
+) -> None:
+    make = deployment if kind == "deployment" else statefulset
+    objects = [node("h0", H200, 16), node("h8", H800, 16), queue("q", json.dumps(quota))]
+    objects += [pod(f"r{i}", H200, node_name="h0", phase="Running") for i in range(running)]
+    objects += [pod(f"p{i}", H800) for i in range(pending)]
+    objects.append(make("app", replicas, card=spec, count=per_pod))
+    state = cluster(*objects)
+    answer = headroom.of_workload(state, f"{kind}/ns/app", 0.0)
+    assert answer.more is not None
+    resource = f"{kind}s"
+    assert answer.more == 0 or admitted(state, "app", replicas, replicas + answer.more, resource)
+    assert not admitted(state, "app", replicas, replicas + answer.more + 1, resource)
+    assert answer.reason.startswith(("queue", "scale-up")) and "app" in answer.reason
+
+
+def test_the_cli_answers_in_json() -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "webhook",
+            "headroom",
+            "deployment/team-a/chat",
+            "--cluster",
+            str(CLUSTER),
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        cwd=ROOT,
+        check=True,
+    )
+    answer = json.loads(done.stdout)
+    assert (answer["workload"], answer["replicas"], answer["more"]) == ("deployment team-a/chat", 2, 1)
+    wrong = subprocess.run(
+        [sys.executable, "-m", "webhook", "headroom", "--cluster", str(CLUSTER)],
+        capture_output=True,
+        cwd=ROOT,
+    )
+    assert wrong.returncode == 2 and b"name a workload" in wrong.stderr

@@ -1,0 +1,192 @@
+"""``cardquota headroom``: how many more replicas of a workload fit now, and what stops the next one.
+
+The answer is the validating webhook's own: N is the largest scale-up the webhook admits now (the
+HPA's ``deployments/scale`` write from the current replicas to current + N), found by doubling then
+bisecting, so N is admitted and N + 1 is denied by the same decision a scale-up would get; the
+denial at N + 1 says what holds it back. Nothing is recorded. A workload not created yet is asked as
+a Deployment scaled from 0 (``--queue Q --card SPEC --per-pod N``).
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from webhook.core import admission
+from webhook.core.cards import CardName
+from webhook.core.report import cluster_status
+from webhook.core.state import ClusterState
+from webhook.core.verdicts import Allowed, Denied, Request
+from webhook.errors import ConfigError
+
+KINDS = {
+    "deployment": ("deployments", "Deployment"),
+    "statefulset": ("statefulsets", "StatefulSet"),
+    "replicaset": ("replicasets", "ReplicaSet"),
+}
+CAP = 100_000  # more than any queue's quota holds; reached only by a workload without card demand
+
+
+@dataclass
+class Headroom:
+    target: str
+    replicas: int
+    more: int | None  # None: card quota does not limit it
+    reason: str  # the denial at more + 1, or why nothing limits it
+    cards: dict[str, dict[str, int]] = field(default_factory=dict)  # the queue's figures per card
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "workload": self.target,
+            "replicas": self.replicas,
+            "more": self.more,
+            "reason": self.reason,
+            "cards": self.cards,
+        }
+
+
+def of_workload(state: ClusterState, ref: str, now: float) -> Headroom:
+    """``KIND/NAMESPACE/NAME`` of a Deployment, StatefulSet or ReplicaSet the state holds."""
+    kind_text, _, rest = ref.partition("/")
+    namespace, _, name = rest.partition("/")
+    if kind_text.lower() not in KINDS or not namespace or not name:
+        raise ConfigError(f"expected deployment|statefulset|replicaset/NAMESPACE/NAME, got {ref!r}")
+    resource, kind = KINDS[kind_text.lower()]
+    workload = state.workload(kind, namespace, name)
+    if workload is None:
+        raise ConfigError(f"{kind.lower()} {namespace}/{name} is not in the cluster")
+    if kind == "ReplicaSet" and workload.owner is not None and workload.owner.kind == "Deployment":
+        raise ConfigError(
+            f"replicaset {namespace}/{name} belongs to deployment {namespace}/{workload.owner.name}: "
+            "ask for the deployment"
+        )
+
+    def scale(more: int) -> Request:
+        replicas = workload.replicas + more
+        return Request(
+            uid="headroom",
+            kind="Scale",
+            group="autoscaling",
+            resource=resource,
+            sub_resource="scale",
+            operation="UPDATE",
+            namespace=namespace,
+            name=name,
+            dry_run=True,
+            obj={
+                "apiVersion": "autoscaling/v1",
+                "kind": "Scale",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"replicas": replicas},
+            },
+            old_obj={
+                "apiVersion": "autoscaling/v1",
+                "kind": "Scale",
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"replicas": workload.replicas},
+            },
+        )
+
+    annotations = workload.tasks[0].template.annotations
+    queue = annotations.get("scheduling.volcano.sh/queue-name", "default")
+    target = f"{kind.lower()} {namespace}/{name}"
+    answer = _search(state, target, workload.replicas, scale, queue, now)
+    return _only(answer, annotations.get("volcano.sh/card.name", ""))
+
+
+def of_new(state: ClusterState, queue: str, card: str, per_pod: int, now: float) -> Headroom:
+    """A Deployment not created yet: pods of ``per_pod`` cards ``card`` in ``queue``."""
+    if per_pod < 1:
+        raise ConfigError(f"--per-pod must be at least 1, got {per_pod}")
+    first = card.split("|")[0].strip()
+    resource = state.inventory.resource(CardName(first)) or state.policy.default_resource
+    template = {
+        "metadata": {
+            "annotations": {"volcano.sh/card.name": card, "scheduling.volcano.sh/queue-name": queue}
+        },
+        "spec": {
+            "containers": [{"name": "c", "image": "i", "resources": {"limits": {resource: str(per_pod)}}}]
+        },
+    }
+
+    def deployment(replicas: int) -> dict[str, Any]:
+        return {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "headroom", "namespace": "headroom"},
+            "spec": {"replicas": replicas, "template": template},
+        }
+
+    def scale(more: int) -> Request:
+        return Request(
+            uid="headroom",
+            kind="Deployment",
+            group="apps",
+            resource="deployments",
+            sub_resource="",
+            operation="UPDATE",
+            namespace="headroom",
+            name="headroom",
+            dry_run=True,
+            obj=deployment(more),
+            old_obj=deployment(0),
+        )
+
+    target = f"a new workload of {per_pod} {card} per pod in queue {queue!r}"
+    return _only(_search(state, target, 0, scale, queue, now), card)
+
+
+def _search(
+    state: ClusterState, target: str, replicas: int, scale: Callable[[int], Request], queue: str, now: float
+) -> Headroom:
+    def admitted(more: int) -> Allowed | Denied:
+        decision = admission.validate(state, scale(more), now)
+        assert isinstance(decision, Allowed | Denied)
+        return decision
+
+    first = admitted(1)
+    if isinstance(first, Denied):
+        return _with_cards(state, Headroom(target, replicas, 0, first.message), queue)
+    low, high = 1, 2
+    while high <= CAP and isinstance(admitted(high), Allowed):
+        low, high = high, high * 2
+    if high > CAP:
+        return _with_cards(state, Headroom(target, replicas, None, first.reason), queue)
+    while high - low > 1:  # admitted at low, denied at high
+        middle = (low + high) // 2
+        low, high = (middle, high) if isinstance(admitted(middle), Allowed) else (low, middle)
+    denied = admitted(high)
+    assert isinstance(denied, Denied)
+    return _with_cards(state, Headroom(target, replicas, low, denied.message), queue)
+
+
+def _with_cards(state: ClusterState, answer: Headroom, queue: str) -> Headroom:
+    answer.cards = cluster_status(state)["queues"].get(queue, {})
+    return answer
+
+
+def _only(answer: Headroom, spec: str) -> Headroom:
+    """Keep the figures of the cards the workload can use (every card of an ``A|B`` spec)."""
+    wanted = {part.strip() for part in spec.split("|")} & set(answer.cards)
+    if wanted:
+        answer.cards = {card: n for card, n in answer.cards.items() if card in wanted}
+    return answer
+
+
+def table(answer: Headroom) -> str:
+    if answer.more is None:
+        head = f"{answer.target} ({answer.replicas} replicas): not limited by card quota ({answer.reason})"
+    else:
+        head = f"{answer.target} ({answer.replicas} replicas): {answer.more} more fit now"
+        head += f"\n  one more: {answer.reason}"
+    rows = [
+        f"  {card}: quota {n['quota']}, free {n['free']} (running {n['bound']}, pending {n['pending']}, "
+        f"reserved {n['reserved']}, in flight {n['in_flight']})"
+        for card, n in answer.cards.items()
+    ]
+    return "\n".join([head, *rows])
+
+
+def as_json(answer: Headroom) -> bytes:
+    return orjson.dumps(answer.as_json(), option=orjson.OPT_INDENT_2)
