@@ -3,6 +3,8 @@ kubectl, a ReplicaSet and the HPA controller see."""
 
 import json
 import ssl
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -231,3 +233,52 @@ def test_two_hundred_concurrent_creates_against_fifty_free_cards_admit_exactly_f
     assert statuses.count(201) == 50 and statuses.count(403) == 150, sorted(set(statuses))
     pods = control_plane.get("pods", namespace=namespace)["items"]
     assert len([p for p in pods if p["metadata"]["name"].startswith("burst-")]) == 50
+
+
+def test_headroom_on_the_live_cluster_is_what_the_hpa_can_scale_to(
+    control_plane: ControlPlane, webhook: Process, namespace: str, card_quota: Quota
+) -> None:
+    queue_name = card_quota({H200: 5})
+    for name, replicas in (("other", 2), ("chat", 1)):
+        control_plane.apply(queued_deployment(name, replicas, queue_name), namespace=namespace)
+
+    def headroom() -> dict[str, Any]:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "webhook",
+                "headroom",
+                f"deployment/{namespace}/chat",
+                "--kubeconfig",
+                str(control_plane.kubeconfig),
+                "--output",
+                "json",
+            ],
+            capture_output=True,
+            check=True,
+            timeout=120,
+        )
+        return dict(json.loads(done.stdout))
+
+    def settled() -> dict[str, Any] | None:
+        answer = headroom()
+        return answer if answer["cards"].get(H200, {}).get("bound") == 3 else None
+
+    answer = wait_for("the three pods bound in the headroom view", settled, timeout=90)
+    assert (answer["replicas"], answer["more"]) == (1, 2)
+    assert f'queue "{queue_name}" has 2 left' in answer["reason"]
+    control_plane.apply(hpa("chat", 1 + answer["more"], 1 + answer["more"]), namespace=namespace)
+    wait_for(
+        "the HPA to scale chat by the headroom",
+        lambda: control_plane.get("deployment", "chat", namespace=namespace)["spec"]["replicas"] == 3,
+        timeout=90,
+    )
+    assert not events(control_plane, namespace, "FailedRescale")
+    patch = json.dumps({"spec": {"minReplicas": 4, "maxReplicas": 4}})
+    control_plane.kubectl("patch", "hpa", "chat", "-n", namespace, "--type=merge", "-p", patch)
+    rescale = wait_for(
+        "one more denied", lambda: events(control_plane, namespace, "FailedRescale"), timeout=90
+    )
+    assert f"scale-up of deployment {namespace}/chat from 3 to 4 replicas needs 1" in rescale[0]["message"]
+    assert wait_for("headroom 0", lambda: (a := headroom())["more"] == 0 and a, timeout=60)
