@@ -19,8 +19,8 @@ from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed
 
 
-def build(pods: int) -> ClusterState:
-    return cluster(*synthetic.cluster_objects(pods))
+def build(pods: int, tree: bool = False) -> ClusterState:
+    return cluster(*synthetic.cluster_objects(pods, tree))
 
 
 def time_decisions(state: ClusterState, repeat: int) -> tuple[float, float, float]:
@@ -46,17 +46,20 @@ def main() -> None:
     parser.add_argument("--pods", default="1000,100000")
     parser.add_argument("--repeat", type=int, default=3000)
     args = parser.parse_args()
-    print(f"{'pods':>8} {'build s':>8} {'state MiB':>10} {'median us':>10} {'p99 us':>8} {'max us':>8}")
-    for pods in (int(n) for n in args.pods.split(",")):
+    print(
+        f"{'queues':>6} {'pods':>8} {'build s':>8} {'state MiB':>10} {'median us':>10} {'p99 us':>8} {'max us':>8}"
+    )
+    for pods, tree in ((int(n), tree) for n in args.pods.split(",") for tree in (False, True)):
         gc.collect()
         tracemalloc.start()
         started = time.perf_counter()
-        state = build(pods)
+        state = build(pods, tree)
         built = time.perf_counter() - started
         size = tracemalloc.get_traced_memory()[0] / 2**20
         tracemalloc.stop()
         median, p99, worst = time_decisions(state, args.repeat)
-        print(f"{pods:>8} {built:>8.1f} {size:>10.1f} {median:>10.1f} {p99:>8.1f} {worst:>8.1f}")
+        shape = "tree" if tree else "flat"
+        print(f"{shape:>6} {pods:>8} {built:>8.1f} {size:>10.1f} {median:>10.1f} {p99:>8.1f} {worst:>8.1f}")
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 

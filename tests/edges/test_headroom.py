@@ -88,7 +88,7 @@ def test_headroom_n_means_n_is_admitted_and_n_plus_1_is_denied(
     resource = f"{kind}s"
     assert answer.more == 0 or admitted(state, "app", replicas, replicas + answer.more, resource)
     assert not admitted(state, "app", replicas, replicas + answer.more + 1, resource)
-    assert answer.reason.startswith(("queue", "scale-up")) and "app" in answer.reason
+    assert 'queue "q"' in answer.reason and f"{kind} ns/app" in answer.reason
 
 
 def test_the_cli_answers_in_json() -> None:

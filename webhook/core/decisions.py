@@ -11,7 +11,7 @@ from webhook.core.feasibility import TooComplex
 from webhook.core.objects import PodRecord, PodTemplate, pod_record, workload_record
 from webhook.core.quota import AnnotationError, parse_card_request
 from webhook.core.state import ClusterState, scale_key
-from webhook.core.usage import queue_usage
+from webhook.core.usage import queue_usage, tree_usage
 from webhook.core.verdicts import TOO_COMPLEX, Allowed, Decision, Denied, Hold, Request
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
@@ -58,6 +58,9 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
     except TooComplex as error:
         return _too_complex(queue, what, demand.spec, demand.count, 1, error)
     if fits:
+        above = ancestors_refuse(state, queue, demand.spec, demand.count, 1, what)
+        if above is not None:
+            return above
         return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
     message = messages.no_room(usage, demand.spec, what, demand.count)
     if (
@@ -172,10 +175,34 @@ def decide_scale(state: ClusterState, request: Request) -> Decision:
     except TooComplex as error:
         return _too_complex(queue, what, demand.spec, demand.count, pods, error)
     if fits:
+        above = ancestors_refuse(state, queue, demand.spec, demand.count, pods, what, scale_key(workload))
+        if above is not None:
+            return above
         return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
     return Denied(
         messages.no_room(usage, demand.spec, what, demand.count, pods), queue=queue, card=demand.spec.text
     )
+
+
+def ancestors_refuse(
+    state: ClusterState, queue: str, spec: CardSpec, per_pod: int, pods: int, what: str, exclude: str = ""
+) -> Denied | None:
+    """Hierarchical queues: the demand must also fit every ancestor whose card quota names all of
+    ``spec``'s cards, counting the ancestor's whole subtree. An ancestor whose quota leaves a card
+    out does not limit that card (a parent need not list every model its children use)."""
+    for ancestor in state.ancestors.get(queue, ()):
+        info = state.queues[ancestor]
+        if not info.quota or not all(card in info.quota for card in spec.cards):
+            continue
+        usage = tree_usage(state, ancestor, exclude)
+        try:
+            fits = usage.fits(spec, per_pod, pods)
+        except TooComplex as error:
+            return _too_complex(ancestor, what, spec, per_pod, pods, error)
+        if not fits:
+            message = messages.no_room(usage, spec, what, per_pod, pods, below=queue)
+            return Denied(message, queue=ancestor, card=spec.text)
+    return None
 
 
 def _replicas(obj: object) -> int | None:

@@ -48,8 +48,12 @@ class Ledger:
 
     def held(self, queue: str, exclude: str = "") -> Counter[tuple[CardSpec, int]]:
         """Pods held per (spec, per-pod count) for one queue, leaving out entry ``exclude``."""
+        return self.held_in(frozenset((queue,)), exclude)
+
+    def held_in(self, queues: frozenset[str], exclude: str = "") -> Counter[tuple[CardSpec, int]]:
+        """The same for a set of queues (an ancestor and its descendants)."""
         held: Counter[tuple[CardSpec, int]] = Counter()
         for key, entry in self._entries.items():
-            if entry.queue == queue and entry.pods > 0 and key != exclude:
+            if entry.queue in queues and entry.pods > 0 and key != exclude:
                 held[(entry.spec, entry.per_pod)] += entry.pods
         return held

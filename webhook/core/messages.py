@@ -28,9 +28,12 @@ def left_of(usage: QueueUsage, card: CardName) -> str:
     return f"{use.left} {card} left ({breakdown(use)})"
 
 
-def no_room(usage: QueueUsage, spec: CardSpec, what: str, per_pod: int, pods: int = 1) -> str:
-    """Why ``pods`` pods of ``spec`` do not fit; ``what`` names the object."""
-    text = _no_room(usage, spec, what, per_pod, pods)
+def no_room(
+    usage: QueueUsage, spec: CardSpec, what: str, per_pod: int, pods: int = 1, below: str = ""
+) -> str:
+    """Why ``pods`` pods of ``spec`` do not fit; ``what`` names the object; ``below`` names the
+    queue it asked for when ``usage`` is an ancestor's (its whole subtree's)."""
+    text = _no_room(usage, spec, what, per_pod, pods, below)
     try:
         waiting = usage.backlog(spec)
     except TooComplex:
@@ -40,8 +43,8 @@ def no_room(usage: QueueUsage, spec: CardSpec, what: str, per_pod: int, pods: in
     return text
 
 
-def _no_room(usage: QueueUsage, spec: CardSpec, what: str, per_pod: int, pods: int) -> str:
-    queue = f'queue "{usage.queue}"'
+def _no_room(usage: QueueUsage, spec: CardSpec, what: str, per_pod: int, pods: int, below: str) -> str:
+    queue = f'queue "{usage.queue}"' + (f' (above "{below}", counting all its queues)' if below else "")
     if not spec.is_multi:
         card = spec.cards[0]
         if pods == 1:

@@ -21,6 +21,7 @@ from webhook.core.quantity import QuantityError, ceil_quantity
 from webhook.core.quota import AnnotationError, parse_card_request, parse_quota
 
 RESERVING_PHASES = frozenset({"Inqueue", "Running"})
+MAX_DEPTH = 16  # ancestors followed at most (Volcano trees are a few levels deep)
 FlexKey = tuple[CardSpec, int]
 
 
@@ -69,6 +70,18 @@ class Tally:
         for key, count in reservation.flex.items():
             _bump(self.reserved_flex, key, sign * count)
 
+    def add(self, other: "Tally") -> None:
+        """Add every sum of ``other`` (a subtree's tally is its descendants' added up)."""
+        for mine, theirs in (
+            (self.bound, other.bound),
+            (self.pending, other.pending),
+            (self.pending_flex, other.pending_flex),
+            (self.reserved, other.reserved),
+            (self.reserved_flex, other.reserved_flex),
+        ):
+            for key, count in theirs.items():
+                _bump(mine, key, count)
+
 
 def _bump(counter: Counter[Any], key: Any, delta: int) -> None:
     """Add ``delta`` and forget keys that reach zero, so tallies hold only what is in use."""
@@ -100,6 +113,12 @@ class ClusterState:
         self.workloads_by_uid: dict[str, WorkloadRecord] = {}
         self.ledger = Ledger()
         self.tallies: dict[str, Tally] = defaultdict(Tally)
+        # Hierarchical queues (spec.parent): each queue's ancestors, nearest first, and for each
+        # queue with children the tally of all its descendants, kept with the queues' own tallies
+        # so an ancestor's usage costs no more than a queue's.
+        self.ancestors: dict[str, tuple[str, ...]] = {}
+        self.descendants: dict[str, frozenset[str]] = {}  # a queue with children -> it and all below
+        self.subtree: dict[str, Tally] = {}
         self.notes: list[str] = []
         self.skipped: dict[str, str] = {}  # kind/namespace/name -> why its shape cannot be read
         self._charges: dict[str, Charge] = {}
@@ -139,10 +158,53 @@ class ClusterState:
                 quota = parse_quota(keys.CARD_QUOTA, text)
             except AnnotationError as exc:
                 quota, error = {}, str(exc)
+        before = self.queues.get(record.name)
         self.queues[record.name] = QueueInfo(record, quota, error)
+        if before is None or before.record.parent != record.parent:
+            self._rebuild_tree()
 
     def delete_queue(self, name: str) -> None:
-        self.queues.pop(name, None)
+        if self.queues.pop(name, None) is not None:
+            self._rebuild_tree()
+
+    def _rebuild_tree(self) -> None:
+        """Recompute ancestors and subtree tallies: only when a queue appears, goes, or moves."""
+        self.ancestors = {name: self._chain(name) for name in self.queues}
+        below: dict[str, set[str]] = defaultdict(set)
+        for name, chain in self.ancestors.items():
+            for ancestor in chain:
+                below[ancestor].add(name)
+        self.descendants = {name: frozenset(names | {name}) for name, names in below.items()}
+        self.subtree = {}
+        for name, chain in self.ancestors.items():
+            tally = self.tallies.get(name)
+            if tally is None:
+                continue
+            for ancestor in chain:
+                self.subtree.setdefault(ancestor, Tally()).add(tally)
+
+    def _chain(self, name: str) -> tuple[str, ...]:
+        """The existing queues above ``name``, nearest first; a cycle or a missing parent ends it."""
+        chain: list[str] = []
+        seen = {name}
+        parent = self.queues[name].record.parent
+        while parent and parent in self.queues and parent not in seen and len(chain) < MAX_DEPTH:
+            chain.append(parent)
+            seen.add(parent)
+            parent = self.queues[parent].record.parent
+        return tuple(chain)
+
+    def _count(
+        self, queue: str, charge: Charge | None = None, reservation: Reservation | None = None, sign: int = 1
+    ) -> None:
+        """Apply one charge or reservation to ``queue``'s tally and its ancestors' subtree tallies."""
+        tallies = [self.tallies[queue]]
+        tallies += [self.subtree.setdefault(a, Tally()) for a in self.ancestors.get(queue, ())]
+        for tally in tallies:
+            if charge is not None:
+                tally.charge(charge, sign)
+            if reservation is not None:
+                tally.reserve(reservation, sign)
 
     # ---- pods --------------------------------------------------------------------------
     def upsert_pod(self, pod: PodRecord) -> None:
@@ -186,7 +248,7 @@ class ClusterState:
         if charge is None:
             return
         self._charges[pod.uid] = charge
-        self.tallies[charge.queue].charge(charge, +1)
+        self._count(charge.queue, charge=charge, sign=+1)
         if charge.group:
             self._group_demand[charge.group][charge.spec] += charge.count
             self._refresh_reservation(charge.group)
@@ -203,7 +265,7 @@ class ClusterState:
         charge = self._charges.pop(uid, None)
         if charge is None:
             return
-        self.tallies[charge.queue].charge(charge, -1)
+        self._count(charge.queue, charge=charge, sign=-1)
         if charge.group:
             self._group_demand[charge.group][charge.spec] -= charge.count
             self._refresh_reservation(charge.group)
@@ -323,11 +385,11 @@ class ClusterState:
     def _refresh_reservation(self, key: str) -> None:
         old = self._reservations.pop(key, None)
         if old is not None:
-            self.tallies[old.queue].reserve(old, -1)
+            self._count(old.queue, reservation=old, sign=-1)
         new = self._reservation_of(key)
         if new is not None and (new.fixed or new.flex):
             self._reservations[key] = new
-            self.tallies[new.queue].reserve(new, +1)
+            self._count(new.queue, reservation=new, sign=+1)
 
     def reservation_of(self, key: str) -> Reservation | None:
         return self._reservations.get(key)

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from webhook.core.cards import CardName, CardSpec
 from webhook.core.feasibility import Group, Placement, backlog, fits, place
-from webhook.core.state import ClusterState
+from webhook.core.state import ClusterState, Tally
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,30 +63,54 @@ class QueueUsage:
 
 def queue_usage(state: ClusterState, queue: str, exclude_ledger: str = "") -> QueueUsage:
     """The usage of ``queue`` from the state's tallies and in-flight ledger (cost: cards × groups)."""
+    tally = state.tallies.get(queue)
+    return _usage(state, queue, [tally] if tally is not None else [], frozenset((queue,)), exclude_ledger)
+
+
+def tree_usage(state: ClusterState, queue: str, exclude_ledger: str = "") -> QueueUsage:
+    """The usage an ancestor's quota limits: its own and all its descendants' (the subtree tally is
+    kept incrementally, so the cost does not grow with the number of pods or of descendants)."""
+    tallies = [t for t in (state.tallies.get(queue), state.subtree.get(queue)) if t is not None]
+    queues = state.descendants.get(queue) or frozenset((queue,))
+    return _usage(state, queue, tallies, queues, exclude_ledger)
+
+
+def _usage(
+    state: ClusterState, queue: str, tallies: list[Tally], queues: frozenset[str], exclude_ledger: str
+) -> QueueUsage:
     info = state.queues.get(queue)
     quota = dict(info.quota or {}) if info is not None else {}
-    tally = state.tallies.get(queue)
     fixed: dict[CardName, dict[str, int]] = {}
-    groups: list[Group] = []
-    if tally is not None:
+    flex: dict[tuple[str, tuple[CardSpec, int]], int] = {}
+    for tally in tallies:
         for origin, counter in (
             ("bound", tally.bound),
             ("pending", tally.pending),
             ("reserved", tally.reserved),
         ):
             for card, count in counter.items():
-                fixed.setdefault(card, {})[origin] = count
-        for (spec, per_pod), pods in sorted(tally.pending_flex.items(), key=_flex_order):
-            groups.append(Group(spec.cards, per_pod, pods, "pending"))
-        for (spec, per_pod), pods in sorted(tally.reserved_flex.items(), key=_flex_order):
-            groups.append(Group(spec.cards, per_pod, pods, "reserved"))
-    for (spec, per_pod), pods in sorted(state.ledger.held(queue, exclude_ledger).items(), key=_flex_order):
+                slot = fixed.setdefault(card, {})
+                slot[origin] = slot.get(origin, 0) + count
+        for origin, flexible in (("pending", tally.pending_flex), ("reserved", tally.reserved_flex)):
+            for key, pods in flexible.items():
+                flex[(origin, key)] = flex.get((origin, key), 0) + pods
+    groups = [
+        Group(spec.cards, per_pod, pods, origin)
+        for (origin, (spec, per_pod)), pods in sorted(flex.items(), key=_origin_order)
+    ]
+    held = state.ledger.held_in(queues, exclude_ledger)
+    for (spec, per_pod), pods in sorted(held.items(), key=_flex_order):
         if spec.is_multi:
             groups.append(Group(spec.cards, per_pod, pods, "in flight"))
         else:
             slot = fixed.setdefault(spec.cards[0], {})
             slot["in flight"] = slot.get("in flight", 0) + per_pod * pods
     return QueueUsage(queue, quota, fixed, tuple(groups))
+
+
+def _origin_order(item: tuple[tuple[str, tuple[CardSpec, int]], int]) -> tuple[int, str, int]:
+    (origin, (spec, per_pod)), _ = item
+    return (0 if origin == "pending" else 1, spec.text, per_pod)
 
 
 def _flex_order(item: tuple[tuple[CardSpec, int], int]) -> tuple[str, int]:

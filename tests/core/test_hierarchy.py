@@ -1,0 +1,204 @@
+"""Hierarchical queues (spec.parent): a child's card demand also counts against every ancestor with
+a card quota, and a request is admitted only if it fits the queue and each such ancestor."""
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.builders import H200, H800, cluster, deployment, node, pod, queue, request, scale_request
+from webhook.core import admission
+from webhook.core.objects import pod_record, queue_record
+from webhook.core.state import ClusterState, Tally
+from webhook.core.usage import queue_usage, tree_usage
+from webhook.core.verdicts import Allowed, Denied
+
+R4090 = "NVIDIA-GeForce-RTX-4090"
+
+
+def tree(*queues: tuple[str, str, dict[str, int] | None]) -> list[dict[str, Any]]:
+    """(name, parent, quota) triples as Queue objects."""
+    return [
+        queue(
+            name, json.dumps(quota) if quota is not None else None, **({"parent": parent} if parent else {})
+        )
+        for name, parent, quota in queues
+    ]
+
+
+NODES = [node("h0", H200, 16), node("h8", H800, 16), node("r0", R4090, 16)]
+
+
+def running(name: str, queue_name: str, card: str = H200, count: int = 1) -> dict[str, Any]:
+    return pod(name, card, count, queue_name=queue_name, node_name="h0", phase="Running")
+
+
+def create(state: ClusterState, obj: dict[str, Any]) -> Allowed | Denied:
+    decision = admission.validate(state, request(obj), 0.0)
+    assert isinstance(decision, Allowed | Denied)
+    return decision
+
+
+def test_a_child_with_room_under_a_full_parent_is_denied_with_the_parent_named() -> None:
+    queues = tree(("org", "", {H200: 4}), ("a", "org", {H200: 3}), ("b", "org", {H200: 3}))
+    state = cluster(
+        *NODES,
+        *queues,
+        *[running(f"a{i}", "a") for i in range(2)],
+        *[running(f"b{i}", "b") for i in range(2)],
+    )
+    decision = create(state, pod("x", H200, queue_name="a"))
+    assert isinstance(decision, Denied)
+    assert decision.message == (
+        'queue "org" (above "a", counting all its queues) has 0 NVIDIA-H200 left (quota 4: 4 running);'
+        " pod ns/x needs 1"
+    )
+    assert decision.queue == "org"
+
+
+def test_the_childs_own_quota_still_comes_first() -> None:
+    state = cluster(*NODES, *tree(("org", "", {H200: 10}), ("a", "org", {H200: 1})), running("a0", "a"))
+    decision = create(state, pod("x", H200, queue_name="a"))
+    assert isinstance(decision, Denied) and decision.message.startswith('queue "a" has 0 NVIDIA-H200 left')
+
+
+@pytest.mark.parametrize(
+    ("parent_quota", "admitted"),
+    [
+        pytest.param({R4090: 1}, True, id="a parent quota that leaves the card out does not limit it"),
+        pytest.param(None, True, id="a parent without a card quota does not limit"),
+        pytest.param({H200: 3}, False, id="a parent quota naming the card limits it"),
+    ],
+)
+def test_which_ancestors_limit(parent_quota: dict[str, int] | None, admitted: bool) -> None:
+    queues = tree(("org", "", parent_quota), ("a", "org", {H200: 5}))
+    state = cluster(*NODES, *queues, *[running(f"a{i}", "a") for i in range(3)])
+    assert isinstance(create(state, pod("x", H200, queue_name="a")), Allowed) is admitted
+
+
+def test_a_grandparent_limits_through_two_levels_and_a_cousin_counts() -> None:
+    queues = tree(
+        ("root", "", {H200: 3}),
+        ("dept", "root", None),
+        ("team", "dept", {H200: 5}),
+        ("other", "root", {H200: 5}),
+    )
+    state = cluster(*NODES, *queues, running("t0", "team"), running("o0", "other"), running("o1", "other"))
+    assert state.ancestors["team"] == ("dept", "root")
+    decision = create(state, pod("x", H200, queue_name="team"))
+    assert isinstance(decision, Denied) and 'queue "root" (above "team"' in decision.message
+
+
+def test_an_admission_in_one_child_holds_the_parent_for_its_sibling() -> None:
+    state = cluster(*NODES, *tree(("org", "", {H200: 1}), ("a", "org", {H200: 1}), ("b", "org", {H200: 1})))
+    first = request(pod("x", H200, queue_name="a"))
+    decision = admission.validate(state, first, 0.0)
+    admission.admit(state, first, decision, 0.0)
+    sibling = create(state, pod("y", H200, queue_name="b"))
+    assert isinstance(sibling, Denied)
+    assert (
+        'queue "org" (above "b", counting all its queues) has 0 NVIDIA-H200 left (quota 1: 1 admitted'
+        in sibling.message
+    )
+
+
+def test_a_scale_up_is_checked_against_the_parent() -> None:
+    objects = [*NODES, *tree(("org", "", {H200: 3}), ("a", "org", {H200: 8}))]
+    objects += [running("o0", "a"), deployment("chat", 1, queue_name="a")]
+    state = cluster(*objects)
+    # chat has no live pod yet: a scale to N needs N pods; org has 2 of 3 left, a has 7 of 8
+    assert isinstance(admission.validate(state, scale_request("chat", 1, 2), 0.0), Allowed)
+    denied = admission.validate(state, scale_request("chat", 1, 3), 0.0)
+    assert isinstance(denied, Denied) and 'queue "org" (above "a"' in denied.message
+
+
+def test_a_cycle_of_parents_ends_and_decides() -> None:
+    state = cluster(*NODES, *tree(("a", "b", {H200: 1}), ("b", "a", {H200: 5})))
+    assert state.ancestors == {"a": ("b",), "b": ("a",)}
+    assert isinstance(create(state, pod("x", H200, queue_name="a")), Allowed)
+
+
+def recomputed(state: ClusterState, queue_name: str) -> Tally:
+    total = Tally()
+    for name in state.descendants.get(queue_name) or {queue_name}:
+        if name in state.tallies:
+            total.add(state.tallies[name])
+    return total
+
+
+def same(left: Tally, right: Tally) -> bool:
+    return all(getattr(left, f) == getattr(right, f) for f in Tally.__slots__)
+
+
+NAMES = ["q0", "q1", "q2", "q3"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.tuples(st.just("parent"), st.sampled_from(NAMES), st.sampled_from(["", *NAMES])),
+            st.tuples(
+                st.just("pod"), st.integers(0, 30), st.sampled_from(NAMES), st.sampled_from([H200, H800])
+            ),
+            st.tuples(st.just("bind"), st.integers(0, 30)),
+            st.tuples(st.just("delete"), st.integers(0, 30)),
+        ),
+        max_size=40,
+    ),
+    st.fixed_dictionaries({name: st.integers(0, 4) for name in NAMES}),
+)
+def test_admissions_never_leave_a_queue_or_ancestor_above_quota_and_subtree_sums_stay_exact(
+    steps: list[tuple[Any, ...]], quotas: dict[str, int]
+) -> None:
+    parents = {name: "" for name in NAMES}
+    state = cluster(*NODES, *tree(*((n, parents[n], {H200: quotas[n], H800: quotas[n]}) for n in NAMES)))
+    pods: dict[int, dict[str, Any]] = {}
+    for step in steps:
+        if step[0] == "parent":
+            _, name, parent = step
+            parents[name] = parent if parent != name else ""
+            state.upsert_queue(
+                queue_record(tree((name, parents[name], {H200: quotas[name], H800: quotas[name]}))[0])
+            )
+        elif step[0] == "pod" and step[1] not in pods:
+            _, number, queue_name, card = step
+            obj = pod(f"p{number}", card, queue_name=queue_name)
+            req = request(obj)
+            decision = admission.validate(state, req, 0.0)
+            admission.admit(state, req, decision, 0.0)
+            if isinstance(decision, Allowed):
+                pods[number] = obj
+                state.upsert_pod(pod_record(obj))
+        elif step[0] == "bind" and step[1] in pods:
+            obj = pods[step[1]]
+            obj["spec"]["nodeName"] = (
+                "h0" if obj["metadata"]["annotations"]["volcano.sh/card.name"] == H200 else "h8"
+            )
+            state.upsert_pod(pod_record(obj))
+        elif step[0] == "delete" and step[1] in pods:
+            state.delete_pod(pods.pop(step[1])["metadata"]["uid"])
+        for name in NAMES:
+            assert same(
+                recomputed(state, name),
+                Tally()
+                if name not in state.tallies and name not in state.subtree
+                else _combined(state, name),
+            )
+    # Quotas only ever shrink through moves, never through admissions: with the tree as it ended,
+    # what was admitted under the final tree fits it when nothing moved after the admissions.
+    if all(step[0] != "parent" for step in steps):
+        for name in NAMES:
+            for card in (H200, H800):
+                assert queue_usage(state, name).card(card).used <= quotas[name]
+                assert tree_usage(state, name).card(card).used <= quotas[name]
+
+
+def _combined(state: ClusterState, name: str) -> Tally:
+    total = Tally()
+    for tally in (state.tallies.get(name), state.subtree.get(name)):
+        if tally is not None:
+            total.add(tally)
+    return total
