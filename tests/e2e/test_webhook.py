@@ -282,3 +282,24 @@ def test_headroom_on_the_live_cluster_is_what_the_hpa_can_scale_to(
     )
     assert f"scale-up of deployment {namespace}/chat from 3 to 4 replicas needs 1" in rescale[0]["message"]
     assert wait_for("headroom 0", lambda: (a := headroom())["more"] == 0 and a, timeout=60)
+
+
+def test_a_child_queue_under_a_full_parent_is_denied_with_the_parent_named(
+    control_plane: ControlPlane, webhook: Process, namespace: str
+) -> None:
+    parent, child = f"org-{namespace}", f"team-{namespace}"
+    child_queue = card_queue(child, {H200: 5})
+    child_queue["spec"]["parent"] = parent
+    control_plane.apply(card_queue(parent, {H200: 2}), child_queue)
+    try:
+        control_plane.apply(queued_deployment("train", 3, child), namespace=namespace)
+        failed = wait_for(
+            "a FailedCreate event", lambda: events(control_plane, namespace, "FailedCreate"), timeout=60
+        )
+        message = failed[0]["message"]
+        assert (
+            f'queue "{parent}" (above "{child}", counting all its queues) has 0 NVIDIA-H200 left' in message
+        )
+        assert f"pod {namespace}/train-" in message
+    finally:
+        control_plane.kubectl("delete", "queue", child, parent, check=False)
