@@ -202,3 +202,27 @@ def _combined(state: ClusterState, name: str) -> Tally:
         if tally is not None:
             total.add(tally)
     return total
+
+
+def quota_write(state: ClusterState, name: str, parent: str, quota: dict[str, int]) -> list[str]:
+    (obj,) = tree((name, parent, quota))
+    decision = admission.validate(
+        state,
+        request(obj, resource="queues", group="scheduling.volcano.sh", operation="UPDATE", old=obj),
+        0.0,
+    )
+    assert isinstance(decision, Allowed)  # over-subscription is legal: a warning, never a denial
+    return [w for w in decision.warnings if "parent" in w or "children" in w]
+
+
+def test_quota_writes_warn_when_a_child_exceeds_its_parent_or_children_sum_above_it() -> None:
+    state = cluster(*NODES, *tree(("org", "", {H200: 4}), ("a", "org", {H200: 3}), ("b", "org", {H200: 1})))
+    assert quota_write(state, "b", "org", {H200: 1}) == []
+    assert quota_write(state, "b", "org", {H200: 5}) == [
+        'queue "b": NVIDIA-H200 quota 5 is above the 4 of its parent "org", which limits it',
+        'the children of queue "org" have NVIDIA-H200 quotas summing to 8, above its 4; they compete for it',
+    ]
+    assert quota_write(state, "org", "", {H200: 3}) == [
+        'the children of queue "org" have NVIDIA-H200 quotas summing to 4, above its 3; they compete for it'
+    ]
+    assert quota_write(state, "b", "org", {H800: 9}) == []  # the parent does not limit H800

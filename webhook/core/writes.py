@@ -25,7 +25,41 @@ def decide_queue(state: ClusterState, request: Request) -> Decision:
         quota = parse_quota(keys.CARD_QUOTA, text)
     except AnnotationError as exc:
         return Denied(f'queue "{name}" has a malformed {exc}', queue=name)
-    return Allowed("well-formed quota", warnings=tuple(_quota_warnings(state, name, quota)), queue=name)
+    warnings = [*_quota_warnings(state, name, quota), *_tree_warnings(state, name, record.parent, quota)]
+    return Allowed("well-formed quota", warnings=tuple(warnings), queue=name)
+
+
+def _tree_warnings(state: ClusterState, name: str, parent: str, quota: dict[CardName, int]) -> list[str]:
+    """Hierarchical queues: legal over-subscription, said out loud. A child's quota above its
+    parent's for a card, and children whose quotas for a card sum above their parent's."""
+    warnings: list[str] = []
+    above = state.queues.get(parent) if parent else None
+    if above is not None and above.quota:
+        for card, count in sorted(quota.items()):
+            if card in above.quota and count > above.quota[card]:
+                warnings.append(
+                    f'queue "{name}": {card} quota {count} is above the {above.quota[card]} of its parent'
+                    f' "{parent}", which limits it'
+                )
+        warnings += _children_sum(state, parent, above.quota, {name: quota})
+    warnings += _children_sum(state, name, quota, {})
+    return warnings
+
+
+def _children_sum(
+    state: ClusterState, parent: str, limit: dict[CardName, int], changed: dict[str, dict[CardName, int]]
+) -> list[str]:
+    quotas = {q: dict(info.quota or {}) for q, info in state.queues.items() if info.record.parent == parent}
+    quotas.update(changed)
+    warnings = []
+    for card, count in sorted(limit.items()):
+        total = sum(q.get(card, 0) for q in quotas.values())
+        if total > count:
+            warnings.append(
+                f'the children of queue "{parent}" have {card} quotas summing to {total}, above its {count};'
+                " they compete for it"
+            )
+    return warnings
 
 
 def _quota_warnings(state: ClusterState, name: str, quota: dict[CardName, int]) -> list[str]:
