@@ -226,3 +226,18 @@ def test_quota_writes_warn_when_a_child_exceeds_its_parent_or_children_sum_above
         'the children of queue "org" have NVIDIA-H200 quotas summing to 4, above its 3; they compete for it'
     ]
     assert quota_write(state, "b", "org", {H800: 9}) == []  # the parent does not limit H800
+
+
+def test_status_shows_the_tree_with_each_subtree_figures() -> None:
+    from webhook.core.report import cluster_status, status_table
+
+    queues = tree(("org", "", {H200: 4}), ("a", "org", {H200: 3}), ("b", "org", {H200: 3}), ("c", "a", None))
+    state = cluster(*NODES, *queues, running("a0", "a"), running("c0", "c"), running("b0", "b"))
+    status = cluster_status(state)
+    assert status["tree"] == {
+        "a": {"parent": "org", "children": ["c"], "cards": {H200: {"quota": 3, "used": 2}}},
+        "org": {"parent": "", "children": ["a", "b"], "cards": {H200: {"quota": 4, "used": 3}}},
+    }
+    table = status_table(status)
+    assert "org (parent: -; children: a, b)" in table
+    assert f"  {H200:<41} used     3  quota 4, free 1" in table

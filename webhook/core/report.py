@@ -6,7 +6,7 @@ from typing import Any
 from webhook.core.cards import CardName
 from webhook.core.messages import breakdown
 from webhook.core.state import ClusterState
-from webhook.core.usage import queue_usage
+from webhook.core.usage import queue_usage, tree_usage
 
 
 def cluster_status(state: ClusterState) -> dict[str, Any]:
@@ -54,7 +54,26 @@ def cluster_status(state: ClusterState) -> dict[str, Any]:
         elif have is not None and total > have.total:
             warnings.append(f"{card}: queues' quotas sum to {total} but the cluster has {have.total}")
     notes = [*state.notes, *(f"{what}: skipped, {why}" for what, why in sorted(state.skipped.items()))]
-    return {"cards": cards, "queues": queues, "warnings": warnings, "notes": notes}
+    return {"cards": cards, "queues": queues, "tree": _tree(state), "warnings": warnings, "notes": notes}
+
+
+def _tree(state: ClusterState) -> dict[str, Any]:
+    """Every queue with children: its parent, children, and its whole subtree's figures per card."""
+    tree: dict[str, Any] = {}
+    for name in sorted(state.descendants):
+        info = state.queues.get(name)
+        usage = tree_usage(state, name)
+        placement = usage.placement
+        cards = {}
+        for card in sorted(set(usage.quota) | set(usage.fixed) | {c for (_, c) in placement.placed}):
+            use = usage.card(card, placement)
+            cards[card] = {"quota": use.quota if card in usage.quota else None, "used": use.used}
+        tree[name] = {
+            "parent": info.record.parent if info is not None else "",
+            "children": sorted(q for q, chain in state.ancestors.items() if chain[:1] == (name,)),
+            "cards": cards,
+        }
+    return tree
 
 
 def status_table(status: dict[str, Any]) -> str:
@@ -68,6 +87,15 @@ def status_table(status: dict[str, Any]) -> str:
                 f"{queue:<16} {card:<41} {n['quota']:>5} {n['bound']:>5} {n['pending']:>4}"
                 f" {n['reserved']:>4} {n['free']:>5}"
             )
+    if status.get("tree"):
+        lines += ["", "QUEUE TREE (a queue with children, counting all its queues)"]
+        for queue, node in status["tree"].items():
+            children = ", ".join(node["children"])
+            lines.append(f"{queue} (parent: {node['parent'] or '-'}; children: {children})")
+            for card, n in node["cards"].items():
+                quota = n["quota"]
+                limit = "no limit" if quota is None else f"quota {quota}, free {quota - n['used']}"
+                lines.append(f"  {card:<41} used {n['used']:>5}  {limit}")
     lines += ["", "WARNINGS" if status["warnings"] else "no warnings"]
     lines += [f"- {w}" for w in status["warnings"]]
     if status["notes"]:
