@@ -241,3 +241,31 @@ def test_status_shows_the_tree_with_each_subtree_figures() -> None:
     table = status_table(status)
     assert "org (parent: -; children: a, b)" in table
     assert f"  {H200:<41} used     3  quota 4, free 1" in table
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.fixed_dictionaries({"org": st.integers(0, 8), "a": st.integers(0, 8), "b": st.integers(0, 8)}),
+    st.lists(
+        st.tuples(
+            st.sampled_from(["org", "a", "b"]),
+            st.sampled_from([H200, H800, f"{H200}|{H800}"]),
+            st.integers(1, 3),
+        ),
+        max_size=8,
+    ),
+    st.sampled_from([H200, H800, f"{H200}|{H800}"]),
+    st.integers(1, 3),
+)
+def test_the_quick_room_check_never_admits_what_the_exact_check_refuses(
+    quotas: dict[str, int], pending: list[tuple[str, str, int]], card: str, size: int
+) -> None:
+    from webhook.core.cards import parse_card_spec
+    from webhook.core.usage import tree_has_room
+
+    queues = tree(*((n, "" if n == "org" else "org", {H200: q, H800: q}) for n, q in quotas.items()))
+    pods = [pod(f"p{i}", c, n, queue_name=q) for i, (q, c, n) in enumerate(pending)]
+    state = cluster(*NODES, *queues, *pods)
+    spec = parse_card_spec(card)
+    if tree_has_room(state, "org", spec, size, 1):
+        assert tree_usage(state, "org").fits(spec, size, 1)

@@ -11,7 +11,7 @@ from webhook.core.feasibility import TooComplex
 from webhook.core.objects import PodRecord, PodTemplate, pod_record, workload_record
 from webhook.core.quota import AnnotationError, parse_card_request
 from webhook.core.state import ClusterState, scale_key
-from webhook.core.usage import queue_usage, tree_usage
+from webhook.core.usage import queue_usage, tree_has_room, tree_usage
 from webhook.core.verdicts import TOO_COMPLEX, Allowed, Decision, Denied, Hold, Request
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
@@ -193,6 +193,8 @@ def ancestors_refuse(
     for ancestor in state.ancestors.get(queue, ()):
         info = state.queues[ancestor]
         if not info.quota or not all(card in info.quota for card in spec.cards):
+            continue
+        if tree_has_room(state, ancestor, spec, per_pod, pods, exclude):
             continue
         usage = tree_usage(state, ancestor, exclude)
         try:

@@ -75,6 +75,34 @@ def tree_usage(state: ClusterState, queue: str, exclude_ledger: str = "") -> Que
     return _usage(state, queue, tallies, queues, exclude_ledger)
 
 
+def tree_has_room(
+    state: ClusterState, queue: str, spec: CardSpec, per_pod: int, pods: int, exclude_ledger: str = ""
+) -> bool:
+    """A sufficient condition for ``tree_usage(...).fits(...)``, straight from the tallies: every card
+    could take all demand that may use it (each flexible group counted on every alternative) plus the
+    request. An ancestor far from its quota, the usual case, is then passed without building its
+    usage or searching."""
+    info = state.queues.get(queue)
+    room: dict[CardName, int] = dict(info.quota or {}) if info is not None else {}
+    for tally in (state.tallies.get(queue), state.subtree.get(queue)):
+        if tally is None:
+            continue
+        for counter in (tally.bound, tally.pending, tally.reserved):
+            for card, count in counter.items():
+                room[card] = room.get(card, 0) - count
+        for flexible in (tally.pending_flex, tally.reserved_flex):
+            for (flex, size), count in flexible.items():
+                for card in flex.cards:
+                    room[card] = room.get(card, 0) - size * count
+    queues = state.descendants.get(queue) or frozenset((queue,))
+    for (held, size), count in state.ledger.held_in(queues, exclude_ledger).items():
+        for card in held.cards:
+            room[card] = room.get(card, 0) - size * count
+    for card in spec.cards:
+        room[card] = room.get(card, 0) - per_pod * pods
+    return min(room.values(), default=0) >= 0
+
+
 def _usage(
     state: ClusterState, queue: str, tallies: list[Tally], queues: frozenset[str], exclude_ledger: str
 ) -> QueueUsage:
