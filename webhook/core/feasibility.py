@@ -91,20 +91,7 @@ def fits(capacity: Mapping[CardName, int], groups: Sequence[Group], request: Gro
         return False
     if not related:  # the request alone: whole pods on each alternative (the common case)
         return sum(n // request.per_pod for n in local.values()) >= request.pods
-    if _ample(local, [*related, request]):
-        return True
     return assign(local, [*related, request]) is not None
-
-
-def _ample(capacity: Mapping[CardName, int], groups: Sequence[Group]) -> bool:
-    """A sufficient condition, checked in one pass: every card could take every group that may use
-    it, all at once; then any whole-pod assignment fits (a queue far from its quota: the usual case,
-    and an ancestor's, whose subtree has many groups)."""
-    worst = dict(capacity)
-    for group in groups:
-        for card in group.cards:
-            worst[card] -= group.per_pod * group.pods
-    return min(worst.values(), default=0) >= 0
 
 
 def backlog(capacity: Mapping[CardName, int], groups: Sequence[Group], cards: Sequence[CardName]) -> bool:
