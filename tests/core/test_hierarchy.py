@@ -269,3 +269,20 @@ def test_the_quick_room_check_never_admits_what_the_exact_check_refuses(
     spec = parse_card_spec(card)
     if tree_has_room(state, "org", spec, size, 1):
         assert tree_usage(state, "org").fits(spec, size, 1)
+
+
+def test_a_volcano_job_that_could_never_run_under_its_parent_is_denied() -> None:
+    from tests.builders import template, vcjob
+
+    state = cluster(*NODES, *tree(("org", "", {H200: 2}), ("q", "org", {H200: 8})))
+    job = vcjob("train", [(4, template(H200))])  # in queue "q", 4 pods of 1 H200, all needed
+    decision = admission.validate(state, request(job, resource="jobs", group="batch.volcano.sh"), 0.0)
+    assert isinstance(decision, Denied)
+    assert decision.message == (
+        'volcano job ns/train needs at least 4 NVIDIA-H200 but the whole quota of queue "org"'
+        ' (above "q") is 2 NVIDIA-H200: it could never run'
+    )
+    fits = vcjob("train", [(2, template(H200))])
+    assert isinstance(
+        admission.validate(state, request(fits, resource="jobs", group="batch.volcano.sh"), 0.0), Allowed
+    )

@@ -123,6 +123,25 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
             queue=queue,
             card="|".join(named),
         )
+    for ancestor in state.ancestors.get(queue, ()):
+        limit = state.queues[ancestor].quota
+        limited = [g for g in groups if limit and all(c in limit for c in g.cards)]
+        if not limit or not limited:
+            continue
+        try:
+            never = assign(dict(limit), limited) is None
+        except TooComplex:
+            continue  # the job's own queue was checked exactly; an ancestor only adds a remark
+        if never:
+            named = list(dict.fromkeys(c for g in limited for c in g.cards))
+            whole = ", ".join(f"{limit.get(c, 0)} {c}" for c in named)
+            need = sum(g.demand for g in limited)
+            return Denied(
+                f'{what} needs at least {need} {"|".join(named)} but the whole quota of queue "{ancestor}"'
+                f' (above "{queue}") is {whole}: it could never run',
+                queue=ancestor,
+                card="|".join(named),
+            )
     return Allowed("can run within the queue's whole quota; queueing is Volcano's job", queue=queue)
 
 
