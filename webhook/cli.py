@@ -27,6 +27,7 @@ from webhook import devcerts, headroom, probe, review, settings, snapshot, whati
 from webhook import main as main_module
 from webhook.core.policy import Policy
 from webhook.core.report import cluster_status, status_table
+from webhook.core.state import ClusterState
 from webhook.errors import CardquotaError, ConfigError
 
 
@@ -36,21 +37,14 @@ def _parser() -> argparse.ArgumentParser:
     rev = sub.add_parser("review", help="answer one AdmissionReview read from stdin")
     rev.add_argument("--cluster", required=True, type=Path, help="snapshot directory of YAML/JSON")
     rev.add_argument("--webhook", choices=("validate", "mutate"), default="validate")
-    stat = sub.add_parser("status", help="cluster cards and per-queue usage")
-    where = stat.add_mutually_exclusive_group(required=True)
-    where.add_argument("--cluster", type=Path, help="a snapshot directory")
-    where.add_argument("--kubeconfig", type=Path, help="the live cluster this kubeconfig reaches")
-    stat.add_argument("--output", choices=("table", "json"), default="table")
+    _state_flags(sub.add_parser("status", help="cluster cards and per-queue usage"))
     ex = sub.add_parser("examples", help="review every file in DIR/reviews against DIR/cluster")
     ex.add_argument("directory", type=Path)
     serve = sub.add_parser("serve", help="serve /validate and /mutate over HTTPS")
     settings.add_flags(serve)
     what = sub.add_parser("whatif", help="what the webhooks would say to every object of a manifest")
     what.add_argument("-f", "--filename", required=True, help="a YAML/JSON manifest, - for stdin")
-    source = what.add_mutually_exclusive_group(required=True)
-    source.add_argument("--cluster", type=Path, help="a snapshot directory")
-    source.add_argument("--kubeconfig", type=Path, help="the live cluster this kubeconfig reaches")
-    what.add_argument("--output", choices=("table", "json"), default="table")
+    _state_flags(what)
     room = sub.add_parser(
         "headroom", help="how many more replicas of a workload fit now, and what stops one more"
     )
@@ -58,10 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     room.add_argument("--queue", help="for a workload not created yet: its queue")
     room.add_argument("--card", help="... its card spec, e.g. NVIDIA-H200 or A|B")
     room.add_argument("--per-pod", type=int, default=1, help="... cards per pod")
-    where_room = room.add_mutually_exclusive_group(required=True)
-    where_room.add_argument("--cluster", type=Path, help="a snapshot directory")
-    where_room.add_argument("--kubeconfig", type=Path, help="the live cluster this kubeconfig reaches")
-    room.add_argument("--output", choices=("table", "json"), default="table")
+    _state_flags(room)
     probe_cmd = sub.add_parser(
         "probe", help="wait until the webhook answers a dry-run review sent through the API server"
     )
@@ -73,6 +64,20 @@ def _parser() -> argparse.ArgumentParser:
         "--name", action="append", help="IP or DNS name of the serving certificate (repeatable)"
     )
     return parser
+
+
+def _state_flags(command: argparse.ArgumentParser) -> None:
+    """Where the state comes from (a snapshot or a live cluster), and the output format."""
+    where = command.add_mutually_exclusive_group(required=True)
+    where.add_argument("--cluster", type=Path, help="a snapshot directory")
+    where.add_argument("--kubeconfig", type=Path, help="the live cluster this kubeconfig reaches")
+    command.add_argument("--output", choices=("table", "json"), default="table")
+
+
+def _state(cluster: Path | None, kubeconfig: Path | None) -> ClusterState:
+    if cluster is not None:
+        return snapshot.load_snapshot(cluster)
+    return main_module.live_state(kubeconfig, Policy())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -102,12 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _whatif(filename: str, cluster: Path | None, kubeconfig: Path | None, output: str) -> int:
     objects = whatif.read_manifest(filename, sys.stdin.buffer.read() if filename == "-" else None)
-    state = (
-        snapshot.load_snapshot(cluster)
-        if cluster is not None
-        else main_module.live_state(kubeconfig, Policy())
-    )
-    answers = whatif.whatif(state, objects)
+    answers = whatif.whatif(_state(cluster, kubeconfig), objects)
     if output == "json":
         sys.stdout.buffer.write(whatif.as_json(answers) + b"\n")
     else:
@@ -118,11 +118,7 @@ def _whatif(filename: str, cluster: Path | None, kubeconfig: Path | None, output
 def _headroom(args: argparse.Namespace) -> int:
     if bool(args.workload) == bool(args.queue and args.card):
         raise ConfigError("name a workload (deployment/NS/NAME), or give --queue and --card for a new one")
-    state = (
-        snapshot.load_snapshot(args.cluster)
-        if args.cluster
-        else main_module.live_state(args.kubeconfig, Policy())
-    )
+    state = _state(args.cluster, args.kubeconfig)
     now = time.time()
     if args.workload:
         answer = headroom.of_workload(state, args.workload, now)
@@ -153,11 +149,7 @@ def _review(cluster: Path, webhook: review.Webhook) -> int:
 
 
 def _status(cluster: Path | None, kubeconfig: Path | None, output: str) -> int:
-    if cluster is not None:
-        state = snapshot.load_snapshot(cluster)
-    else:
-        state = main_module.live_state(kubeconfig, Policy())
-    status = cluster_status(state)
+    status = cluster_status(_state(cluster, kubeconfig))
     if output == "json":
         sys.stdout.buffer.write(orjson.dumps(status, option=orjson.OPT_INDENT_2) + b"\n")
     else:
