@@ -5,20 +5,25 @@ from pathlib import Path
 
 import pytest
 
-from webhook.cli import example_files, review_example
+from webhook.cli import example_files, example_header, review_example
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 DOC = (ROOT / "docs" / "decisions.md").read_text()
-BLOCK = re.compile(r"```text\n# examples/reviews/(\S+) \((validate|mutate)\)\n(.*?)\n```", re.S)
+BLOCK = re.compile(r"```text\n(# examples/reviews/(\S+) \((validate|mutate)[^)]*\))\n(.*?)\n```", re.S)
 QUOTED = BLOCK.findall(DOC)
+BUNDLED = {path.name: (path, webhook, flags) for path, webhook, flags in example_files(EXAMPLES)}
 
 
-@pytest.mark.parametrize(("name", "webhook", "text"), [pytest.param(*q, id=q[0]) for q in QUOTED])
-def test_a_quoted_example_is_what_the_webhook_answers(name: str, webhook: str, text: str) -> None:
-    assert review_example(EXAMPLES, EXAMPLES / "reviews" / name, webhook) == text  # type: ignore[arg-type]
+@pytest.mark.parametrize(("header", "name", "text"), [pytest.param(h, n, t, id=n) for h, n, _, t in QUOTED])
+def test_a_quoted_example_is_what_the_webhook_answers_under_the_settings_it_names(
+    header: str, name: str, text: str
+) -> None:
+    path, webhook, flags = BUNDLED[name]
+    assert header == example_header(path.relative_to(ROOT), webhook, flags)
+    assert review_example(EXAMPLES, path, webhook, flags) == text
 
 
 def test_every_bundled_review_is_explained_in_the_decisions_doc() -> None:
-    quoted = {name for name, _, _ in QUOTED}
-    assert {path.name for path, _ in example_files(EXAMPLES)} <= quoted
+    quoted = {name for _, name, _, _ in QUOTED}
+    assert set(BUNDLED) <= quoted

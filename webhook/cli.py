@@ -37,6 +37,7 @@ def _parser() -> argparse.ArgumentParser:
     rev = sub.add_parser("review", help="answer one AdmissionReview read from stdin")
     rev.add_argument("--cluster", required=True, type=Path, help="snapshot directory of YAML/JSON")
     rev.add_argument("--webhook", choices=("validate", "mutate"), default="validate")
+    settings.add_flags(rev, settings.PolicySettings)
     _state_flags(sub.add_parser("status", help="cluster cards and per-queue usage"))
     ex = sub.add_parser("examples", help="review every file in DIR/reviews against DIR/cluster")
     ex.add_argument("directory", type=Path)
@@ -72,25 +73,27 @@ def _state_flags(command: argparse.ArgumentParser) -> None:
     where.add_argument("--cluster", type=Path, help="a snapshot directory")
     where.add_argument("--kubeconfig", type=Path, help="the live cluster this kubeconfig reaches")
     command.add_argument("--output", choices=("table", "json"), default="table")
+    settings.add_flags(command, settings.PolicySettings)
 
 
-def _state(cluster: Path | None, kubeconfig: Path | None) -> ClusterState:
-    if cluster is not None:
-        return snapshot.load_snapshot(cluster)
-    return main_module.live_state(kubeconfig, Policy())
+def _state(args: argparse.Namespace) -> ClusterState:
+    policy = settings.load_policy(args)
+    if args.cluster is not None:
+        return snapshot.load_snapshot(args.cluster, policy)
+    return main_module.live_state(args.kubeconfig, policy)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         if args.command == "review":
-            return _review(args.cluster, args.webhook)
+            return _review(args)
         if args.command == "status":
-            return _status(args.cluster, args.kubeconfig, args.output)
+            return _status(args)
         if args.command == "serve":
             return main_module.run(settings.load(args))
         if args.command == "whatif":
-            return _whatif(args.filename, args.cluster, args.kubeconfig, args.output)
+            return _whatif(args)
         if args.command == "headroom":
             return _headroom(args)
         if args.command == "probe":
@@ -105,10 +108,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _whatif(filename: str, cluster: Path | None, kubeconfig: Path | None, output: str) -> int:
+def _whatif(args: argparse.Namespace) -> int:
+    filename = args.filename
     objects = whatif.read_manifest(filename, sys.stdin.buffer.read() if filename == "-" else None)
-    answers = whatif.whatif(_state(cluster, kubeconfig), objects)
-    if output == "json":
+    answers = whatif.whatif(_state(args), objects)
+    if args.output == "json":
         sys.stdout.buffer.write(whatif.as_json(answers) + b"\n")
     else:
         print(whatif.table(answers))
@@ -118,7 +122,7 @@ def _whatif(filename: str, cluster: Path | None, kubeconfig: Path | None, output
 def _headroom(args: argparse.Namespace) -> int:
     if bool(args.workload) == bool(args.queue and args.card):
         raise ConfigError("name a workload (deployment/NS/NAME), or give --queue and --card for a new one")
-    state = _state(args.cluster, args.kubeconfig)
+    state = _state(args)
     now = time.time()
     if args.workload:
         answer = headroom.of_workload(state, args.workload, now)
@@ -140,39 +144,59 @@ def _probe(kubeconfig: Path | None, timeout: float) -> int:
     return 0
 
 
-def _review(cluster: Path, webhook: review.Webhook) -> int:
-    state = snapshot.load_snapshot(cluster)
+def _review(args: argparse.Namespace) -> int:
+    state = snapshot.load_snapshot(args.cluster, settings.load_policy(args))
     body = sys.stdin.buffer.read()
-    out = review.answer(state, body, webhook, time.time())
+    out = review.answer(state, body, args.webhook, time.time())
     sys.stdout.buffer.write(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
     return 0
 
 
-def _status(cluster: Path | None, kubeconfig: Path | None, output: str) -> int:
-    status = cluster_status(_state(cluster, kubeconfig))
-    if output == "json":
+def _status(args: argparse.Namespace) -> int:
+    status = cluster_status(_state(args))
+    if args.output == "json":
         sys.stdout.buffer.write(orjson.dumps(status, option=orjson.OPT_INDENT_2) + b"\n")
     else:
         print(status_table(status))
     return 0
 
 
-def example_files(directory: Path) -> list[tuple[Path, review.Webhook]]:
-    """``*.mutate.json`` go to the mutating webhook, every other ``*.json`` to the validating one."""
-    files = sorted((directory / "reviews").glob("*.json"))
-    return [(f, "mutate" if f.name.endswith(".mutate.json") else "validate") for f in files]
+def example_files(directory: Path) -> list[tuple[Path, review.Webhook, tuple[str, ...]]]:
+    """``*.mutate.json`` go to the mutating webhook, every other ``*.json`` to the validating one;
+    a ``NAME.flags`` file beside ``NAME.json`` holds the settings that example is answered with."""
+    found = []
+    for path in sorted((directory / "reviews").glob("*.json")):
+        flags_file = path.with_suffix(".flags")
+        flags = tuple(flags_file.read_text().split()) if flags_file.exists() else ()
+        found.append((path, "mutate" if path.name.endswith(".mutate.json") else "validate", flags))
+    return found  # type: ignore[return-value]
 
 
-def review_example(directory: Path, path: Path, webhook: review.Webhook) -> str:
+def policy_of(flags: Sequence[str]) -> Policy:
+    """The policy a list of setting flags (``--cpu-memory-check`` ...) describes."""
+    parser = argparse.ArgumentParser(prog="cardquota", exit_on_error=False)
+    settings.add_flags(parser, settings.PolicySettings)
+    try:
+        return settings.load_policy(parser.parse_args(list(flags)))
+    except argparse.ArgumentError as exc:
+        raise ConfigError(str(exc)) from exc
+
+
+def review_example(directory: Path, path: Path, webhook: review.Webhook, flags: Sequence[str] = ()) -> str:
     """Each example is reviewed against a fresh load of the cluster, as if it came alone."""
-    state = snapshot.load_snapshot(directory / "cluster")
+    state = snapshot.load_snapshot(directory / "cluster", policy_of(flags))
     _, decision = review.decide(state, path.read_bytes(), webhook, time.time())
     return review.summary(decision)
 
 
+def example_header(path: Path, webhook: str, flags: Sequence[str]) -> str:
+    """``# examples/reviews/NAME.json (validate)``, with the example's flags after the webhook."""
+    return f"# {path} ({', '.join([webhook, *flags])})" if flags else f"# {path} ({webhook})"
+
+
 def _examples(directory: Path) -> int:
-    for path, webhook in example_files(directory):
-        print(f"# {path.relative_to(directory.parent)} ({webhook})")
-        print(review_example(directory, path, webhook))
+    for path, webhook, flags in example_files(directory):
+        print(example_header(path.relative_to(directory.parent), webhook, flags))
+        print(review_example(directory, path, webhook, flags))
         print()
     return 0

@@ -1,13 +1,15 @@
 """Every setting of ``cardquota serve`` in one place: a flag, an environment variable, a default.
 
 ``--cert-dir`` is also ``CARDQUOTA_CERT_DIR``: flags win over the environment, the environment over
-the defaults. docs/operations.md lists them all; ``cardquota serve --help`` prints them.
+the defaults. docs/operations.md lists them all; ``cardquota serve --help`` prints them. The ones
+decisions depend on (``PolicySettings``) are also flags of the offline commands (review, status,
+whatif, headroom, examples), so they answer as the server configured alike would.
 """
 
 import argparse
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -18,7 +20,78 @@ from webhook.errors import ConfigError
 MiB = 2**20
 
 
-class ServeSettings(BaseSettings):
+class PolicySettings(BaseSettings):
+    """The settings decisions depend on: ``serve`` and every offline command take them alike."""
+
+    model_config = SettingsConfigDict(env_prefix="CARDQUOTA_", frozen=True, extra="forbid")
+
+    unnamed_card_pods: Literal["deny", "warn"] = Field(
+        "deny", description="a pod requesting a card resource without volcano.sh/card.name: deny or warn"
+    )
+    in_flight_ttl_seconds: float = Field(
+        30.0, gt=0, description="how long admitted demand is held before the cache shows it"
+    )
+    default_resource: str = Field(
+        "nvidia.com/gpu", description="resource of a card that is in a quota but on no node yet"
+    )
+    default_label_key: str = Field(
+        "nvidia.com/gpu.product", description="node label for affinity when discovery has none"
+    )
+    service_type: bool = Field(
+        False, description="set volcano.sh/service.type on PodGroups from the owner kind"
+    )
+    service_types: str = Field(
+        "ReplicaSet=inference,Deployment=inference,StatefulSet=inference,Job=training",
+        description="with --service-type: PodGroup owner kind=service type, comma-separated "
+        "(Job is a batch or a Volcano Job)",
+    )
+    preemptable: str = Field(
+        "inference=false,training=true",
+        description="with --service-type: service type=the volcano.sh/preemptable it defaults to",
+    )
+    hierarchical_queues: bool = Field(
+        True, description="a child queue's card use also counts against every ancestor with a card quota"
+    )
+    cpu_memory_check: bool = Field(
+        False,
+        description="also count CPU and memory requests of Volcano-scheduled pods against the queue's "
+        "spec.capability (a resource it leaves out is 0, as in the capacity-card plugin)",
+    )
+    card_unlimited_cpu_memory: bool = Field(
+        False, description="with --cpu-memory-check: pods that use cards are not charged CPU or memory"
+    )
+    volcano_schedulers: str = Field(
+        "volcano",
+        description="with --cpu-memory-check: the schedulerNames whose pods it counts, comma-separated",
+    )
+
+    @field_validator("service_types", "preemptable")
+    @classmethod
+    def _pairs_parse(cls, text: str, info: ValidationInfo) -> str:
+        pairs = _pairs(text)
+        if info.field_name == "preemptable" and not set(pairs.values()) <= {"true", "false"}:
+            raise ValueError(f"values must be true or false, got {text!r}")
+        return text
+
+    def policy(self) -> Policy:
+        return Policy(
+            default_resource=self.default_resource,
+            default_label_key=self.default_label_key,
+            unnamed_card_pods=self.unnamed_card_pods,
+            service_type=self.service_type,
+            service_type_by_kind=MappingProxyType(_pairs(self.service_types)),
+            preemptable_by_service_type=MappingProxyType(_pairs(self.preemptable)),
+            in_flight_ttl=self.in_flight_ttl_seconds,
+            hierarchical_queues=self.hierarchical_queues,
+            cpu_memory_check=self.cpu_memory_check,
+            card_unlimited_cpu_memory=self.card_unlimited_cpu_memory,
+            volcano_schedulers=frozenset(
+                filter(None, (n.strip() for n in self.volcano_schedulers.split(",")))
+            ),
+        )
+
+
+class ServeSettings(PolicySettings):
     model_config = SettingsConfigDict(env_prefix="CARDQUOTA_", frozen=True, extra="forbid")
 
     host: str = Field("0.0.0.0", description="address to listen on")
@@ -69,49 +142,6 @@ class ServeSettings(BaseSettings):
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
     uvloop: bool = Field(True, description="run on uvloop (faster event loop) when it is installed")
-    unnamed_card_pods: Literal["deny", "warn"] = Field(
-        "deny", description="a pod requesting a card resource without volcano.sh/card.name: deny or warn"
-    )
-    in_flight_ttl_seconds: float = Field(
-        30.0, gt=0, description="how long admitted demand is held before the cache shows it"
-    )
-    default_resource: str = Field(
-        "nvidia.com/gpu", description="resource of a card that is in a quota but on no node yet"
-    )
-    default_label_key: str = Field(
-        "nvidia.com/gpu.product", description="node label for affinity when discovery has none"
-    )
-    service_type: bool = Field(
-        False, description="set volcano.sh/service.type on PodGroups from the owner kind"
-    )
-    service_types: str = Field(
-        "ReplicaSet=inference,Deployment=inference,StatefulSet=inference,Job=training",
-        description="with --service-type: PodGroup owner kind=service type, comma-separated "
-        "(Job is a batch or a Volcano Job)",
-    )
-    preemptable: str = Field(
-        "inference=false,training=true",
-        description="with --service-type: service type=the volcano.sh/preemptable it defaults to",
-    )
-
-    @field_validator("service_types", "preemptable")
-    @classmethod
-    def _pairs_parse(cls, text: str, info: ValidationInfo) -> str:
-        pairs = _pairs(text)
-        if info.field_name == "preemptable" and not set(pairs.values()) <= {"true", "false"}:
-            raise ValueError(f"values must be true or false, got {text!r}")
-        return text
-
-    def policy(self) -> Policy:
-        return Policy(
-            default_resource=self.default_resource,
-            default_label_key=self.default_label_key,
-            unnamed_card_pods=self.unnamed_card_pods,
-            service_type=self.service_type,
-            service_type_by_kind=MappingProxyType(_pairs(self.service_types)),
-            preemptable_by_service_type=MappingProxyType(_pairs(self.preemptable)),
-            in_flight_ttl=self.in_flight_ttl_seconds,
-        )
 
 
 def _pairs(text: str) -> dict[str, str]:
@@ -125,9 +155,9 @@ def _pairs(text: str) -> dict[str, str]:
     return pairs
 
 
-def add_flags(parser: argparse.ArgumentParser) -> None:
+def add_flags(parser: argparse.ArgumentParser, model: type[PolicySettings] = ServeSettings) -> None:
     """One ``--flag`` per setting; unset flags stay None so the environment and defaults apply."""
-    for name, field in ServeSettings.model_fields.items():
+    for name, field in model.model_fields.items():
         flag = "--" + name.replace("_", "-")
         env = f"CARDQUOTA_{name.upper()}"
         help_text = f"{field.description} (env {env}, default {field.default})"
@@ -137,12 +167,24 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
             parser.add_argument(flag, dest=name, default=None, help=help_text)
 
 
+S = TypeVar("S", bound=PolicySettings)
+
+
 def load(args: argparse.Namespace) -> ServeSettings:
+    return _load(args, ServeSettings)
+
+
+def load_policy(args: argparse.Namespace) -> Policy:
+    """The policy the offline commands' flags (``add_flags(..., PolicySettings)``) describe."""
+    return _load(args, PolicySettings).policy()
+
+
+def _load(args: argparse.Namespace, model: type[S]) -> S:
     given: dict[str, Any] = {
-        name: value for name in ServeSettings.model_fields if (value := getattr(args, name, None)) is not None
+        name: value for name in model.model_fields if (value := getattr(args, name, None)) is not None
     }
     try:
-        return ServeSettings(**given)
+        return model(**given)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first.get("loc", ())) or "settings"

@@ -21,7 +21,7 @@ from webhook import review, snapshot
 from webhook.cli import example_files
 
 EXAMPLES = [
-    (path.name, webhook, json.loads(path.read_bytes())) for path, webhook in example_files(REVIEWS.parent)
+    (path.name, webhook, json.loads(path.read_bytes())) for path, webhook, _ in example_files(REVIEWS.parent)
 ]
 
 

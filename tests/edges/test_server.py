@@ -49,7 +49,9 @@ def test_every_example_is_answered_over_https_exactly_as_the_core_answers_it(ser
     # affect later ones the same way in both, so the answers must be equal byte for byte.
     state = snapshot.load_snapshot(CLUSTER)
     with served.client() as client:
-        for path, webhook in example_files(REVIEWS.parent):
+        for path, webhook, flags in example_files(REVIEWS.parent):
+            if flags:
+                continue  # answered under other settings than the server's defaults
             answer = post(client, f"/{webhook}", path.read_bytes())
             assert answer.status_code == 200, (path.name, answer.text)
             expected = review.answer(state, path.read_bytes(), webhook, time.time())

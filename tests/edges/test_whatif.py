@@ -14,8 +14,16 @@ from hypothesis import strategies as st
 
 from tests.edges.serving import CLUSTER, REVIEWS, ROOT
 from webhook import review, snapshot, whatif
+from webhook.cli import example_files, policy_of
 from webhook.core.verdicts import Denied
 from webhook.errors import SnapshotError
+
+FLAGS = {path: flags for path, _, flags in example_files(REVIEWS.parent)}
+
+
+def example_state(path: Path) -> snapshot.ClusterState:
+    """The example cluster under the settings this example is answered with."""
+    return snapshot.load_snapshot(CLUSTER, policy_of(FLAGS[path]))
 
 
 def sent_as_manifest(path: Path) -> dict[str, Any] | None:
@@ -28,7 +36,7 @@ def sent_as_manifest(path: Path) -> dict[str, Any] | None:
     group = request["kind"]["group"]
     if (group, request["kind"]["kind"]) not in whatif.RESOURCES:
         return None
-    state = snapshot.load_snapshot(CLUSTER)
+    state = example_state(path)
     meta = obj.get("metadata") or {}
     namespace = request.get("namespace") or meta.get("namespace") or "default"
     obj = {
@@ -52,8 +60,8 @@ def test_most_example_reviews_can_be_asked_as_manifests() -> None:
 def test_whatif_and_the_validating_webhook_agree_on_every_example(path: Path) -> None:
     obj = sent_as_manifest(path)
     assert obj is not None
-    _, decision = review.decide(snapshot.load_snapshot(CLUSTER), path.read_bytes(), "validate", time.time())
-    (answer,) = whatif.whatif(snapshot.load_snapshot(CLUSTER), [("x", obj)])
+    _, decision = review.decide(example_state(path), path.read_bytes(), "validate", time.time())
+    (answer,) = whatif.whatif(example_state(path), [("x", obj)])
     assert answer.allowed == (not isinstance(decision, Denied))
     if isinstance(decision, Denied):
         assert answer.message == decision.message

@@ -71,5 +71,6 @@ def admit(state: ClusterState, request: Request, decision: Decision, now: float)
         state.ledger.settle(hold.transfer_from)
     if hold.key in state.pods and not hold.key.startswith("scale:"):
         return
-    entry = Entry(hold.queue, hold.spec, hold.per_pod, hold.pods, now + state.policy.in_flight_ttl)
+    expires = now + state.policy.in_flight_ttl
+    entry = Entry(hold.queue, hold.spec, hold.per_pod, hold.pods, expires, hold.cpu, hold.memory)
     state.ledger.record(hold.key, entry)

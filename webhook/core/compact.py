@@ -3,8 +3,8 @@
 Pods of one workload differ only in name and uid, so their templates, owners and charges are the
 same values; the state keeps one instance of each, held weakly so it goes when its last pod goes.
 A cached pod keeps only what decisions read about existing pods: the card, queue and PodGroup
-annotations and the extended-resource amounts (its node selector and affinity matter only when it
-is admitted, and that reads the review's object).
+annotations, the extended-resource amounts, the CPU and memory requests and the scheduler name (its
+node selector and affinity matter only when it is admitted, and that reads the review's object).
 """
 
 import sys
@@ -47,11 +47,13 @@ class Pool:
         annotations = {
             k: sys.intern(template.annotations[k]) for k in KEPT_ANNOTATIONS if k in template.annotations
         }
-        requests, limits = template.resources.requests, template.resources.limits
-        key = (_items(annotations), _items(requests), _items(limits))
+        res = template.resources
+        scheduler = sys.intern(template.scheduler)
+        key = (_items(annotations), _items(res.requests), _items(res.limits), res.cpu, res.memory, scheduler)
         found = self._templates.get(key)
         if found is None:
-            found = PodTemplate(annotations, Resources(dict(requests), dict(limits)))
+            resources = Resources(dict(res.requests), dict(res.limits), res.cpu, res.memory)
+            found = PodTemplate(annotations, resources, scheduler=scheduler)
             self._templates[key] = found
         return found
 

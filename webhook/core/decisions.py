@@ -3,7 +3,7 @@
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from webhook.core import keys, messages
+from webhook.core import capability, keys, messages
 from webhook.core.cards import CardSpec
 from webhook.core.constraints import contradiction
 from webhook.core.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
@@ -27,7 +27,7 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
     demand = pod_demand(pod.template, state.inventory, state.policy)
     match demand:
         case NotCardPod():
-            return Allowed("not a card pod")
+            return _compute_only(state, pod.template, state.queue_of_pod(pod), what, pod.uid)
         case UnnamedCardPod(resource, count):
             return _unnamed(state, what, resource, count)
         case BadDemand(reason):
@@ -41,9 +41,14 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
     refused = queue_refuses(state, queue, what, demand.spec, demand.count)
     if refused is not None:
         return refused
+    cpu, memory = state.compute_charged(pod.template) or (0, 0)
+    hold = Hold(pod.uid, queue, demand.spec, demand.count, 1, cpu=cpu, memory=memory)
     if _covered_by_podgroup(state, pod, demand):
-        return Allowed("covered by its PodGroup's reservation", queue=queue, card=demand.spec.text)
-    hold = Hold(pod.uid, queue, demand.spec, demand.count, 1)
+        over = capability.refuses(state, queue, what, cpu, memory)
+        if over is not None:
+            return replace(over, card=demand.spec.text)
+        hold = replace(hold, spec=None, per_pod=0)  # its cards are reserved already; CPU/memory is not
+        return Allowed("covered by its PodGroup's reservation", hold=hold, queue=queue, card=demand.spec.text)
     workload = state.workload_of(pod)
     if workload is not None:
         entry = state.ledger.get(scale_key(workload))
@@ -61,6 +66,9 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         above = ancestors_refuse(state, queue, demand.spec, demand.count, 1, what)
         if above is not None:
             return above
+        over = capability.refuses(state, queue, what, cpu, memory)
+        if over is not None:
+            return replace(over, card=demand.spec.text)
         return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
     message = messages.no_room(usage, demand.spec, what, demand.count)
     if (
@@ -73,6 +81,27 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
             " strategy maxSurge: 0, maxUnavailable: 1"
         )
     return Denied(message, queue=queue, card=demand.spec.text)
+
+
+def _compute_only(
+    state: ClusterState,
+    template: PodTemplate,
+    queue: str,
+    what: str,
+    key: str,
+    pods: int = 1,
+    unchecked: str = "not a card pod",
+) -> Decision:
+    """A pod (``key`` its uid) or a scale-up (``key`` its ledger key) that uses no card: only the
+    optional CPU/memory check has a say."""
+    charged = state.compute_charged(template)
+    if charged is None:
+        return Allowed(unchecked)
+    over = capability.refuses(state, queue, what, *charged, pods, exclude=key)
+    if over is not None:
+        return over
+    hold = Hold(key, queue, None, 0, pods, cpu=charged[0], memory=charged[1])
+    return Allowed("fits the queue's capability", hold=hold, queue=queue)
 
 
 def _too_complex(queue: str, what: str, spec: CardSpec, per_pod: int, pods: int, error: TooComplex) -> Denied:
@@ -160,16 +189,17 @@ def decide_scale(state: ClusterState, request: Request) -> Decision:
     template = workload.tasks[0].template
     demand = pod_demand(template, state.inventory, state.policy)
     what = f"scale-up of {kind.lower()} {workload.key} from {old} to {new} replicas"
+    queue = template.annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
     if not isinstance(demand, PodDemand):
         if isinstance(demand, BadDemand):
             return Denied(f"{what}: its pod template {demand.reason}")
-        return Allowed("not a card workload")
-    queue = template.annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
+        return _compute_only(state, template, queue, what, scale_key(workload), pods, "not a card workload")
     refused = queue_refuses(state, queue, what, demand.spec, demand.count * pods)
     if refused is not None:
         return refused
     usage = queue_usage(state, queue, exclude_ledger=scale_key(workload))
-    hold = Hold(scale_key(workload), queue, demand.spec, demand.count, pods)
+    cpu, memory = state.compute_charged(template) or (0, 0)
+    hold = Hold(scale_key(workload), queue, demand.spec, demand.count, pods, cpu=cpu, memory=memory)
     try:
         fits = usage.fits(demand.spec, demand.count, pods)
     except TooComplex as error:
@@ -178,6 +208,9 @@ def decide_scale(state: ClusterState, request: Request) -> Decision:
         above = ancestors_refuse(state, queue, demand.spec, demand.count, pods, what, scale_key(workload))
         if above is not None:
             return above
+        over = capability.refuses(state, queue, what, cpu, memory, pods, scale_key(workload))
+        if over is not None:
+            return replace(over, card=demand.spec.text)
         return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
     return Denied(
         messages.no_room(usage, demand.spec, what, demand.count, pods), queue=queue, card=demand.spec.text

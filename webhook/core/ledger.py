@@ -14,10 +14,12 @@ from webhook.core.cards import CardSpec
 @dataclass(slots=True)
 class Entry:
     queue: str
-    spec: CardSpec
+    spec: CardSpec | None  # None: only CPU/memory is held (a pod that uses no card)
     per_pod: int
     pods: int
     expires: float
+    cpu: int = 0  # millicores per pod, when the CPU/memory check charges them
+    memory: int = 0  # bytes per pod
 
 
 class Ledger:
@@ -54,6 +56,15 @@ class Ledger:
         """The same for a set of queues (an ancestor and its descendants)."""
         held: Counter[tuple[CardSpec, int]] = Counter()
         for key, entry in self._entries.items():
-            if entry.queue in queues and entry.pods > 0 and key != exclude:
+            if entry.queue in queues and entry.pods > 0 and entry.spec is not None and key != exclude:
                 held[(entry.spec, entry.per_pod)] += entry.pods
         return held
+
+    def held_compute(self, queue: str, exclude: str = "") -> tuple[int, int]:
+        """CPU (millicores) and memory (bytes) held for ``queue``, leaving out entry ``exclude``."""
+        cpu = memory = 0
+        for key, entry in self._entries.items():
+            if entry.queue == queue and entry.pods > 0 and key != exclude:
+                cpu += entry.cpu * entry.pods
+                memory += entry.memory * entry.pods
+        return cpu, memory

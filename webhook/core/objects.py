@@ -4,7 +4,8 @@ The snapshot loader and the live cache both build these with the same functions,
 offline answer and the live one agree.
 """
 
-from collections.abc import Mapping
+import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -14,6 +15,7 @@ from webhook.core.quantity import QuantityError, parse_quantity
 
 Raw = Mapping[str, Any]
 NOT_CARD_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
+COMPUTE = ("cpu", "memory")
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
@@ -27,10 +29,14 @@ class OwnerRef:
 
 @dataclass(frozen=True, slots=True)
 class Resources:
-    """A pod's effective extended-resource requests and limits (Kubernetes rules)."""
+    """A pod's effective extended-resource requests and limits (Kubernetes rules), and its effective
+    CPU (millicores) and memory (bytes) requests, a container's limit standing in for its missing
+    request as the API server defaults it."""
 
     requests: Mapping[str, Any] = field(default_factory=dict)
     limits: Mapping[str, Any] = field(default_factory=dict)
+    cpu: int = 0
+    memory: int = 0
 
 
 @dataclass(frozen=True, slots=True, weakref_slot=True)
@@ -41,6 +47,7 @@ class PodTemplate:
     resources: Resources
     node_selector: Mapping[str, str] = field(default_factory=dict)
     required_terms: tuple[Raw, ...] | None = None
+    scheduler: str = ""  # spec.schedulerName
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +125,7 @@ class QueueRecord:
     state: str
     annotations: Mapping[str, str]
     parent: str = ""
+    capability: Mapping[str, Any] = field(default_factory=dict)  # spec.capability as written
 
 
 def _meta(obj: Raw) -> Raw:
@@ -144,9 +152,18 @@ def controller_of(obj: Raw) -> OwnerRef | None:
     return None
 
 
-def _container_resources(container: Raw, which: str) -> dict[str, Any]:
+def _extended(container: Raw, which: str) -> dict[str, Any]:
     res = (container.get("resources") or {}).get(which) or {}
     return {k: v for k, v in res.items() if k not in NOT_CARD_RESOURCES and not k.startswith("hugepages-")}
+
+
+def _compute(container: Raw, _: str = "") -> dict[str, Any]:
+    """A container's CPU and memory request, its limit where it sets no request."""
+    res = container.get("resources") or {}
+    requests, limits = res.get("requests") or {}, res.get("limits") or {}
+    return {
+        name: requests.get(name, limits.get(name)) for name in COMPUTE if name in requests or name in limits
+    }
 
 
 def _add(total: dict[str, Any], extra: Mapping[str, Any]) -> dict[str, Any]:
@@ -172,15 +189,17 @@ def _q(value: Any) -> Any:
         return 0
 
 
-def effective_resources(spec: Raw, which: str) -> dict[str, Any]:
+def effective_resources(
+    spec: Raw, which: str, pick: Callable[[Raw, str], dict[str, Any]] = _extended
+) -> dict[str, Any]:
     """Kubernetes' pod-level value: max(sum of containers (+sidecars), running init max) + overhead."""
     total: dict[str, Any] = {}
     for container in spec.get("containers") or []:
-        total = _add(total, _container_resources(container, which))
+        total = _add(total, pick(container, which))
     sidecars: dict[str, Any] = {}
     init_max: dict[str, Any] = {}
     for container in spec.get("initContainers") or []:
-        own = _container_resources(container, which)
+        own = pick(container, which)
         if container.get("restartPolicy") == "Always":
             total = _add(total, own)
             sidecars = _add(sidecars, own)
@@ -188,8 +207,19 @@ def effective_resources(spec: Raw, which: str) -> dict[str, Any]:
         else:
             init_max = _max(init_max, _add(sidecars, own))
     total = _max(total, init_max)
-    overhead = {k: v for k, v in (spec.get("overhead") or {}).items() if k not in NOT_CARD_RESOURCES}
+    wanted = COMPUTE if pick is _compute else None
+    overhead = {
+        k: v
+        for k, v in (spec.get("overhead") or {}).items()
+        if (k in wanted if wanted else k not in NOT_CARD_RESOURCES)
+    }
     return _add(total, overhead) if overhead else total
+
+
+def compute_requests(spec: Raw) -> tuple[int, int]:
+    """The pod's effective CPU (millicores, rounded up) and memory (bytes, rounded up) requests."""
+    total = effective_resources(spec, "", _compute)
+    return max(0, math.ceil(total.get("cpu", 0) * 1000)), max(0, math.ceil(total.get("memory", 0)))
 
 
 def pod_template_of(template: Raw) -> PodTemplate:
@@ -201,11 +231,15 @@ def pod_template_of(template: Raw) -> PodTemplate:
     terms = None
     if isinstance(affinity, Mapping):
         terms = tuple(t for t in affinity.get("nodeSelectorTerms") or [] if isinstance(t, Mapping))
+    cpu, memory = compute_requests(spec)
     return PodTemplate(
         annotations=_strings(_meta(template).get("annotations")),
-        resources=Resources(effective_resources(spec, "requests"), effective_resources(spec, "limits")),
+        resources=Resources(
+            effective_resources(spec, "requests"), effective_resources(spec, "limits"), cpu, memory
+        ),
         node_selector=_strings(spec.get("nodeSelector")),
         required_terms=terms,
+        scheduler=str(spec.get("schedulerName") or ""),
     )
 
 
@@ -288,4 +322,5 @@ def queue_record(obj: Raw) -> QueueRecord:
         state=str((obj.get("status") or {}).get("state") or "Open"),
         annotations=_strings(meta.get("annotations")),
         parent=str(spec.get("parent") or ""),
+        capability=dict(spec.get("capability") or {}),
     )

@@ -24,3 +24,14 @@ class Policy:
     preemptable_by_service_type: Mapping[str, str] = field(default_factory=lambda: _PREEMPTABLE)
     # How long an admitted demand is held while the cache has not seen it (seconds).
     in_flight_ttl: float = 30.0
+    # Queues form trees through spec.parent: a child's card use also counts against every ancestor
+    # that has a card quota.
+    hierarchical_queues: bool = True
+    # Also count the CPU and memory requests of Volcano-scheduled pods against their queue's
+    # spec.capability, as the capacity-card scheduler plugin does (a resource it leaves out is 0).
+    cpu_memory_check: bool = False
+    # With the check on, a pod that uses cards is not charged CPU or memory: the plugin's
+    # cardUnlimitedCpuMemory.
+    card_unlimited_cpu_memory: bool = False
+    # The schedulers whose pods a queue's capability limits (spec.schedulerName).
+    volcano_schedulers: frozenset[str] = frozenset({"volcano"})

@@ -175,6 +175,7 @@ POD_SPEC = obj(
         "nodeSelector": strings,
         "nodeName": text,
         "affinity": AFFINITY,
+        "schedulerName": text,
     }
 )
 TEMPLATE = obj({"metadata": META, "spec": POD_SPEC})
@@ -202,7 +203,13 @@ PODGROUP = obj(
         "status": obj({"phase": text}),
     }
 )
-QUEUE = obj({"metadata": META, "spec": obj({"parent": text}), "status": obj({"state": text})})
+QUEUE = obj(
+    {
+        "metadata": META,
+        "spec": obj({"parent": text, "capability": quantities}),
+        "status": obj({"state": text}),
+    }
+)
 NODE = obj({"metadata": META, "status": obj({"allocatable": quantities})})
 
 # By the resource a review names (scale subresources carry an autoscaling/v1 Scale).

@@ -5,6 +5,7 @@ decision reads a queue's tally (cards × groups) and never walks the pods.
 """
 
 import heapq
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -12,12 +13,19 @@ from typing import Any
 
 from webhook.core import compact, keys
 from webhook.core.cards import CardName, CardSpec
-from webhook.core.demand import PodDemand, pod_demand
+from webhook.core.demand import NotCardPod, PodDemand, pod_demand
 from webhook.core.ledger import Ledger
 from webhook.core.nodes import Inventory, NodeCards
-from webhook.core.objects import PodGroupRecord, PodRecord, QueueRecord, WorkloadRecord
+from webhook.core.objects import (
+    TERMINAL_PHASES,
+    PodGroupRecord,
+    PodRecord,
+    PodTemplate,
+    QueueRecord,
+    WorkloadRecord,
+)
 from webhook.core.policy import Policy
-from webhook.core.quantity import QuantityError, ceil_quantity
+from webhook.core.quantity import QuantityError, ceil_quantity, parse_quantity
 from webhook.core.quota import AnnotationError, parse_card_request, parse_quota
 
 RESERVING_PHASES = frozenset({"Inqueue", "Running"})
@@ -35,6 +43,15 @@ class Charge:
     spec: CardSpec
     count: int
     group: str
+
+
+@dataclass(frozen=True, slots=True, weakref_slot=True)
+class ComputeCharge:
+    """What one live Volcano-scheduled pod counts against its queue's capability (CPU/memory check)."""
+
+    queue: str
+    cpu: int  # millicores
+    memory: int  # bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +114,18 @@ class QueueInfo:
     record: QueueRecord
     quota: dict[CardName, int] | None  # None: no card.quota annotation
     quota_error: str = ""
+    cpu: int | None = None  # spec.capability.cpu in millicores; None: not set
+    memory: int | None = None  # spec.capability.memory in bytes; None: not set
+
+
+def _capability(record: QueueRecord, name: str, scale: int) -> int | None:
+    value = record.capability.get(name)
+    if value is None:
+        return None
+    try:
+        return max(0, math.floor(parse_quantity(value) * scale))
+    except QuantityError:
+        return None
 
 
 class ClusterState:
@@ -119,9 +148,12 @@ class ClusterState:
         self.ancestors: dict[str, tuple[str, ...]] = {}
         self.descendants: dict[str, frozenset[str]] = {}  # a queue with children -> it and all below
         self.subtree: dict[str, Tally] = {}
+        # CPU/memory check: millicores and bytes charged per queue by its live pods.
+        self.compute_used: dict[str, list[int]] = defaultdict(lambda: [0, 0])
         self.notes: list[str] = []
         self.skipped: dict[str, str] = {}  # kind/namespace/name -> why its shape cannot be read
         self._charges: dict[str, Charge] = {}
+        self._compute: dict[str, ComputeCharge] = {}
         self._reservations: dict[str, Reservation] = {}
         self._group_pods: dict[str, set[str]] = defaultdict(set)
         self._group_demand: dict[str, Counter[CardSpec]] = defaultdict(Counter)
@@ -159,7 +191,8 @@ class ClusterState:
             except AnnotationError as exc:
                 quota, error = {}, str(exc)
         before = self.queues.get(record.name)
-        self.queues[record.name] = QueueInfo(record, quota, error)
+        cpu, memory = _capability(record, "cpu", 1000), _capability(record, "memory", 1)
+        self.queues[record.name] = QueueInfo(record, quota, error, cpu, memory)
         if before is None or before.record.parent != record.parent:
             self._rebuild_tree()
 
@@ -187,7 +220,7 @@ class ClusterState:
         """The existing queues above ``name``, nearest first; a cycle or a missing parent ends it."""
         chain: list[str] = []
         seen = {name}
-        parent = self.queues[name].record.parent
+        parent = self.queues[name].record.parent if self.policy.hierarchical_queues else ""
         while parent and parent in self.queues and parent not in seen and len(chain) < MAX_DEPTH:
             chain.append(parent)
             seen.add(parent)
@@ -244,6 +277,8 @@ class ClusterState:
             self._node_pods[pod.node_name].add(pod.uid)
         if pod.owner is not None:
             self._owner_pods[pod.owner.uid].add(pod.uid)
+        if self.policy.cpu_memory_check:
+            self._index_compute(pod)
         charge = self._charge_of(pod)
         if charge is None:
             return
@@ -262,6 +297,11 @@ class ClusterState:
         self._node_pods[pod.node_name].discard(uid)
         if pod.owner is not None:
             self._owner_pods[pod.owner.uid].discard(uid)
+        compute = self._compute.pop(uid, None)
+        if compute is not None:
+            used = self.compute_used[compute.queue]
+            used[0] -= compute.cpu
+            used[1] -= compute.memory
         charge = self._charges.pop(uid, None)
         if charge is None:
             return
@@ -292,6 +332,33 @@ class ClusterState:
             card = next((c for c in demand.spec.cards if c in names), None)
         bound = bool(pod.node_name) and card is not None
         return self._pool.share(Charge(queue, bound, card, demand.spec, demand.count, group))
+
+    def _index_compute(self, pod: PodRecord) -> None:
+        if pod.phase in TERMINAL_PHASES:
+            return
+        charged = self.compute_charged(pod.template)
+        if charged is None:
+            return
+        compute = self._pool.share(ComputeCharge(self.queue_of_pod(pod), *charged))
+        self._compute[pod.uid] = compute
+        used = self.compute_used[compute.queue]
+        used[0] += compute.cpu
+        used[1] += compute.memory
+
+    def compute_charged(self, template: PodTemplate) -> tuple[int, int] | None:
+        """CPU (millicores) and memory (bytes) the CPU/memory check charges one pod of ``template``:
+        None when the check is off, the pod is not Volcano's to schedule, requests neither, or uses
+        cards while card pods are unlimited."""
+        policy = self.policy
+        if not policy.cpu_memory_check or template.scheduler not in policy.volcano_schedulers:
+            return None
+        cpu, memory = template.resources.cpu, template.resources.memory
+        if not cpu and not memory:
+            return None
+        unlimited = policy.card_unlimited_cpu_memory
+        if unlimited and not isinstance(pod_demand(template, self.inventory, policy), NotCardPod):
+            return None  # a pod that uses cards
+        return cpu, memory
 
     def charge_of(self, uid: str) -> Charge | None:
         return self._charges.get(uid)

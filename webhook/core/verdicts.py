@@ -15,10 +15,12 @@ class Hold:
 
     key: str
     queue: str
-    spec: CardSpec
+    spec: CardSpec | None  # None: only CPU/memory is held
     per_pod: int
     pods: int
     transfer_from: str = ""  # a scale-up entry this pod was admitted under
+    cpu: int = 0  # per pod, when the CPU/memory check charges it
+    memory: int = 0
 
 
 @dataclass(frozen=True, slots=True)
