@@ -12,6 +12,7 @@ from webhook.core import admission
 from webhook.core.capability import cpu_text, memory_text
 from webhook.core.objects import compute_requests, pod_record
 from webhook.core.policy import Policy
+from webhook.core.report import cluster_status, status_table
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed, Denied
 
@@ -257,3 +258,20 @@ def test_admissions_never_take_a_queue_past_its_capability_and_the_sums_stay_exa
             sum(c[0] for c in expected),
             sum(c[1] for c in expected),
         ]
+
+
+def test_status_shows_each_queues_cpu_and_memory_and_warns_where_pods_exceed_it() -> None:
+    state = state_with(*RUNNING, cpu_pod("stray", "1", queue_name="bare", phase="Running", node_name="c0"))
+    decide(state, cpu_pod("new", "500m", "512Mi"))
+    status = cluster_status(state)
+    assert status["capability"]["q"] == {
+        "cpu": {"capability": 4000, "used": 3000, "in_flight": 500},
+        "memory": {"capability": 8 * 2**30, "used": 6 * 2**30, "in_flight": 512 * 2**20},
+    }
+    assert status["capability"]["bare"]["cpu"] == {"capability": None, "used": 1000, "in_flight": 0}
+    assert (
+        'queue "bare": its pods request 1 cpu, above its capability (none set, so 0); nothing is evicted,'
+        " new pods that request cpu are refused"
+    ) in status["warnings"]
+    assert "q                3.5 / 4                    6656Mi / 8Gi" in status_table(status)
+    assert "capability" not in cluster_status(state_with(policy=Policy()))

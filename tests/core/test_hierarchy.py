@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from tests.builders import H200, H800, cluster, deployment, node, pod, queue, request, scale_request
 from webhook.core import admission
 from webhook.core.objects import pod_record, queue_record
+from webhook.core.policy import Policy
 from webhook.core.state import ClusterState, Tally
 from webhook.core.usage import queue_usage, tree_usage
 from webhook.core.verdicts import Allowed, Denied
@@ -286,3 +287,29 @@ def test_a_volcano_job_that_could_never_run_under_its_parent_is_denied() -> None
     assert isinstance(
         admission.validate(state, request(fits, resource="jobs", group="batch.volcano.sh"), 0.0), Allowed
     )
+
+
+def test_the_cluster_wide_quota_sum_counts_a_tree_once_at_its_top() -> None:
+    # 16 H200 in the cluster; the tree's top holds 10 of them and its children 8 + 8 share those 10.
+    queues = tree(("org", "", {H200: 10}), ("a", "org", {H200: 8}), ("b", "org", {H200: 8}))
+    state = cluster(*NODES, *queues, queue("solo", json.dumps({H200: 5})))
+    warnings = quota_write(state, "b", "org", {H200: 8})
+    assert warnings == [
+        'the children of queue "org" have NVIDIA-H200 quotas summing to 16, above its 10; they compete for it'
+    ]
+    (obj,) = tree(("c", "", {H200: 2}))
+    top_level = admission.validate(
+        state, request(obj, resource="queues", group="scheduling.volcano.sh", operation="CREATE"), 0.0
+    )
+    assert isinstance(top_level, Allowed)
+    assert top_level.warnings == (
+        "NVIDIA-H200: all queues' quotas sum to 17 but the cluster has 16; queues will compete for the cards",
+    )
+    flat = cluster(
+        *NODES, *queues, queue("solo", json.dumps({H200: 5})), policy=Policy(hierarchical_queues=False)
+    )
+    (warning,) = admission.validate(
+        flat, request(obj, resource="queues", group="scheduling.volcano.sh", operation="CREATE"), 0.0
+    ).warnings  # type: ignore[union-attr]
+    assert "sum to 33" in warning
+    assert flat.ancestors == {name: () for name in flat.queues}

@@ -241,11 +241,13 @@ def test_the_deployment_is_hardened_and_outlives_its_drain(control_plane: Contro
     assert container["readinessProbe"]["httpGet"]["path"] == "/readyz"
 
 
-def test_the_podgroup_values_reach_the_server_as_settings_it_accepts(
+def test_the_decision_values_reach_the_server_as_settings_it_accepts(
     control_plane: ControlPlane, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     flags = ["--set", "podGroups.serviceType=true", "--set", "podGroups.serviceTypes.StatefulSet=training"]
-    flags += ["--set", "podGroups.preemptable.training=false"]
+    flags += ["--set", "podGroups.preemptable.training=false", "--set", "hierarchicalQueues=false"]
+    flags += ["--set", "cpuMemoryCheck.enabled=true", "--set", "cpuMemoryCheck.cardUnlimitedCpuMemory=true"]
+    flags += ["--set", "cpuMemoryCheck.schedulerNames={volcano,kai}"]
     (container,) = of_kind(render(control_plane, "ops", *flags), "Deployment")["spec"]["template"]["spec"][
         "containers"
     ]
@@ -257,6 +259,9 @@ def test_the_podgroup_values_reach_the_server_as_settings_it_accepts(
     assert policy.service_type_by_kind["StatefulSet"] == "training"
     assert policy.service_type_by_kind["ReplicaSet"] == "inference"
     assert dict(policy.preemptable_by_service_type) == {"inference": "false", "training": "false"}
+    assert not policy.hierarchical_queues
+    assert policy.cpu_memory_check and policy.card_unlimited_cpu_memory
+    assert policy.volcano_schedulers == {"volcano", "kai"}
     wrong = helm(
         control_plane, "template", "cq", str(CHART), "--set", "podGroups.preemptable.x=maybe", check=False
     )
@@ -298,9 +303,12 @@ def test_the_grafana_dashboard_ships_as_a_configmap_for_the_sidecar(control_plan
 
 
 @pytest.fixture
-def chart_hooks(control_plane: ControlPlane) -> Iterator[tuple[Recorder, str]]:
+def chart_hooks(
+    control_plane: ControlPlane, request: pytest.FixtureRequest
+) -> Iterator[tuple[Recorder, str]]:
     """The chart's two webhook configurations, registered by URL at a recorder, for a release in its own
-    namespace; they fail open and are removed afterwards, so other tests never depend on them."""
+    namespace; they fail open and are removed afterwards, so other tests never depend on them.
+    Parametrised indirectly, the parameter is a list of extra ``helm`` flags."""
     recorder = Recorder(control_plane.certs).start()
     release_namespace = f"cq-release-{uuid.uuid4().hex[:6]}"
     control_plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": release_namespace}})
@@ -309,6 +317,7 @@ def chart_hooks(control_plane: ControlPlane) -> Iterator[tuple[Recorder, str]]:
     flags += ["--set", f"certs.caBundle={recorder.ca_bundle}", "--set", f"webhook.url={base}"]
     for policy in ("validate", "mutatePods", "mutatePodGroups"):
         flags += ["--set", f"webhook.failurePolicy.{policy}=Ignore"]
+    flags += getattr(request, "param", [])
     release = f"cq-{uuid.uuid4().hex[:6]}"
     objects = render(control_plane, release_namespace, *flags, release=release)
     hooks = [o for o in objects if o["kind"].endswith("WebhookConfiguration")]
@@ -322,14 +331,18 @@ def chart_hooks(control_plane: ControlPlane) -> Iterator[tuple[Recorder, str]]:
         recorder.stop()
 
 
-def pod(name: str, annotations: dict[str, str] | None = None, requests: dict[str, str] | None = None) -> str:
+def pod(
+    name: str,
+    annotations: dict[str, str] | None = None,
+    requests: dict[str, str] | None = None,
+    scheduler: str = "",
+) -> str:
     container: dict[str, Any] = {"name": "c", "image": "i"}
     if requests:
         container["resources"] = {"requests": requests, "limits": requests}
     metadata: dict[str, Any] = {"name": name, **({"annotations": annotations} if annotations else {})}
-    return json.dumps(
-        {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": [container]}}
-    )
+    spec: dict[str, Any] = {"containers": [container], **({"schedulerName": scheduler} if scheduler else {})}
+    return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
 
 
 def test_cpu_only_pods_and_the_release_namespace_never_reach_the_webhook(
@@ -362,6 +375,55 @@ def test_cpu_only_pods_and_the_release_namespace_never_reach_the_webhook(
     assert seen("unnamed", namespace) == 2
     assert seen("cpu-only", namespace) == 0
     assert seen("in-release", release_namespace) == 0
+
+
+@pytest.mark.parametrize(
+    "chart_hooks",
+    [["--set", "cpuMemoryCheck.enabled=true", "--set", "cpuMemoryCheck.schedulerNames={volcano,kai}"]],
+    indirect=True,
+)
+def test_with_the_cpu_memory_check_on_pods_of_the_volcano_schedulers_reach_validation(
+    control_plane: ControlPlane, chart_hooks: tuple[Recorder, str], namespace: str
+) -> None:
+    recorder, _ = chart_hooks
+
+    def seen(name: str, operation: str = "CREATE", resource: str = "pods") -> list[str]:
+        return [
+            review["uid"]
+            for review in recorder.matching(resource, operation, namespace=namespace)
+            if (review.get("object") or {}).get("metadata", {}).get("name") == name
+        ]
+
+    def create(body: str) -> None:
+        control_plane.kubectl("create", "--dry-run=server", "-n", namespace, "-f", "-", stdin=body)
+
+    def volcano_pod_arrives() -> bool:
+        create(pod("batch", requests={"cpu": "1"}, scheduler="volcano"))
+        return bool(seen("batch"))
+
+    wait_for("a Volcano cpu pod to reach the chart's webhook", volcano_pod_arrives, timeout=30)
+    create(pod("other-scheduler", requests={"cpu": "1"}, scheduler="kai"))
+    create(pod("default-scheduler", requests={"cpu": "1"}))
+    create(pod("after", requests={"cpu": "1"}, scheduler="volcano"))
+    wait_for("a later Volcano pod to arrive", lambda: bool(seen("after")), timeout=30)
+    assert len(seen("after")) == 1  # validated only: the mutation stays for card pods
+    assert seen("other-scheduler") and not seen("default-scheduler")
+    template = {"spec": {"schedulerName": "volcano", "containers": [{"name": "c", "image": "i"}]}}
+    web = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "web"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "web"}},
+            "template": {"metadata": {"labels": {"app": "web"}}, **template},
+        },
+    }
+    control_plane.kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(web))
+    control_plane.kubectl("patch", "-n", namespace, "deployment/web", "-p", '{"spec": {"replicas": 2}}')
+    wait_for(
+        "the Deployment's update to arrive", lambda: bool(seen("web", "UPDATE", "deployments")), timeout=30
+    )
 
 
 def test_in_cert_manager_mode_cert_manager_issues_the_certificate_and_injects_its_ca(

@@ -1,11 +1,11 @@
 """``cardquota status``: cluster cards, per-queue usage and the warnings an operator should see."""
 
-from collections import Counter
 from typing import Any
 
+from webhook.core.capability import cpu_text, memory_text
 from webhook.core.cards import CardName
 from webhook.core.messages import breakdown
-from webhook.core.state import ClusterState
+from webhook.core.state import ClusterState, quota_sums
 from webhook.core.usage import queue_usage, tree_usage
 
 
@@ -22,7 +22,7 @@ def cluster_status(state: ClusterState) -> dict[str, Any]:
     }
     queues: dict[str, Any] = {}
     warnings = list(state.inventory.warnings())
-    quota_sum: Counter[CardName] = Counter()
+    quota_sum = quota_sums({q: info.quota for q, info in state.queues.items() if info.quota}, state.ancestors)
     for name in sorted(set(state.queues) | set(state.tallies)):
         info = state.queues.get(name)
         usage = queue_usage(state, name)
@@ -30,7 +30,6 @@ def cluster_status(state: ClusterState) -> dict[str, Any]:
             warnings.append(f'queue "{name}" does not exist but pods use it')
         elif info.quota_error:
             warnings.append(f'queue "{name}": {info.quota_error}; the scheduler reads it as no quota')
-        quota_sum.update(usage.quota)
         placement = usage.placement
         placed = {card for (_, card) in placement.placed}
         per_card = {}
@@ -54,7 +53,33 @@ def cluster_status(state: ClusterState) -> dict[str, Any]:
         elif have is not None and total > have.total:
             warnings.append(f"{card}: queues' quotas sum to {total} but the cluster has {have.total}")
     notes = [*state.notes, *(f"{what}: skipped, {why}" for what, why in sorted(state.skipped.items()))]
-    return {"cards": cards, "queues": queues, "tree": _tree(state), "warnings": warnings, "notes": notes}
+    status = {"cards": cards, "queues": queues, "tree": _tree(state), "warnings": warnings, "notes": notes}
+    if state.policy.cpu_memory_check:
+        status["capability"] = _capability(state, warnings)
+    return status
+
+
+def _capability(state: ClusterState, warnings: list[str]) -> dict[str, Any]:
+    """With the CPU/memory check on: per queue, CPU (millicores) and memory (bytes) against its
+    spec.capability (None where it sets none: the check counts that as 0); a queue whose live pods
+    request more than that is warned about (nothing is evicted)."""
+    out: dict[str, Any] = {}
+    for name in sorted(state.queues):
+        info = state.queues[name]
+        used = state.compute_used.get(name, (0, 0))
+        held = state.ledger.held_compute(name)
+        out[name] = {}
+        for i, (resource, limit, text) in enumerate(
+            (("cpu", info.cpu, cpu_text), ("memory", info.memory, memory_text))
+        ):
+            out[name][resource] = {"capability": limit, "used": used[i], "in_flight": held[i]}
+            if used[i] > (limit or 0):
+                cap = "none set, so 0" if limit is None else text(limit)
+                warnings.append(
+                    f'queue "{name}": its pods request {text(used[i])} {resource}, above its capability'
+                    f" ({cap}); nothing is evicted, new pods that request {resource} are refused"
+                )
+    return out
 
 
 def _tree(state: ClusterState) -> dict[str, Any]:
@@ -96,6 +121,18 @@ def status_table(status: dict[str, Any]) -> str:
                 quota = n["quota"]
                 limit = "no limit" if quota is None else f"quota {quota}, free {quota - n['used']}"
                 lines.append(f"  {card:<41} used {n['used']:>5}  {limit}")
+    if "capability" in status:
+        lines += [
+            "",
+            "QUEUE            CPU USED / CAPABILITY      MEMORY USED / CAPABILITY  (CPU/memory check)",
+        ]
+        for queue, both in status["capability"].items():
+            cells = []
+            for resource, text in (("cpu", cpu_text), ("memory", memory_text)):
+                n = both[resource]
+                limit = "none (0)" if n["capability"] is None else text(n["capability"])
+                cells.append(f"{text(n['used'] + n['in_flight'])} / {limit}")
+            lines.append(f"{queue:<16} {cells[0]:<26} {cells[1]}")
     lines += ["", "WARNINGS" if status["warnings"] else "no warnings"]
     lines += [f"- {w}" for w in status["warnings"]]
     if status["notes"]:

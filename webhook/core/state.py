@@ -7,7 +7,7 @@ decision reads a queue's tally (cards × groups) and never walks the pods.
 import heapq
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -498,6 +498,19 @@ class ClusterState:
             else:
                 fixed[spec.cards[0]] += rest
         return Reservation(group.queue or keys.DEFAULT_QUEUE, fixed, flex)
+
+
+def quota_sums(
+    quotas: Mapping[str, Mapping[CardName, int]], chains: Mapping[str, tuple[str, ...]]
+) -> Counter[CardName]:
+    """Per card, what the queues' quotas promise the cluster: a queue under an ancestor whose quota
+    also names the card is counted within that ancestor's quota, not again."""
+    totals: Counter[CardName] = Counter()
+    for queue, cards in quotas.items():
+        for card, count in cards.items():
+            if not any(card in quotas.get(above, {}) for above in chains.get(queue, ())):
+                totals[card] += count
+    return totals
 
 
 def scale_key(workload: WorkloadRecord) -> str:

@@ -10,7 +10,7 @@ from webhook.core.feasibility import Group, TooComplex, assign
 from webhook.core.messages import breakdown
 from webhook.core.objects import Task, queue_record, workload_record
 from webhook.core.quota import AnnotationError, parse_card_request, parse_quota
-from webhook.core.state import ClusterState
+from webhook.core.state import ClusterState, quota_sums
 from webhook.core.usage import queue_usage
 from webhook.core.verdicts import TOO_COMPLEX, Allowed, Decision, Denied, Request
 
@@ -25,7 +25,10 @@ def decide_queue(state: ClusterState, request: Request) -> Decision:
         quota = parse_quota(keys.CARD_QUOTA, text)
     except AnnotationError as exc:
         return Denied(f'queue "{name}" has a malformed {exc}', queue=name)
-    warnings = [*_quota_warnings(state, name, quota), *_tree_warnings(state, name, record.parent, quota)]
+    parent = record.parent if state.policy.hierarchical_queues else ""
+    warnings = _quota_warnings(state, name, parent, quota)
+    if parent or name in state.descendants:
+        warnings += _tree_warnings(state, name, parent, quota)
     return Allowed("well-formed quota", warnings=tuple(warnings), queue=name)
 
 
@@ -62,12 +65,12 @@ def _children_sum(
     return warnings
 
 
-def _quota_warnings(state: ClusterState, name: str, quota: dict[CardName, int]) -> list[str]:
+def _quota_warnings(state: ClusterState, name: str, parent: str, quota: dict[CardName, int]) -> list[str]:
     warnings: list[str] = []
-    totals: Counter[CardName] = Counter(quota)
-    for other, info in state.queues.items():
-        if other != name and info.quota:
-            totals.update({card: n for card, n in info.quota.items() if card in quota})
+    quotas = {q: info.quota for q, info in state.queues.items() if info.quota and q != name}
+    quotas[name] = quota
+    chains = {**state.ancestors, name: (parent, *state.ancestors.get(parent, ())) if parent else ()}
+    totals = quota_sums(quotas, chains)
     for card, count in quota.items():
         cluster = state.inventory.total(card)
         if cluster is None:

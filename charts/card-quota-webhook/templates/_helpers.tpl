@@ -32,6 +32,17 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- printf "(has(%s.metadata.annotations) && 'volcano.sh/card.name' in %s.metadata.annotations) || %s.spec.containers.exists(c, %s) || (has(%s.spec.initContainers) && %s.spec.initContainers.exists(c, %s))" .pod .pod .pod $wants .pod .pod $wants -}}
 {{- end -}}
 
+{{/* What the validating webhook is sent: card pods, and with the CPU/memory check on, every pod
+the Volcano schedulers schedule. .pod is the CEL path of the pod or pod template. */}}
+{{- define "cqw.checkedPod" -}}
+{{- $card := include "cqw.cardPod" . -}}
+{{- if .Values.cpuMemoryCheck.enabled -}}
+{{- printf "(%s) || (has(%s.spec.schedulerName) && %s.spec.schedulerName in %s)" $card .pod .pod (.Values.cpuMemoryCheck.schedulerNames | toJson) -}}
+{{- else -}}
+{{- $card -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "cqw.clientConfig" -}}
 {{- if .Values.webhook.url }}
 url: {{ printf "%s%s" (trimSuffix "/" .Values.webhook.url) .path | quote }}
