@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     room = sub.add_parser(
         "headroom", help="how many more replicas of a workload fit now, and what stops one more"
     )
-    room.add_argument("workload", nargs="?", help="deployment|statefulset|replicaset/NAMESPACE/NAME")
+    room.add_argument("workload", nargs="?", help=f"{headroom.REF} (vcjob: one answer per card task)")
     room.add_argument("--queue", help="for a workload not created yet: its queue")
     room.add_argument("--card", help="... its card spec, e.g. NVIDIA-H200 or A|B")
     room.add_argument("--per-pod", type=int, default=1, help="... cards per pod")
@@ -121,17 +121,17 @@ def _whatif(args: argparse.Namespace) -> int:
 
 def _headroom(args: argparse.Namespace) -> int:
     if bool(args.workload) == bool(args.queue and args.card):
-        raise ConfigError("name a workload (deployment/NS/NAME), or give --queue and --card for a new one")
+        raise ConfigError(f"name a workload ({headroom.REF}), or give --queue and --card for a new one")
     state = _state(args)
     now = time.time()
     if args.workload:
-        answer = headroom.of_workload(state, args.workload, now)
+        answers = headroom.of_ref(state, args.workload, now)
     else:
-        answer = headroom.of_new(state, args.queue, args.card, args.per_pod, now)
+        answers = [headroom.of_new(state, args.queue, args.card, args.per_pod, now)]
     if args.output == "json":
-        sys.stdout.buffer.write(headroom.as_json(answer) + b"\n")
+        sys.stdout.buffer.write(headroom.as_json(answers) + b"\n")
     else:
-        print(headroom.table(answer))
+        print(headroom.tables(answers))
     return 0
 
 

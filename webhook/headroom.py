@@ -4,7 +4,9 @@ The answer is the validating webhook's own: N is the largest scale-up the webhoo
 HPA's ``deployments/scale`` write from the current replicas to current + N), found by doubling then
 bisecting, so N is admitted and N + 1 is denied by the same decision a scale-up would get; the
 denial at N + 1 says what holds it back. Nothing is recorded. A workload not created yet is asked as
-a Deployment scaled from 0 (``--queue Q --card SPEC --per-pod N``).
+a Deployment scaled from 0 (``--queue Q --card SPEC --per-pod N``); so is each card task of a
+Volcano Job (how many more of its pods fit beyond what the job holds). For an ``A|B`` spec the
+answer also says how many would fit on each model alone.
 """
 
 from collections.abc import Callable
@@ -13,8 +15,9 @@ from typing import Any
 
 import orjson
 
-from webhook.core import admission
+from webhook.core import admission, keys
 from webhook.core.cards import CardName
+from webhook.core.demand import PodDemand, pod_demand
 from webhook.core.report import cluster_status
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed, Denied, Request
@@ -25,6 +28,8 @@ KINDS = {
     "statefulset": ("statefulsets", "StatefulSet"),
     "replicaset": ("replicasets", "ReplicaSet"),
 }
+VOLCANO_JOB = ("job", "vcjob", "volcanojob")
+REF = "deployment|statefulset|replicaset|vcjob/NAMESPACE/NAME"
 CAP = 100_000  # more than any queue's quota holds; reached only by a workload without card demand
 
 
@@ -34,7 +39,9 @@ class Headroom:
     replicas: int
     more: int | None  # None: card quota does not limit it
     reason: str  # the denial at more + 1, or why nothing limits it
+    limited_by: str = ""  # the queue that denies one more: its own, or an ancestor
     cards: dict[str, dict[str, int]] = field(default_factory=dict)  # the queue's figures per card
+    per_model: dict[str, int | None] = field(default_factory=dict)  # A|B: how many on each model alone
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -42,8 +49,39 @@ class Headroom:
             "replicas": self.replicas,
             "more": self.more,
             "reason": self.reason,
+            "limited_by": self.limited_by,
             "cards": self.cards,
+            "per_model": self.per_model,
         }
+
+
+def of_ref(state: ClusterState, ref: str, now: float) -> list[Headroom]:
+    """``KIND/NAMESPACE/NAME``: one answer for a Deployment, StatefulSet or ReplicaSet, one per card
+    task for a Volcano Job."""
+    kind_text, _, rest = ref.partition("/")
+    namespace, _, name = rest.partition("/")
+    if kind_text.lower() in VOLCANO_JOB and namespace and name:
+        return of_job(state, namespace, name, now)
+    return [of_workload(state, ref, now)]
+
+
+def of_job(state: ClusterState, namespace: str, name: str, now: float) -> list[Headroom]:
+    job = state.workload("Job", namespace, name)
+    if job is None:
+        raise ConfigError(f"volcano job {namespace}/{name} is not in the cluster")
+    answers = []
+    for task in job.tasks:
+        demand = pod_demand(task.template, state.inventory, state.policy)
+        if not isinstance(demand, PodDemand):
+            continue
+        queue = task.template.annotations.get(keys.QUEUE_NAME) or job.queue or keys.DEFAULT_QUEUE
+        target = f"volcano job {namespace}/{name} task {task.name or '-'}"
+        answer = of_new(state, queue, demand.spec.text, demand.count, now, target=target)
+        answer.replicas = task.replicas
+        answers.append(answer)
+    if not answers:
+        raise ConfigError(f"volcano job {namespace}/{name} has no task that uses cards")
+    return answers
 
 
 def of_workload(state: ClusterState, ref: str, now: float) -> Headroom:
@@ -51,7 +89,7 @@ def of_workload(state: ClusterState, ref: str, now: float) -> Headroom:
     kind_text, _, rest = ref.partition("/")
     namespace, _, name = rest.partition("/")
     if kind_text.lower() not in KINDS or not namespace or not name:
-        raise ConfigError(f"expected deployment|statefulset|replicaset/NAMESPACE/NAME, got {ref!r}")
+        raise ConfigError(f"expected {REF}, got {ref!r}")
     resource, kind = KINDS[kind_text.lower()]
     workload = state.workload(kind, namespace, name)
     if workload is None:
@@ -92,10 +130,30 @@ def of_workload(state: ClusterState, ref: str, now: float) -> Headroom:
     queue = annotations.get("scheduling.volcano.sh/queue-name", "default")
     target = f"{kind.lower()} {namespace}/{name}"
     answer = _search(state, target, workload.replicas, scale, queue, now)
+    demand = pod_demand(workload.tasks[0].template, state.inventory, state.policy)
+    if isinstance(demand, PodDemand):
+        answer.per_model = _per_model(state, queue, demand.spec.cards, demand.count, now)
     return _only(answer, annotations.get("volcano.sh/card.name", ""))
 
 
-def of_new(state: ClusterState, queue: str, card: str, per_pod: int, now: float) -> Headroom:
+def _per_model(
+    state: ClusterState, queue: str, cards: tuple[CardName, ...], per_pod: int, now: float
+) -> dict[str, int | None]:
+    """For a multi-card spec: how many more pods would fit on each model alone."""
+    if len(cards) < 2:
+        return {}
+    return {card: of_new(state, queue, card, per_pod, now, per_model=False).more for card in cards}
+
+
+def of_new(
+    state: ClusterState,
+    queue: str,
+    card: str,
+    per_pod: int,
+    now: float,
+    target: str = "",
+    per_model: bool = True,
+) -> Headroom:
     """A Deployment not created yet: pods of ``per_pod`` cards ``card`` in ``queue``."""
     if per_pod < 1:
         raise ConfigError(f"--per-pod must be at least 1, got {per_pod}")
@@ -133,8 +191,16 @@ def of_new(state: ClusterState, queue: str, card: str, per_pod: int, now: float)
             old_obj=deployment(0),
         )
 
-    target = f"a new workload of {per_pod} {card} per pod in queue {queue!r}"
-    return _only(_search(state, target, 0, scale, queue, now), card)
+    target = target or f"a new workload of {per_pod} {card} per pod in queue {queue!r}"
+    answer = _search(state, target, 0, scale, queue, now)
+    if answer.more is not None:  # the asking Deployment is a device: say "N more pods"
+        n = answer.more + 1
+        asked = f"scale-up of deployment headroom/headroom from 0 to {n} replicas"
+        answer.reason = answer.reason.replace(asked, f"{n} more pod{'s' if n > 1 else ''}")
+    if per_model:
+        models = tuple(CardName(part.strip()) for part in card.split("|"))
+        answer.per_model = _per_model(state, queue, models, per_pod, now)
+    return _only(answer, card)
 
 
 def _search(
@@ -147,7 +213,7 @@ def _search(
 
     first = admitted(1)
     if isinstance(first, Denied):
-        return _with_cards(state, Headroom(target, replicas, 0, first.message), queue)
+        return _with_cards(state, Headroom(target, replicas, 0, first.message, first.queue), queue)
     low, high = 1, 2
     while high <= CAP and isinstance(admitted(high), Allowed):
         low, high = high, high * 2
@@ -158,7 +224,7 @@ def _search(
         low, high = (middle, high) if isinstance(admitted(middle), Allowed) else (low, middle)
     denied = admitted(high)
     assert isinstance(denied, Denied)
-    return _with_cards(state, Headroom(target, replicas, low, denied.message), queue)
+    return _with_cards(state, Headroom(target, replicas, low, denied.message, denied.queue), queue)
 
 
 def _with_cards(state: ClusterState, answer: Headroom, queue: str) -> Headroom:
@@ -180,13 +246,27 @@ def table(answer: Headroom) -> str:
     else:
         head = f"{answer.target} ({answer.replicas} replicas): {answer.more} more fit now"
         head += f"\n  one more: {answer.reason}"
+    if answer.limited_by:
+        head += f"\n  held back by queue {answer.limited_by!r}"
     rows = [
         f"  {card}: quota {n['quota']}, free {n['free']} (running {n['bound']}, pending {n['pending']}, "
         f"reserved {n['reserved']}, in flight {n['in_flight']})"
         for card, n in answer.cards.items()
     ]
-    return "\n".join([head, *rows])
+    models = [
+        f"  on {card} alone: {'not limited' if more is None else more}"
+        for card, more in answer.per_model.items()
+    ]
+    return "\n".join([head, *rows, *models])
 
 
-def as_json(answer: Headroom) -> bytes:
-    return orjson.dumps(answer.as_json(), option=orjson.OPT_INDENT_2)
+def tables(answers: list[Headroom]) -> str:
+    return "\n\n".join(table(answer) for answer in answers)
+
+
+def as_json(answers: list[Headroom]) -> bytes:
+    """One object for a workload; a list, one per card task, for a Volcano Job."""
+    body: Any = [a.as_json() for a in answers]
+    return orjson.dumps(
+        body[0] if len(body) == 1 and "task " not in answers[0].target else body, option=orjson.OPT_INDENT_2
+    )

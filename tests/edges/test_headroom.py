@@ -116,3 +116,40 @@ def test_the_cli_answers_in_json() -> None:
         cwd=ROOT,
     )
     assert wrong.returncode == 2 and b"name a workload" in wrong.stderr
+
+
+def test_a_volcano_job_is_answered_per_card_task_beyond_what_it_holds() -> None:
+    state = snapshot.load_snapshot(CLUSTER)
+    (task,) = headroom.of_ref(state, "vcjob/team-b/cr-job", time.time())
+    assert (task.target, task.replicas, task.more, task.limited_by) == (
+        "volcano job team-b/cr-job task worker",
+        2,
+        0,
+        "cr-queue1",
+    )
+    assert (
+        task.reason
+        == 'queue "cr-queue1" has 0 NVIDIA-H800 left (quota 2: 2 reserved by PodGroups); 1 more pod needs 1'
+    )
+    with pytest.raises(ConfigError, match="volcano job team-b/nope is not in the cluster"):
+        headroom.of_ref(state, "vcjob/team-b/nope", time.time())
+
+
+def test_what_holds_one_more_back_is_named_even_when_it_is_an_ancestor() -> None:
+    state = snapshot.load_snapshot(CLUSTER)
+    child = headroom.of_new(state, "org-a", H800, 1, time.time())
+    assert (child.more, child.limited_by) == (0, "org")
+    assert child.cards[H800]["free"] == 1  # org-a itself has room: its parent has none
+    assert 'queue "org" (above "org-a", counting all its queues) has 0 NVIDIA-H800 left' in child.reason
+
+
+def test_a_multi_card_spec_is_also_answered_per_model() -> None:
+    state = snapshot.load_snapshot(CLUSTER)
+    r4090, r4090d = "NVIDIA-GeForce-RTX-4090", "NVIDIA-GeForce-RTX-4090-D"
+    both = headroom.of_new(state, "q", f"{r4090}|{r4090d}", 1, time.time())
+    assert both.more == 1 and set(both.cards) == {r4090, r4090d}
+    # The pending pod of q may use either model, so each model alone still takes one more.
+    assert both.per_model == {r4090: 1, r4090d: 1}
+    for card, more in both.per_model.items():
+        assert headroom.of_new(state, "q", card, 1, time.time()).more == more
+    assert "on NVIDIA-GeForce-RTX-4090-D alone: 1" in headroom.table(both)
