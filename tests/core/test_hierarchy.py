@@ -2,6 +2,7 @@
 a card quota, and a request is admitted only if it fits the queue and each such ancestor."""
 
 import json
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -133,6 +134,18 @@ def same(left: Tally, right: Tally) -> bool:
     return all(getattr(left, f) == getattr(right, f) for f in Tally.__slots__)
 
 
+def load_of(tally: Tally) -> Counter[str]:
+    """The most that could land on each card, derived from the tally's own sums."""
+    load: Counter[str] = Counter()
+    for fixed in (tally.bound, tally.pending, tally.reserved):
+        load.update(fixed)
+    for flexible in (tally.pending_flex, tally.reserved_flex):
+        for (spec, size), count in flexible.items():
+            for card in spec.cards:
+                load[card] += size * count
+    return +load
+
+
 NAMES = ["q0", "q1", "q2", "q3"]
 
 
@@ -181,6 +194,8 @@ def test_admissions_never_leave_a_queue_or_ancestor_above_quota_and_subtree_sums
             state.upsert_pod(pod_record(obj))
         elif step[0] == "delete" and step[1] in pods:
             state.delete_pod(pods.pop(step[1])["metadata"]["uid"])
+        for tally in [*state.tallies.values(), *state.subtree.values()]:
+            assert tally.load == load_of(tally)
         for name in NAMES:
             assert same(
                 recomputed(state, name),
@@ -198,10 +213,11 @@ def test_admissions_never_leave_a_queue_or_ancestor_above_quota_and_subtree_sums
 
 
 def _combined(state: ClusterState, name: str) -> Tally:
+    """What the state keeps for ``name``'s whole subtree: its subtree tally when it has children."""
     total = Tally()
-    for tally in (state.tallies.get(name), state.subtree.get(name)):
-        if tally is not None:
-            total.add(tally)
+    tally = state.subtree.get(name) if name in state.descendants else state.tallies.get(name)
+    if tally is not None:
+        total.add(tally)
     return total
 
 
@@ -268,7 +284,7 @@ def test_the_quick_room_check_never_admits_what_the_exact_check_refuses(
     pods = [pod(f"p{i}", c, n, queue_name=q) for i, (q, c, n) in enumerate(pending)]
     state = cluster(*NODES, *queues, *pods)
     spec = parse_card_spec(card)
-    if tree_has_room(state, "org", spec, size, 1):
+    if tree_has_room(state, "org", state.queues["org"].quota or {}, spec, size):
         assert tree_usage(state, "org").fits(spec, size, 1)
 
 

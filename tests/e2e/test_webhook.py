@@ -11,6 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import yaml
 
 from tests.e2e.cluster import ControlPlane, wait_for
 from tests.e2e.objects import H200, card_queue, hpa, queued_deployment
@@ -282,6 +283,52 @@ def test_headroom_on_the_live_cluster_is_what_the_hpa_can_scale_to(
     )
     assert f"scale-up of deployment {namespace}/chat from 3 to 4 replicas needs 1" in rescale[0]["message"]
     assert wait_for("headroom 0", lambda: (a := headroom())["more"] == 0 and a, timeout=60)
+
+
+def test_whatif_on_the_live_cluster_says_what_applying_the_manifest_then_gets(
+    control_plane: ControlPlane, webhook: Process, namespace: str, card_quota: Quota
+) -> None:
+    queue_name = card_quota({H200: 1})
+
+    def card_pod(name: str) -> dict[str, Any]:
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "annotations": {"volcano.sh/card.name": H200, "scheduling.volcano.sh/queue-name": queue_name},
+            },
+            "spec": {
+                "containers": [{"name": "c", "image": "i", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+            },
+        }
+
+    manifest = yaml.safe_dump_all([card_pod("wi-0"), card_pod("wi-1")])
+    asked = [
+        sys.executable,
+        "-m",
+        "webhook",
+        "whatif",
+        "-f",
+        "-",
+        "--kubeconfig",
+        str(control_plane.kubeconfig),
+    ]
+    done = subprocess.run(
+        [*asked, "--output", "json"], input=manifest.encode(), capture_output=True, check=True, timeout=120
+    )
+    first, second = json.loads(done.stdout)
+    assert (first["allowed"], second["allowed"]) == (True, False)
+    assert [p["path"] for p in first["patch"]] == ["/spec/affinity"]
+    full = f'queue "{queue_name}" has 0 NVIDIA-H200 left (quota 1: '
+    assert second["message"].startswith(full) and second["message"].endswith(f"pod {namespace}/wi-1 needs 1")
+    assert not control_plane.get("pods", namespace=namespace)["items"]  # nothing was recorded or created
+    applied = control_plane.kubectl("create", "-f", "-", stdin=manifest, check=False)
+    assert "pod/wi-0 created" in applied.stdout
+    assert full in applied.stderr and f"pod {namespace}/wi-1 needs 1" in applied.stderr
+    (made,) = control_plane.get("pods", namespace=namespace)["items"]
+    assert made["spec"]["affinity"] == first["patch"][0]["value"]
 
 
 def test_a_child_queue_under_a_full_parent_is_denied_with_the_parent_named(

@@ -223,11 +223,12 @@ def ancestors_refuse(
     """Hierarchical queues: the demand must also fit every ancestor whose card quota names all of
     ``spec``'s cards, counting the ancestor's whole subtree. An ancestor whose quota leaves a card
     out does not limit that card (a parent need not list every model its children use)."""
+    cards = spec.cards
     for ancestor in state.ancestors.get(queue, ()):
-        info = state.queues[ancestor]
-        if not info.quota or not all(card in info.quota for card in spec.cards):
+        quota = state.queues[ancestor].quota
+        if not quota or (cards[0] not in quota if len(cards) == 1 else not quota.keys() >= set(cards)):
             continue
-        if tree_has_room(state, ancestor, spec, per_pod, pods, exclude):
+        if tree_has_room(state, ancestor, quota, spec, per_pod * pods, exclude):
             continue
         usage = tree_usage(state, ancestor, exclude)
         try:

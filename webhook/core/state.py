@@ -64,9 +64,11 @@ class Reservation:
 
 
 class Tally:
-    """Per-queue sums: bound, pending (fixed and flexible), reserved (fixed and flexible)."""
+    """Per-queue sums: bound, pending (fixed and flexible), reserved (fixed and flexible), and per
+    card the most that could land on it (``load``: fixed cards, plus every flexible pod counted on
+    each of its alternatives), which a one-pass sufficient check reads."""
 
-    __slots__ = ("bound", "pending", "pending_flex", "reserved", "reserved_flex")
+    __slots__ = ("bound", "load", "pending", "pending_flex", "reserved", "reserved_flex")
 
     def __init__(self) -> None:
         self.bound: Counter[CardName] = Counter()
@@ -74,18 +76,25 @@ class Tally:
         self.pending_flex: Counter[FlexKey] = Counter()
         self.reserved: Counter[CardName] = Counter()
         self.reserved_flex: Counter[FlexKey] = Counter()
+        self.load: Counter[CardName] = Counter()
 
     def charge(self, charge: Charge, sign: int) -> None:
         if charge.card is None:
             _bump(self.pending_flex, (charge.spec, charge.count), sign)
+            for card in charge.spec.cards:
+                _bump(self.load, card, sign * charge.count)
         else:
             _bump(self.bound if charge.bound else self.pending, charge.card, sign * charge.count)
+            _bump(self.load, charge.card, sign * charge.count)
 
     def reserve(self, reservation: Reservation, sign: int) -> None:
         for card, count in reservation.fixed.items():
             _bump(self.reserved, card, sign * count)
-        for key, count in reservation.flex.items():
-            _bump(self.reserved_flex, key, sign * count)
+            _bump(self.load, card, sign * count)
+        for (spec, size), count in reservation.flex.items():
+            _bump(self.reserved_flex, (spec, size), sign * count)
+            for card in spec.cards:
+                _bump(self.load, card, sign * size * count)
 
     def add(self, other: "Tally") -> None:
         """Add every sum of ``other`` (a subtree's tally is its descendants' added up)."""
@@ -95,6 +104,7 @@ class Tally:
             (self.pending_flex, other.pending_flex),
             (self.reserved, other.reserved),
             (self.reserved_flex, other.reserved_flex),
+            (self.load, other.load),
         ):
             for key, count in theirs.items():
                 _bump(mine, key, count)
@@ -143,8 +153,8 @@ class ClusterState:
         self.ledger = Ledger()
         self.tallies: dict[str, Tally] = defaultdict(Tally)
         # Hierarchical queues (spec.parent): each queue's ancestors, nearest first, and for each
-        # queue with children the tally of all its descendants, kept with the queues' own tallies
-        # so an ancestor's usage costs no more than a queue's.
+        # queue with children the tally of its whole subtree (itself and all its descendants), kept
+        # with the queues' own tallies so an ancestor's usage costs no more than a queue's.
         self.ancestors: dict[str, tuple[str, ...]] = {}
         self.descendants: dict[str, frozenset[str]] = {}  # a queue with children -> it and all below
         self.subtree: dict[str, Tally] = {}
@@ -208,13 +218,15 @@ class ClusterState:
             for ancestor in chain:
                 below[ancestor].add(name)
         self.descendants = {name: frozenset(names | {name}) for name, names in below.items()}
-        self.subtree = {}
-        for name, chain in self.ancestors.items():
-            tally = self.tallies.get(name)
-            if tally is None:
-                continue
-            for ancestor in chain:
-                self.subtree.setdefault(ancestor, Tally()).add(tally)
+        self.subtree = {name: Tally() for name in self.descendants}
+        for name, tally in self.tallies.items():
+            for queue in self._counted_in(name):
+                self.subtree[queue].add(tally)
+
+    def _counted_in(self, queue: str) -> tuple[str, ...]:
+        """The subtrees ``queue``'s own use counts in: its ancestors', and its own if it has children."""
+        chain = self.ancestors.get(queue, ())
+        return (queue, *chain) if queue in self.descendants else chain
 
     def _chain(self, name: str) -> tuple[str, ...]:
         """The existing queues above ``name``, nearest first; a cycle or a missing parent ends it."""
@@ -230,9 +242,8 @@ class ClusterState:
     def _count(
         self, queue: str, charge: Charge | None = None, reservation: Reservation | None = None, sign: int = 1
     ) -> None:
-        """Apply one charge or reservation to ``queue``'s tally and its ancestors' subtree tallies."""
-        tallies = [self.tallies[queue]]
-        tallies += [self.subtree.setdefault(a, Tally()) for a in self.ancestors.get(queue, ())]
+        """Apply one charge or reservation to ``queue``'s tally and the subtree tallies it counts in."""
+        tallies = [self.tallies[queue], *(self.subtree[q] for q in self._counted_in(queue))]
         for tally in tallies:
             if charge is not None:
                 tally.charge(charge, sign)
