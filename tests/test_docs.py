@@ -1,11 +1,13 @@
-"""docs/decisions.md quotes real decisions: every quoted block must be what the code answers now."""
+"""docs/decisions.md and the README quote real answers: every quoted example review and every quoted
+``$ cardquota ...`` command must print what the code answers now."""
 
 import re
+import shlex
 from pathlib import Path
 
 import pytest
 
-from webhook.cli import example_files, example_header, review_example
+from webhook.cli import example_files, example_header, main, review_example
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -27,3 +29,24 @@ def test_a_quoted_example_is_what_the_webhook_answers_under_the_settings_it_name
 def test_every_bundled_review_is_explained_in_the_decisions_doc() -> None:
     quoted = {name for _, name, _, _ in QUOTED}
     assert set(BUNDLED) <= quoted
+
+
+COMMAND = re.compile(r"```text\n\$ cardquota (.+?)\n(.*?)\n```", re.S)
+COMMANDS = [
+    pytest.param(args, out, id=f"{doc}: {args[:60]}")
+    for doc in ("docs/decisions.md", "README.md")
+    for args, out in COMMAND.findall((ROOT / doc).read_text())
+]
+
+
+def test_the_docs_quote_commands() -> None:
+    assert len(COMMANDS) >= 6
+
+
+@pytest.mark.parametrize(("args", "out"), COMMANDS)
+def test_a_quoted_command_prints_what_is_quoted(
+    args: str, out: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(ROOT)
+    assert main(shlex.split(args)) == 0
+    assert capsys.readouterr().out.rstrip("\n") == out
