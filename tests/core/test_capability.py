@@ -275,3 +275,25 @@ def test_status_shows_each_queues_cpu_and_memory_and_warns_where_pods_exceed_it(
     ) in status["warnings"]
     assert "q                3.5 / 4                    6656Mi / 8Gi" in status_table(status)
     assert "capability" not in cluster_status(state_with(policy=Policy()))
+
+
+QUANTITY = st.sampled_from(["0", "1", "250m", "1.5", "2", "100Mi", "1Gi", "1e3", "0.0001"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "requests": st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), QUANTITY),
+                "limits": st.dictionaries(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), QUANTITY),
+            },
+        ),
+        max_size=4,
+    )
+)
+def test_the_quick_sum_over_containers_is_the_general_rule(resources: list[dict[str, Any]]) -> None:
+    spec = {"containers": [{"name": f"c{i}", "resources": r} for i, r in enumerate(resources)]}
+    # An init container asking nothing changes nothing, and sends the pod down the general path.
+    assert compute_requests(spec) == compute_requests({**spec, "initContainers": [{"name": "noop"}]})

@@ -218,8 +218,21 @@ def effective_resources(
 
 def compute_requests(spec: Raw) -> tuple[int, int]:
     """The pod's effective CPU (millicores, rounded up) and memory (bytes, rounded up) requests."""
-    total = effective_resources(spec, "", _compute)
-    return max(0, math.ceil(total.get("cpu", 0) * 1000)), max(0, math.ceil(total.get("memory", 0)))
+    if spec.get("initContainers") or spec.get("overhead"):
+        total = effective_resources(spec, "", _compute)
+        cpu, memory = total.get("cpu", 0), total.get("memory", 0)
+    else:  # the usual pod: a plain sum over its containers, read once (every review pays for it)
+        cpu = memory = 0
+        for container in spec.get("containers") or []:
+            res = container.get("resources")
+            if not res:
+                continue
+            requests, limits = res.get("requests") or {}, res.get("limits") or {}
+            if (value := requests.get("cpu", limits.get("cpu"))) is not None:
+                cpu += _q(value)
+            if (value := requests.get("memory", limits.get("memory"))) is not None:
+                memory += _q(value)
+    return max(0, math.ceil(cpu * 1000)), max(0, math.ceil(memory))
 
 
 def pod_template_of(template: Raw) -> PodTemplate:
