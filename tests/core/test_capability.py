@@ -200,6 +200,7 @@ def test_effective_cpu_and_memory_requests(spec: dict[str, Any], expected: tuple
         (4000, "4", "4000"),
         (1500, "1.5", "1500"),
         (250, "250m", "250"),
+        (500, "500m", "500"),
         (2**33, "8589934592m", "8Gi"),
         (1536 * 2**20, "1610612736m", "1536Mi"),
     ],

@@ -9,10 +9,10 @@ GiB, MiB, KiB = 2**30, 2**20, 2**10
 
 
 def cpu_text(millicores: int) -> str:
-    """``2``, ``1.5``, ``250m``: how kubectl users write CPU."""
+    """``2``, ``1.5``, ``500m``, ``1250m``: how kubectl users write CPU."""
     if millicores % 1000 == 0:
         return str(millicores // 1000)
-    if millicores % 100 == 0:
+    if millicores > 1000 and millicores % 100 == 0:
         return f"{millicores / 1000:g}"
     return f"{millicores}m"
 

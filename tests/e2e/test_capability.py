@@ -1,0 +1,126 @@
+"""The CPU/memory check end to end: a webhook run with ``--cpu-memory-check`` on the live cache of a
+real API server refuses Volcano pods and scale-ups past their queue's ``spec.capability``."""
+
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.cluster import ControlPlane, wait_for
+from tests.e2e.objects import H200, card_queue
+from tests.e2e.registration import configurations
+from tests.edges.serving import Process
+
+CHECKED = {"cardquota-e2e-cpu-check": "on"}  # namespaces sent to this module's webhook only
+
+
+@pytest.fixture(scope="module")
+def checked_namespace(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A namespace whose pods and workloads go to a webhook run with ``--cpu-memory-check``."""
+    tmp: Path = tmp_path_factory.mktemp("cpu-check")
+    flags = ("--kubeconfig", str(control_plane.kubeconfig), "--drain-seconds", "0", "--cpu-memory-check")
+    process = Process(tmp / "certs", tmp / "server.log", *flags, cluster=None)
+    registered = configurations(
+        process.url, process.certs / "ca.crt", CHECKED, f"cq-cpu-{uuid.uuid4().hex[:6]}"
+    )
+    name = f"e2e-cpu-{uuid.uuid4().hex[:6]}"
+    probe_queue = f"probe-{name}"  # a queue without a capability: the check refuses any CPU in it
+    try:
+        process.wait_ready(timeout=60)
+        control_plane.apply(*registered)
+        control_plane.apply(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": CHECKED}}
+        )
+        control_plane.apply(card_queue(probe_queue, {H200: 1}))
+
+        def answers() -> bool:
+            probe = cpu_pod("probe", probe_queue, "1")
+            done = control_plane.kubectl(
+                "create", "--dry-run=server", "-n", name, "-f", "-", stdin=json.dumps(probe), check=False
+            )
+            assert "sets no cpu in spec.capability" in done.stderr, done.stderr or done.stdout
+            return True
+
+        wait_for("the API server to call the checking webhook", answers, timeout=30)
+        yield name
+    finally:
+        for config in registered:
+            control_plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
+        control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+        control_plane.kubectl("delete", "queue", probe_queue, check=False)
+        process.stop()
+
+
+def cpu_pod(name: str, queue: str, cpu: str, scheduler: str = "volcano") -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {"scheduling.volcano.sh/queue-name": queue}},
+        "spec": {
+            "schedulerName": scheduler,
+            "containers": [
+                {"name": "c", "image": "i", "resources": {"requests": {"cpu": cpu, "memory": "256Mi"}}}
+            ],
+        },
+    }
+
+
+def test_volcano_pods_and_scale_ups_past_the_queue_capability_are_refused(
+    control_plane: ControlPlane, checked_namespace: str
+) -> None:
+    namespace, queue = checked_namespace, f"q-{checked_namespace}"
+    capacity = card_queue(queue, {H200: 4})
+    capacity["spec"]["capability"] = {"cpu": "2", "memory": "4Gi"}
+    control_plane.apply(capacity)
+    try:
+
+        def create(obj: dict[str, Any]) -> Any:
+            return control_plane.kubectl(
+                "create", "-n", namespace, "-f", "-", stdin=json.dumps(obj), check=False
+            )
+
+        assert create(cpu_pod("a", queue, "1")).returncode == 0
+        refused = create(cpu_pod("b", queue, "1500m"))
+        assert refused.returncode != 0
+        assert f'queue "{queue}" has 1 cpu left (capability 2: 1 ' in refused.stderr
+        assert f"pod {namespace}/b needs 1.5 cpu" in refused.stderr
+        assert create(cpu_pod("elsewhere", queue, "8", scheduler="default-scheduler")).returncode == 0
+        template = cpu_pod("web", queue, "500m")
+        web = {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "web"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "web"}},
+                "template": {
+                    "metadata": {
+                        "labels": {"app": "web"},
+                        "annotations": template["metadata"]["annotations"],
+                    },
+                    "spec": template["spec"],
+                },
+            },
+        }
+        assert create(web).returncode == 0
+        wait_for(
+            "the Deployment's pod",
+            lambda: len(control_plane.get("pods", namespace=namespace)["items"]) == 3,
+            timeout=60,
+        )
+        scaled = control_plane.kubectl(
+            "scale", "-n", namespace, "deployment/web", "--replicas=3", check=False
+        )
+        assert scaled.returncode != 0
+        assert (
+            f"scale-up of deployment {namespace}/web from 1 to 3 replicas needs 1 cpu (500m per pod)"
+            in scaled.stderr
+        )
+        assert (
+            control_plane.kubectl("scale", "-n", namespace, "deployment/web", "--replicas=2").returncode == 0
+        )
+    finally:
+        control_plane.kubectl("delete", "queue", queue, check=False)
