@@ -15,10 +15,12 @@ cards (≤ a handful of models), a few pod sizes, and groups already merged by (
    max-flow in pods;
 3. greedy passes, largest pods first, each group spread where the rest presses least, stuck pods
    making room by moving placed ones along short chains: they find most placements at once;
-4. a short probing search (a greedy pass at every node); then Hall's condition (for every set of
-   cards, what can only go inside it fits inside it, in cards and per pod size in pods), which
-   proves most infeasible states at once; then the depth-first search, smallest pods first with
-   failures remembered by the rounded room left, the largest size closing as a max-flow.
+4. Hall's condition (for every set of cards, what can only go inside it fits inside it, in cards
+   and, for each pod size, in units of that size), which proves most infeasible states at once;
+5. the depth-first search: sizes in the order that makes the rest's common divisor grow (odd
+   pods first), every split cut at once when the rooms it leaves, rounded to what the rest can
+   fill exactly, cannot hold the rest; failures remembered by the rounded room left; the last
+   size closing as a max-flow.
 
 The search is exact, so no step budget ever changes an answer; as a guard against a hostile state,
 past :data:`GUARD` search nodes it raises :class:`TooComplex` and admission fails closed.
@@ -26,7 +28,8 @@ past :data:`GUARD` search nodes it raises :class:`TooComplex` and admission fail
 
 import functools
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+import operator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from webhook.core.cards import CardName
@@ -35,8 +38,6 @@ GUARD = 10_000  # search nodes for one check: tens of milliseconds at worst
 VIEW_GUARD = 1_000  # the same for a placement only shown (messages, status, metrics)
 _DIVES = 3  # greedy passes before the exact search, each with the last one's stuck group first
 _FILL_LIMIT = 1 << 14  # room up to which exact loads are worked out (a bitset that long)
-_PROBE_NODES = 24  # nodes of the probing search (a dive at each) before Hall's condition
-_NODE_DIVES = 2  # search depths that also try a dive before branching
 _REPAIR_TRIES = 64  # placed groups the greedy dive may try to move before the exact search takes over
 _REPAIR_DEPTH = 2  # cards a chain of moves may reach
 
@@ -148,10 +149,6 @@ class _Exhausted(Exception):
     pass
 
 
-class _ProbeOver(Exception):
-    pass
-
-
 def _presolve(caps: list[int], items: list[Item], taken: dict[tuple[int, int], int]) -> list[Item] | None:
     """Place what has only one place, give a roomy card all it is wanted for, round room down to
     what the sizes can fill; None when something cannot be placed at all."""
@@ -247,37 +244,50 @@ def _holding(items: Sequence[Item]) -> dict[int, tuple[tuple[int, int], ...]]:
     return {k: tuple(sorted(held.items())) for k, held in per.items()}
 
 
+def _size_rank(sizes: set[int]) -> dict[int, int]:
+    """The order the search takes pod sizes in: each time the size whose going makes the common
+    divisor of the sizes still to come largest (the smallest on a tie). With 1, 2, 3, 4 and 8 that
+    is 1, 3, 2, 4, 8: once the odd pods are placed, every card's room must be even, and rooms that
+    the rest cannot fill are cut at once."""
+    left, rank = set(sizes), dict[int, int]()
+    while left:
+        best = max(sorted(left), key=lambda size: math.gcd(*(left - {size})))
+        rank[best] = len(rank)
+        left.remove(best)
+    return rank
+
+
 def _largest_first(item: Item) -> tuple[int, int, int]:
     return (-item[1], len(item[0]), -item[2])
 
 
-def _smallest_first(item: Item) -> tuple[int, int, int]:
-    return (item[1], len(item[0]), -item[2])
-
-
 class _Search:
-    """Greedy passes first; then a short probing search; then Hall's condition; then the exact
-    depth-first search.
+    """Greedy passes first; then Hall's condition; then the exact depth-first search.
 
-    The search goes smallest pods first: small pods decide what is left of each card in the
-    units the larger ones need, and the room left is remembered rounded to those units, so
-    placements that leave the same usable room are tried once. The largest size comes last and
-    is a max-flow in pods (exact, no branching)."""
+    The search takes the sizes that break the others' common divisor first (:func:`_size_rank`):
+    they decide what is left of each card in the units the later ones need. Each card's room is
+    rounded down to what the groups still to come can fill exactly, and a split of a group whose
+    rounded rooms could no longer hold the rest of the demand is cut before it is tried (for tight
+    queues, where every card must end exactly full, that cuts almost everything wrong at once).
+    Failures are remembered by the rounded room left, so placements that leave the same usable
+    room are tried once. The last size is a max-flow in pods (exact, no branching)."""
 
     def __init__(
         self, caps: list[int], items: list[Item], taken: dict[tuple[int, int], int], budget: list[int]
     ) -> None:
         self.caps, self.taken, self.budget = caps, taken, budget
-        self.items = sorted(items, key=_smallest_first)
+        self.items = items  # put in the search's order by _prepare, once the passes have failed
         self.cards = sorted({k for it in items for k in it[0]})
         self.failed: set[tuple[int, ...]] = set()
-        self.dives: dict[int, list[Item]] = {}
         self.demand: list[int] = []
-        self.reach: list[list[int]] = []
-        self.holding: list[dict[int, tuple[tuple[int, int], ...]]] = []
         self.press: list[list[float]] = []
+        # per position, for each card the groups from there on can reach: the card, the most they
+        # could put there, the roundings of its room worked out so far, and their pods
+        self.rounders: list[list[tuple[int, int, dict[int, int], tuple[tuple[int, int], ...]]]] = []
+        self.reaching: list[list[int]] = []  # those cards alone
+        self.round_at: list[dict[int, tuple[int, dict[int, int], tuple[tuple[int, int], ...]]]] = []
         self.flow_from = 0
-        self.probe, self.dive_depth = -1, _NODE_DIVES
+        self.path: list[tuple[int, int, int]] = []  # (position, card, pods) the search placed
 
     def run(self) -> bool:
         if sum(self.caps[k] for k in self.cards) < sum(size * pods for _, size, pods, _ in self.items):
@@ -290,105 +300,140 @@ class _Search:
             if stuck < 0:
                 return True
             order.insert(0, order.pop(stuck))
-        self._prepare()
-        # A short probe first: the search with a dive at every node finds most placements the
-        # passes missed within a few nodes. What it proves impossible on the way stays proven.
-        self.probe, self.dive_depth = _PROBE_NODES, len(self.items)
-        try:
-            return self.group(0)
-        except _ProbeOver:
-            pass
         if not _hall(self.caps, self.items, self.cards):
             return False
-        self.probe, self.dive_depth = -1, _NODE_DIVES
-        return self.group(0)
+        self._prepare()
+        if not self.group(0):
+            return False
+        for p, k, pods in self.path:  # what the search itself placed (the closing flow records its own)
+            i = self.items[p][3]
+            self.taken[(i, k)] = self.taken.get((i, k), 0) + pods
+        return True
 
     def _prepare(self) -> None:
-        """For each position p, over the groups from p on: their total demand, the room they could
-        use per card, the pods they could put on each card, and their expected pressure per card."""
+        """Put the groups in the search's order; then for each position p, over the groups from p on:
+        their total demand, their expected pressure per card, and the rounders of the cards they
+        can reach."""
+        rank = _size_rank({size for _, size, _, _ in self.items})
+        self.items = sorted(self.items, key=lambda it: (rank[it[1]], len(it[0]), -it[2]))
         n, width = len(self.items), len(self.caps)
         self.demand = [0] * (n + 1)
-        self.reach = [[0] * width for _ in range(n + 1)]
-        self.holding = [_holding(self.items[p:]) for p in range(n + 1)]
         self.press = [[0.0] * width for _ in range(n + 1)]
+        self.rounders = [[] for _ in range(n + 1)]
+        reach, press = [0] * width, [0.0] * width
+        counts: dict[int, dict[int, int]] = {}  # card -> pod size -> pods that could go there
+        rounder: dict[int, tuple[int, int, dict[int, int], tuple[tuple[int, int], ...]]] = {}
         for p in range(n - 1, -1, -1):
             alts, size, pods, _ = self.items[p]
             self.demand[p] = self.demand[p + 1] + size * pods
-            reach = self.reach[p] = list(self.reach[p + 1])
-            press = self.press[p] = list(self.press[p + 1])
-            for k in alts:
+            for k in alts:  # a card no group here can use keeps its rounder (and what it knows)
                 reach[k] += size * pods
                 press[k] += size * pods / len(alts)
+                per = counts.setdefault(k, {})
+                per[size] = per.get(size, 0) + pods
+                rounder[k] = (k, reach[k], {}, tuple(sorted(per.items())))
+            self.press[p] = list(press)
+            self.rounders[p] = [rounder[k] for k in self.cards if k in rounder]
+        self.reaching = [[k for k, *_ in rounders] for rounders in self.rounders]
+        self.round_at = [{k: (most, memo, held) for k, most, memo, held in r} for r in self.rounders]
         last = self.items[-1][1]
         self.flow_from = next(p for p, it in enumerate(self.items) if it[1] == last)
 
     def group(self, p: int) -> bool:
-        caps, reach, holding = self.caps, self.reach[p], self.holding[p]
-        room = tuple(_fillable(min(caps[k], reach[k]), holding[k]) if reach[k] else 0 for k in self.cards)
-        if sum(room) < self.demand[p]:
+        caps = self.caps
+        raw = (p, *map(caps.__getitem__, self.reaching[p]))
+        if raw in self.failed:
             return False
-        key = (p, *room)
+        room, total = [p], 0
+        for k, most, memo, held in self.rounders[p]:
+            c = caps[k]
+            if c > most:
+                c = most
+            r = memo.get(c)
+            if r is None:
+                r = memo[c] = _fillable(c, held)
+            room.append(r)
+            total += r
+        if total < self.demand[p]:
+            self.failed.add(raw)
+            return False
+        key = tuple(room)
         if key in self.failed:
+            self.failed.add(raw)
             return False
         self.budget[0] -= 1
         if self.budget[0] < 0:
             raise _Exhausted
-        if self.probe >= 0:
-            self.probe -= 1
-            if self.probe < 0:
-                raise _ProbeOver
         if p >= self.flow_from:
             if _flow(self.caps, self.items[p:], self.taken):
                 return True
-            self.failed.add(key)
+            self.failed.update((key, raw))
             return False
-        if 0 < p <= self.dive_depth:
-            rest = self.dives.get(p)
-            if rest is None:
-                rest = self.dives[p] = sorted(self.items[p:], key=_largest_first)
-            if _dive(self.caps, rest, self.taken) < 0:
-                return True
         alts, size, pods, _ = self.items[p]
         press = self.press[p + 1]
         targets = _spread([caps[k] - press[k] for k in alts], [caps[k] // size for k in alts], size, pods)
         order = sorted(range(len(alts)), key=lambda j: -targets[j])
-        if self.split(p, [alts[j] for j in order], [targets[j] for j in order], 0, pods):
+        # what the cards this group cannot touch will leave the groups after it, rounded
+        kept = sum(self.rounded(p + 1, k, caps[k]) for k in self.reaching[p + 1] if k not in alts)
+        if self.split(p, [alts[j] for j in order], [targets[j] for j in order], 0, pods, kept):
             return True
-        self.failed.add(key)
+        self.failed.update((key, raw))
         return False
 
-    def split(self, p: int, alts: list[int], targets: list[int], j: int, left: int) -> bool:
-        """Put ``left`` pods of group ``p`` on ``alts[j:]``, nearest the targets first."""
+    def rounded(self, p: int, k: int, room: int) -> int:
+        """Card ``k``'s room as the groups from ``p`` on can fill it exactly."""
+        entry = self.round_at[p].get(k)
+        if entry is None:
+            return 0
+        most, memo, held = entry
+        if room > most:
+            room = most
+        r = memo.get(room)
+        if r is None:
+            r = memo[room] = _fillable(room, held)
+        return r
+
+    def split(self, p: int, alts: list[int], targets: list[int], j: int, left: int, kept: int) -> bool:
+        """Put ``left`` pods of group ``p`` on ``alts[j:]``, nearest the targets first; on success
+        the pods placed are recorded in ``path`` on the way back up, otherwise ``caps`` is as before.
+        ``kept``: the rounded room the cards already settled leave the groups after ``p``; a split
+        that cannot leave them their demand is cut before it is tried."""
         if left == 0:
             return self.group(p + 1)
-        size = self.items[p][1]
+        size, need = self.items[p][1], self.demand[p + 1]
         caps, k = self.caps, alts[j]
         room = caps[k] // size
         if j == len(alts) - 1:
-            return room >= left and self.put(p, k, left, lambda: self.group(p + 1))
-        rest = sum(caps[a] // size for a in alts[j + 1 :])
+            if room < left or kept + self.rounded(p + 1, k, caps[k] - size * left) < need:
+                return False
+            self.budget[0] -= 1
+            if self.budget[0] < 0:
+                raise _Exhausted
+            caps[k] -= size * left
+            if self.group(p + 1):
+                self.path.append((p, k, left))
+                return True
+            caps[k] += size * left
+            return False
+        rest = most = 0
+        for a in alts[j + 1 :]:
+            rest += caps[a] // size
+            most += caps[a]
         high, low = min(left, room), max(0, left - rest)
         for x in _around(min(max(targets[j], low), high), low, high):
-            if self.put(p, k, x, functools.partial(self.split, p, alts, targets, j + 1, left - x)):
+            here = self.rounded(p + 1, k, caps[k] - size * x)
+            if kept + here + most - size * (left - x) < need:
+                continue
+            self.budget[0] -= 1
+            if self.budget[0] < 0:
+                raise _Exhausted
+            caps[k] -= size * x
+            if self.split(p, alts, targets, j + 1, left - x, kept + here):
+                if x:
+                    self.path.append((p, k, x))
                 return True
+            caps[k] += size * x
         return False
-
-    def put(self, p: int, k: int, pods: int, then: Callable[[], bool]) -> bool:
-        """Place ``pods`` of group ``p`` on card ``k`` and go on; undo unless that succeeded."""
-        self.budget[0] -= 1
-        if self.budget[0] < 0:
-            raise _Exhausted
-        size, i = self.items[p][1], self.items[p][3]
-        self.caps[k] -= size * pods
-        self.taken[(i, k)] = self.taken.get((i, k), 0) + pods
-        done = False
-        try:
-            done = then()
-        finally:
-            if not done:
-                self.caps[k] += size * pods
-                self.taken[(i, k)] -= pods
-        return done
 
 
 def _dive(caps: list[int], order: Sequence[Item], taken: dict[tuple[int, int], int]) -> int:
@@ -570,7 +615,8 @@ def _spread(slack: list[float], room: list[int], size: int, pods: int) -> list[i
 
 def _hall(caps: list[int], items: Sequence[Item], cards: list[int]) -> bool:
     """Hall's condition: for every set of cards, the demand that can only go inside it fits
-    inside it, in cards (all groups) and in pods per pod size (room divided by the size)."""
+    inside it, in cards (all groups) and, for each pod size, in units of that size: pods whose size
+    it divides, against each card's room divided by it (a card of 9 holds two 4-card units)."""
     bit = {k: 1 << b for b, k in enumerate(cards)}
     full = 1 << len(cards)
     masks = [sum(bit[k] for k in alts) for alts, *_ in items]
@@ -582,20 +628,35 @@ def _hall(caps: list[int], items: Sequence[Item], cards: list[int]) -> bool:
     for each in sorted({size for _, size, _, _ in items} - {1}):
         inside = [0] * full
         for mask, (_, size, pods, _) in zip(masks, items, strict=True):
-            if size == each:
-                inside[mask] += pods
+            if size % each == 0:
+                inside[mask] += pods * (size // each)
         checks.append((inside, [caps[k] // each for k in cards]))
     for inside, room in checks:
-        for b in range(len(cards)):  # sum over subsets: inside[T] = demand with alternatives ⊆ T
-            one = 1 << b
-            inside = [inside[t] + inside[t ^ one] if t & one else inside[t] for t in range(full)]
         total = [0] * full
-        for t in range(1, full):
-            low = t & -t
-            total[t] = total[t ^ low] + room[low.bit_length() - 1]
-        if any(need > have for need, have in zip(inside, total, strict=True)):
+        for b, units in enumerate(room):
+            total[1 << b] = units
+        # inside[T]: the demand whose alternatives all lie in T; total[T]: the room of T
+        if any(map(operator.gt, _subset_sums(inside), _subset_sums(total))):
             return False
     return True
+
+
+def _subset_sums(values: list[int]) -> list[int]:
+    """Each ``values[T]`` (T a set of cards as a bit mask) summed over every subset of T, in place.
+    Bit by bit, each slice adding the entries without the bit to those with it: a few long slices
+    instead of an addition per entry."""
+    full, one = len(values), 1
+    while one < full:
+        step = 2 * one
+        if one <= full // step:  # the entries with the bit: ``one`` strided slices
+            for low in range(one):
+                values[one + low :: step] = map(operator.add, values[one + low :: step], values[low::step])
+        else:  # or ``full / step`` blocks
+            for base in range(0, full, step):
+                high = slice(base + one, base + step)
+                values[high] = map(operator.add, values[high], values[base : base + one])
+        one = step
+    return values
 
 
 def _greedy(capacity: dict[CardName, int], groups: Sequence[Group]) -> dict[tuple[int, CardName], int]:
