@@ -215,8 +215,12 @@ class LiveSource:
             # The first lists run one kind after another, in dependency order (nodes and queues
             # before the pods that refer to them), so no pod is charged twice; then every kind
             # watches from its own list's version.
-            for informer in self.informers:
-                await self._first_list(informer)
+            gc.disable()
+            try:
+                for informer in self.informers:
+                    await self._first_list(informer)
+            finally:
+                gc.enable()
             tasks += [
                 asyncio.create_task(i.run(listed=True), name=f"informer {i.kind.plural}")
                 for i in self.informers

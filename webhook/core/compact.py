@@ -18,6 +18,7 @@ from webhook.core.objects import OwnerRef, PodRecord, PodTemplate, Resources
 
 KEPT_ANNOTATIONS = (keys.CARD_NAME, keys.QUEUE_NAME, keys.GROUP_NAME)
 T = TypeVar("T")
+_FIELDS: dict[type, tuple[str, ...]] = {}  # a dataclass's field names, looked up once
 
 
 def _items(mapping: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
@@ -37,7 +38,11 @@ class Pool:
         Keyed by the tuple of its fields, never by the value itself: a key is held strongly, and
         would keep the value alive for ever.
         """
-        key = (type(value), *(getattr(value, f.name) for f in fields(value)))  # type: ignore[arg-type]
+        kind = type(value)
+        names = _FIELDS.get(kind)
+        if names is None:
+            names = _FIELDS[kind] = tuple(f.name for f in fields(value))  # type: ignore[arg-type]
+        key = (kind, *(getattr(value, name) for name in names))
         found = self._values.get(key)
         if found is None:
             self._values[key] = found = value

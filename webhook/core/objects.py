@@ -130,11 +130,11 @@ class QueueRecord:
 
 def _meta(obj: Raw) -> Raw:
     meta = obj.get("metadata") or {}
-    return meta if isinstance(meta, Mapping) else {}
+    return meta if type(meta) is dict or isinstance(meta, Mapping) else {}
 
 
 def _strings(value: Any) -> dict[str, str]:
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         return {}
     return {str(k): str(v) for k, v in value.items() if v is not None}
 

@@ -1,5 +1,6 @@
 """Kubernetes resource quantities, as far as counting cards needs them."""
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -37,6 +38,10 @@ class QuantityError(ValueError):
 
 def parse_quantity(value: object) -> Fraction:
     """Exact value of a quantity such as ``2``, ``500m`` or ``1Ki``."""
+    if type(value) is str:  # nearly always: the same few texts over and over ("1", "8Gi", "500m")
+        return _parse_text(value)
+    if type(value) is Fraction:  # a sum of parsed amounts
+        return _bounded(value, value)
     if isinstance(value, bool):
         raise QuantityError(f"quantity {value!r} is not a number")
     if isinstance(value, int | Fraction):
@@ -47,8 +52,13 @@ def parse_quantity(value: object) -> Fraction:
         return _bounded(Fraction(str(value)), value)
     if not isinstance(value, str):
         raise QuantityError(f"quantity of type {type(value).__name__} is not a Kubernetes quantity")
+    return _parse_text(str(value))
+
+
+@functools.lru_cache(maxsize=4096)  # bounded: hostile texts can only push the common ones out
+def _parse_text(value: str) -> Fraction:
     text = value.strip()
-    if text.isascii() and text.isdigit() and len(text) < 19:  # "1", "8": nearly every card count, parsed fast
+    if text.isascii() and text.isdigit() and len(text) < 19:  # "1", "8": nearly every card count
         return Fraction(int(text))
     match = _QUANTITY.match(text) if len(text) <= _MAX_TEXT else None
     if not match or match[2] not in _SUFFIX:
@@ -61,11 +71,12 @@ def parse_quantity(value: object) -> Fraction:
 
 
 def _bounded(amount: Fraction, shown: object) -> Fraction:
-    if abs(amount) > LIMIT:
+    if abs(amount.numerator) > LIMIT * amount.denominator:  # whole numbers: no Fraction arithmetic
         raise QuantityError(f"quantity {shorten(str(shown))} is too large")
     return amount
 
 
 def ceil_quantity(value: object) -> int:
     """Rounded up to a whole number, as ``resource.Quantity.Value()`` does."""
-    return math.ceil(parse_quantity(value))
+    amount = parse_quantity(value)
+    return -(-amount.numerator // amount.denominator)
