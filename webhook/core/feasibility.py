@@ -154,7 +154,11 @@ def _presolve(caps: list[int], items: list[Item], taken: dict[tuple[int, int], i
     what the sizes can fill; None when something cannot be placed at all."""
     while True:
         kept: list[Item] = []
-        for alts, size, pods, i in items:
+        for item in items:
+            alts, size, pods, i = item
+            if len(alts) > 1 and min(map(caps.__getitem__, alts)) >= size:  # all still have room
+                kept.append(item)
+                continue
             room = tuple(k for k in alts if caps[k] >= size)
             if len(room) > 1:
                 kept.append((room, size, pods, i))
@@ -175,7 +179,8 @@ def _presolve(caps: list[int], items: list[Item], taken: dict[tuple[int, int], i
         if roomy is None:
             for k, held in _holding(items).items():
                 caps[k] = _fillable(caps[k], held)
-            if all(len(alts) > 1 for alts, *_ in _room_left(caps, items)):
+            # done when every group still has two alternatives with room for one of its pods
+            if all(sorted(map(caps.__getitem__, alts))[-2] >= size for alts, size, _, _ in items):
                 return items
             continue
         kept = []
@@ -188,27 +193,24 @@ def _presolve(caps: list[int], items: list[Item], taken: dict[tuple[int, int], i
         items = kept
 
 
-def _room_left(caps: list[int], items: list[Item]) -> Iterator[tuple[tuple[int, ...], int]]:
-    for alts, size, _, _ in items:
-        yield tuple(k for k in alts if caps[k] >= size), size
-
-
 def _components(items: list[Item]) -> list[list[Item]]:
-    parent: dict[int, int] = {}
-
-    def find(k: int) -> int:
-        while parent.setdefault(k, k) != k:
-            parent[k] = parent[parent[k]]
-            k = parent[k]
-        return k
-
-    for alts, *_ in items:
-        for k in alts[1:]:
-            parent[find(k)] = find(alts[0])
-    parts: dict[int, list[Item]] = {}
+    """The groups split by the cards they share, each part in the groups' own order. Parts keep
+    disjoint sets of cards (bit masks), so one pass over the parts joins all a group touches."""
+    parts: list[tuple[int, list[Item]]] = []
     for item in items:
-        parts.setdefault(find(item[0][0]), []).append(item)
-    return list(parts.values())
+        mask = 0
+        for k in item[0]:
+            mask |= 1 << k
+        joined, apart = [item], []
+        for part_mask, part in parts:
+            if part_mask & mask:
+                mask |= part_mask
+                joined += part
+            else:
+                apart.append((part_mask, part))
+        apart.append((mask, joined))
+        parts = apart
+    return [sorted(part, key=operator.itemgetter(3)) for _, part in parts]
 
 
 @functools.lru_cache(maxsize=65536)
@@ -441,16 +443,18 @@ def _dive(caps: list[int], order: Sequence[Item], taken: dict[tuple[int, int], i
     group that does not fit makes room by moving pods placed in this pass along their other
     alternatives (short chains, a bounded number of tries). On success it commits to ``caps`` and
     ``taken`` and returns -1; otherwise it changes nothing and returns where it got stuck."""
-    press: dict[int, float] = {}
-    for alts, size, pods, _ in order:
+    press = [0.0] * len(caps)
+    shares = [size * pods / len(alts) for alts, size, pods, _ in order]
+    for (alts, *_), share in zip(order, shares, strict=True):
         for k in alts:
-            press[k] = press.get(k, 0.0) + size * pods / len(alts)
+            press[k] += share
     left = list(caps)
-    on: dict[int, dict[int, int]] = {k: {} for k in press}  # card -> position in order -> pods
+    on: dict[int, dict[int, int]] = {k: {} for alts, *_ in order for k in alts}  # card -> position -> pods
     tries = [_REPAIR_TRIES]
     for p, (alts, size, pods, _) in enumerate(order):
+        share = shares[p]
         for k in alts:
-            press[k] -= size * pods / len(alts)
+            press[k] -= share
         room = [left[k] // size for k in alts]
         for j, x in enumerate(_spread([left[k] - press[k] for k in alts], room, size, pods)):
             if x:
@@ -595,13 +599,18 @@ def _around(start: int, low: int, high: int) -> Iterator[int]:
 
 def _spread(slack: list[float], room: list[int], size: int, pods: int) -> list[int]:
     """Where the pods would best go: one at a time to the alternative with the most slack left
-    (for many pods, in proportion to the room instead: only a starting point either way)."""
-    out = [0] * len(slack)
+    (for many pods, in proportion to the room instead: only a starting point either way).
+    ``slack`` is used up; ``room`` may be returned."""
+    if sum(room) <= pods:  # every pod that fits goes
+        return room
     if pods > 64:
         total = sum(room) or 1
         return [min(r, pods * r // total) for r in room]
-    slack = list(slack)
+    out = [0] * len(slack)
     alive = [j for j in range(len(slack)) if room[j]]
+    if len(alive) == 1:
+        out[alive[0]] = pods
+        return out
     for _ in range(pods):
         if not alive:
             break
