@@ -236,6 +236,41 @@ def test_past_the_guard_the_check_says_so_instead_of_guessing() -> None:
         assign(capacity, groups, guard=0)
 
 
+def hall_by_hand(caps: list[int], items: list[feasibility.Item], cards: list[int]) -> bool:
+    """Hall's condition spelt out: every set of cards, every unit size, one sum at a time."""
+    for units in {1} | {size for _, size, _, _ in items}:
+        for n in range(1, len(cards) + 1):
+            for chosen in itertools.combinations(cards, n):
+                need = sum(
+                    pods * (size // units)
+                    for alts, size, pods, _ in items
+                    if size % units == 0 and set(alts) <= set(chosen)
+                )
+                if need > sum(caps[k] // units for k in chosen):
+                    return False
+    return True
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_halls_condition_side_by_side_in_one_integer_is_the_condition_spelt_out(data: st.DataObject) -> None:
+    cards = list(range(data.draw(st.integers(1, 6))))
+    big = st.one_of(st.integers(0, 60), st.integers(0, 10**15))
+    caps = [data.draw(big) for _ in cards]
+    items = [
+        (
+            tuple(data.draw(st.lists(st.sampled_from(cards), min_size=1, max_size=4, unique=True))),
+            data.draw(st.sampled_from(SIZES)),
+            data.draw(st.one_of(st.integers(1, 12), st.integers(1, 10**12))),
+            i,
+        )
+        for i in range(data.draw(st.integers(1, 8)))
+    ]
+    expected = hall_by_hand(caps, items, cards)
+    event(f"holds: {expected}")
+    assert feasibility._hall(caps, items, cards) == expected
+
+
 def test_huge_numbers_cost_no_more_than_small_ones() -> None:
     capacity = {A: 10**12, B: 10**12 + 1}
     groups = [Group((A, B), 3, 10**11), Group((A, B), 8, 10**11), Group((A, B), 1, 10**9)]

@@ -625,29 +625,27 @@ def _spread(slack: list[float], room: list[int], size: int, pods: int) -> list[i
 def _hall(caps: list[int], items: Sequence[Item], cards: list[int]) -> bool:
     """Hall's condition: for every set of cards, the demand that can only go inside it fits
     inside it, in cards (all groups) and, for each pod size, in units of that size: pods whose size
-    it divides, against each card's room divided by it (a card of 9 holds two 4-card units)."""
+    it divides, against each card's room divided by it (a card of 9 holds two 4-card units).
+
+    The checks run side by side, each in a field of one integer per set of cards, so the sums over
+    subsets are done once. Each field carries a guard bit above its largest possible value: in
+    room + guards - demand a field keeps its guard bit exactly when its room covers its demand."""
+    divisors = [1, *sorted({size for _, size, _, _ in items} - {1})]
+    rooms = [[caps[k] // d for k in cards] for d in divisors]
+    demands = [[pods * (size // d) if size % d == 0 else 0 for _, size, pods, _ in items] for d in divisors]
+    width = max(max(sum(r), sum(n)) for r, n in zip(rooms, demands, strict=True)).bit_length() + 1
+    guards = sum(1 << (width * c + width - 1) for c in range(len(divisors)))
     bit = {k: 1 << b for b, k in enumerate(cards)}
-    full = 1 << len(cards)
-    masks = [sum(bit[k] for k in alts) for alts, *_ in items]
-    checks: list[tuple[list[int], list[int]]] = []
-    inside = [0] * full
-    for mask, (_, size, pods, _) in zip(masks, items, strict=True):
-        inside[mask] += size * pods
-    checks.append((inside, [caps[k] for k in cards]))
-    for each in sorted({size for _, size, _, _ in items} - {1}):
-        inside = [0] * full
-        for mask, (_, size, pods, _) in zip(masks, items, strict=True):
-            if size % each == 0:
-                inside[mask] += pods * (size // each)
-        checks.append((inside, [caps[k] // each for k in cards]))
-    for inside, room in checks:
-        total = [0] * full
-        for b, units in enumerate(room):
-            total[1 << b] = units
-        # inside[T]: the demand whose alternatives all lie in T; total[T]: the room of T
-        if any(map(operator.gt, _subset_sums(inside), _subset_sums(total))):
-            return False
-    return True
+    inside, total = [0] * (1 << len(cards)), [0] * (1 << len(cards))
+    for j, (alts, *_) in enumerate(items):
+        inside[sum(bit[k] for k in alts)] += sum(n[j] << (width * c) for c, n in enumerate(demands))
+    for b in range(len(cards)):
+        total[1 << b] = sum(r[b] << (width * c) for c, r in enumerate(rooms))
+    # inside[T]: the demand whose alternatives all lie in T; total[T]: the room of T
+    return all(
+        (have + guards - need) & guards == guards
+        for have, need in zip(_subset_sums(total), _subset_sums(inside), strict=True)
+    )
 
 
 def _subset_sums(values: list[int]) -> list[int]:
