@@ -9,7 +9,7 @@ node selector and affinity matter only when it is admitted, and that reads the r
 
 import sys
 from collections.abc import Hashable, Mapping
-from dataclasses import fields, replace
+from dataclasses import fields
 from typing import Any, TypeVar
 from weakref import WeakValueDictionary
 
@@ -66,11 +66,13 @@ class Pool:
         return None if owner is None else self.share(owner)
 
     def pod(self, pod: PodRecord) -> PodRecord:
-        return replace(
-            pod,
+        return PodRecord(  # built directly: dataclasses.replace costs more than the rest of this
+            uid=pod.uid,
             namespace=sys.intern(pod.namespace),
+            name=pod.name,
+            template=self.template(pod.template),
             node_name=sys.intern(pod.node_name),
             phase=sys.intern(pod.phase),
-            template=self.template(pod.template),
+            deletion_deadline=pod.deletion_deadline,
             owner=self.owner(pod.owner),
         )
