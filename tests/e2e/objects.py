@@ -11,13 +11,11 @@ def namespace(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": SELECTOR}}
 
 
-def gpu_deployment(name: str, replicas: int, product: str = R4090, gpus: int = 1) -> dict[str, Any]:
+def deployment_of(name: str, replicas: int, template: dict[str, Any]) -> dict[str, Any]:
+    """A Deployment of ``replicas`` pods like ``template`` (a pod's ``spec`` and optionally its
+    ``metadata`` annotations), selected by the label ``app: name``."""
     labels = {"app": name}
-    container = {
-        "name": "main",
-        "image": "registry.example/app:1",
-        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": "100m"}},
-    }
+    metadata = {"labels": labels, "annotations": template.get("metadata", {}).get("annotations", {})}
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -25,12 +23,25 @@ def gpu_deployment(name: str, replicas: int, product: str = R4090, gpus: int = 1
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels, "annotations": {"volcano.sh/card.name": product}},
-                "spec": {"nodeSelector": {"nvidia.com/gpu.product": product}, "containers": [container]},
-            },
+            "template": {"metadata": metadata, "spec": template["spec"]},
         },
     }
+
+
+def gpu_deployment(name: str, replicas: int, product: str = R4090, gpus: int = 1) -> dict[str, Any]:
+    container = {
+        "name": "main",
+        "image": "registry.example/app:1",
+        "resources": {"limits": {"nvidia.com/gpu": str(gpus)}, "requests": {"cpu": "100m"}},
+    }
+    return deployment_of(
+        name,
+        replicas,
+        {
+            "metadata": {"annotations": {"volcano.sh/card.name": product}},
+            "spec": {"nodeSelector": {"nvidia.com/gpu.product": product}, "containers": [container]},
+        },
+    )
 
 
 def hpa(deployment: str, min_replicas: int, max_replicas: int) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.cluster import ControlPlane, wait_for
-from tests.e2e.objects import H200, card_queue
+from tests.e2e.objects import H200, card_queue, deployment_of
 from tests.e2e.registration import configurations
 from tests.edges.serving import Process
 
@@ -88,23 +88,7 @@ def test_volcano_pods_and_scale_ups_past_the_queue_capability_are_refused(
         assert f'queue "{queue}" has 1 cpu left (capability 2: 1 ' in refused.stderr
         assert f"pod {namespace}/b needs 1.5 cpu" in refused.stderr
         assert create(cpu_pod("elsewhere", queue, "8", scheduler="default-scheduler")).returncode == 0
-        template = cpu_pod("web", queue, "500m")
-        web = {
-            "apiVersion": "apps/v1",
-            "kind": "Deployment",
-            "metadata": {"name": "web"},
-            "spec": {
-                "replicas": 1,
-                "selector": {"matchLabels": {"app": "web"}},
-                "template": {
-                    "metadata": {
-                        "labels": {"app": "web"},
-                        "annotations": template["metadata"]["annotations"],
-                    },
-                    "spec": template["spec"],
-                },
-            },
-        }
+        web = deployment_of("web", 1, cpu_pod("web", queue, "500m"))
         assert create(web).returncode == 0
         wait_for(
             "the Deployment's pod",

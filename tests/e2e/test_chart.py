@@ -22,7 +22,7 @@ from cryptography import x509
 
 from tests.e2e import build
 from tests.e2e.cluster import ROOT, ControlPlane, wait_for
-from tests.e2e.objects import H200, hpa, queued_deployment
+from tests.e2e.objects import H200, deployment_of, hpa, queued_deployment
 from tests.e2e.recorder import Recorder
 from tests.e2e.test_webhook import events
 from tests.edges.serving import Process, free_port, mount_like_kubelet, served_serial
@@ -409,16 +409,7 @@ def test_with_the_cpu_memory_check_on_pods_of_the_volcano_schedulers_reach_valid
     assert len(seen("after")) == 1  # validated only: the mutation stays for card pods
     assert seen("other-scheduler") and not seen("default-scheduler")
     template = {"spec": {"schedulerName": "volcano", "containers": [{"name": "c", "image": "i"}]}}
-    web = {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": "web"},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": {"app": "web"}},
-            "template": {"metadata": {"labels": {"app": "web"}}, **template},
-        },
-    }
+    web = deployment_of("web", 1, template)
     control_plane.kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(web))
     control_plane.kubectl("patch", "-n", namespace, "deployment/web", "-p", '{"spec": {"replicas": 2}}')
     wait_for(
