@@ -18,6 +18,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
+
+from webhook import listing
 from webhook.core import ingest
 from webhook.core.state import ClusterState
 
@@ -65,8 +68,8 @@ class Unavailable(Exception):
 
 
 class Transport(Protocol):
-    async def list(self, kind: Kind, limit: int, cont: str) -> Raw:
-        """One page of ``kind`` across namespaces: a List with ``items`` and ``metadata``."""
+    async def list(self, kind: Kind, limit: int, cont: str) -> bytes:
+        """One page of ``kind`` across namespaces, as sent: a JSON List with ``items`` and ``metadata``."""
 
     def watch(self, kind: Kind, version: str) -> AsyncIterator[Raw]:
         """Watch events from ``version`` on (bookmarks allowed) until the server ends the stream."""
@@ -94,6 +97,16 @@ class Backoff:
 
     def reset(self) -> None:
         self.attempt = 0
+
+
+def _page(kind: Kind, body: bytes) -> Raw:
+    try:
+        page = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise Unavailable(f"{kind.plural}: unreadable list: {exc}") from exc
+    if not isinstance(page, dict):
+        raise Unavailable(f"{kind.plural}: the list is not a JSON object")
+    return page
 
 
 def _version(obj: Raw) -> int | None:
@@ -157,31 +170,44 @@ class Informer:
                 await self.sleep(delay)
 
     async def relist(self) -> None:
-        """Read every page, then make the state hold exactly that (what vanished is removed)."""
-        items: list[Raw] = []
+        """Read every page, applying each as it comes (reviews are served between pages), then
+        remove what vanished: the state then holds exactly what was listed.
+
+        Pods take the fast path (``listing``); any page it does not fit, and every other kind, is
+        read as JSON and applied object by object through ``ingest``.
+        """
+        reader = listing.PodReader(self.state.pool) if self.kind.name == "Pod" else None
+        seen: set[str] = set()
+        ordinary: set[str] = set()  # ingest.key of what was read the ordinary way (odd ones included)
         cont, version = "", ""
         while True:
-            page = await self.transport.list(self.kind, self.page_size, cont)
-            meta = page.get("metadata")
-            meta = meta if isinstance(meta, dict) else {}
-            items.extend(i for i in page.get("items") or [] if isinstance(i, dict))
-            version = str(meta.get("resourceVersion") or version)
-            cont = str(meta.get("continue") or "")
+            body = await self.transport.list(self.kind, self.page_size, cont)
+            fast = reader.page(body) if reader is not None else None
+            if fast is not None:
+                seen.update(pod.uid for pod in fast.pods)
+                self.state.upsert_pods(fast.pods)
+                version, cont = fast.version or version, fast.cont
+            else:
+                page = _page(self.kind, body)
+                meta = page.get("metadata")
+                meta = meta if isinstance(meta, dict) else {}
+                for obj in page.get("items") or []:
+                    if isinstance(obj, dict):
+                        obj.setdefault("kind", self.kind.name)  # list items carry no kind
+                        obj.setdefault("apiVersion", self.kind.api_version)
+                        seen.add(ingest.identity(obj))
+                        ordinary.add(ingest.key(obj))
+                        ingest.upsert(self.state, obj)
+                version = str(meta.get("resourceVersion") or version)
+                cont = str(meta.get("continue") or "")
             if not cont:
                 break
-        seen = set()
-        for obj in items:
-            obj.setdefault("kind", self.kind.name)  # list items carry no kind
-            obj.setdefault("apiVersion", self.kind.api_version)
-            seen.add(ingest.identity(obj))
-            ingest.upsert(self.state, obj)
-        held = ingest.identities(self.state, self.kind.name, self.kind.api_version)
-        for identity, stub in held.items():
-            if identity not in seen:  # deleted while we were not watching
-                ingest.remove(self.state, stub)
-        listed = {ingest.key(obj) for obj in items}
-        for gone in [k for k in self.state.skipped if k.startswith(f"{self.kind.name}/") and k not in listed]:
-            del self.state.skipped[gone]
+        held = ingest.identities(self.state, self.kind.name, self.kind.api_version, exclude=seen)
+        for stub in held.values():  # deleted while we were not watching
+            ingest.remove(self.state, stub)
+        prefix = f"{self.kind.name}/"
+        for key in [k for k in self.state.skipped if k.startswith(prefix) and k not in ordinary]:
+            del self.state.skipped[key]  # gone, or fine now (the fast path takes no odd object)
         self.version, self.synced = version, True
         self.relists += 1
         self._healthy()

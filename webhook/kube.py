@@ -141,17 +141,17 @@ class KubeTransport:
         if status not in (200, 201):
             raise Unavailable(f"{path}: HTTP {status}")
 
-    async def list(self, kind: Kind, limit: int, cont: str) -> dict[str, Any]:
+    async def list(self, kind: Kind, limit: int, cont: str) -> bytes:
         query: list[tuple[str, Any]] = [("limit", limit)]
         if cont:
             query.append(("continue", cont))
         response = await self._get(kind, query, aiohttp.ClientTimeout(total=LIST_TIMEOUT))
         try:
-            body = orjson.loads(await response.read())
-        except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError) as exc:
+            body: bytes = await response.read()
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise Unavailable(f"{kind.plural}: unreadable list: {exc!r}") from exc
-        if not isinstance(body, dict):
-            raise Unavailable(f"{kind.plural}: the list is not a JSON object")
+        finally:
+            vars(self.api).pop("last_response", None)  # the client keeps it, body and all: megabytes
         return body
 
     async def watch(self, kind: Kind, version: str) -> AsyncIterator[dict[str, Any]]:

@@ -7,6 +7,7 @@ import copy
 from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -42,12 +43,12 @@ class Scripted:
         self.watched_from: list[str] = []
         self.lists = 0
 
-    async def list(self, kind: Kind, limit: int, cont: str) -> Raw:
+    async def list(self, kind: Kind, limit: int, cont: str) -> bytes:
         index = int(cont or 0)
         self.lists += index == 0
         more = index + 1 < len(self.pages)
         meta = {"resourceVersion": str(self.version), "continue": str(index + 1) if more else ""}
-        return {"kind": f"{kind.name}List", "items": copy.deepcopy(self.pages[index]), "metadata": meta}
+        return orjson.dumps({"kind": f"{kind.name}List", "items": self.pages[index], "metadata": meta})
 
     async def watch(self, kind: Kind, version: str) -> AsyncIterator[Raw]:
         self.watched_from.append(version)

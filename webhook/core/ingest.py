@@ -5,7 +5,7 @@ the wrong types (Volcano's CRDs accept much) is skipped with a one-line reason k
 ``state.skipped``, so that nothing the cluster holds can stop a loader or an informer.
 """
 
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 from webhook.core import nodes, objects, shapes
@@ -101,19 +101,23 @@ def identity(obj: Mapping[str, Any]) -> str:
     return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
-def identities(state: ClusterState, kind: str, api_version: str) -> dict[str, dict[str, Any]]:
-    """Every object of ``kind`` the state holds, by identity, as the little ``remove`` needs."""
+def identities(
+    state: ClusterState, kind: str, api_version: str, exclude: Container[str] = ()
+) -> dict[str, dict[str, Any]]:
+    """Every object of ``kind`` the state holds, by identity, as the little ``remove`` needs; but
+    those in ``exclude``."""
 
     def stub(namespace: str, name: str, uid: str = "") -> dict[str, Any]:
         meta = {"namespace": namespace or None, "name": name, "uid": uid or None}
         return {"kind": kind, "apiVersion": api_version, "metadata": meta}
 
     if kind == "Pod":
-        return {uid: stub(p.namespace, p.name, uid) for uid, p in state.pods.items()}
+        return {uid: stub(p.namespace, p.name, uid) for uid, p in state.pods.items() if uid not in exclude}
     if kind == "Node":
-        return {f"/{name}": stub("", name) for name in state.nodes}
+        return {f"/{name}": stub("", name) for name in state.nodes if f"/{name}" not in exclude}
     if kind == "Queue":
-        return {f"/{name}": stub("", name) for name in state.queues}
+        return {f"/{name}": stub("", name) for name in state.queues if f"/{name}" not in exclude}
     if kind == "PodGroup":
-        return {key: stub(*key.split("/", 1)) for key in state.podgroups}
-    return {key: stub(*key.split("/", 1)) for (held, key) in state.workloads if held == kind}
+        return {key: stub(*key.split("/", 1)) for key in state.podgroups if key not in exclude}
+    kept = (key for (held, key) in state.workloads if held == kind and key not in exclude)
+    return {key: stub(*key.split("/", 1)) for key in kept}

@@ -144,10 +144,10 @@ def controller_of(obj: Raw) -> OwnerRef | None:
     for ref in _meta(obj).get("ownerReferences") or []:
         if isinstance(ref, Mapping) and ref.get("controller"):
             return OwnerRef(
-                str(ref.get("kind", "")),
-                str(ref.get("name", "")),
-                str(ref.get("uid", "")),
-                str(ref.get("apiVersion", "")),
+                str(ref.get("kind") or ""),
+                str(ref.get("name") or ""),
+                str(ref.get("uid") or ""),
+                str(ref.get("apiVersion") or ""),
             )
     return None
 
@@ -235,6 +235,13 @@ def compute_requests(spec: Raw) -> tuple[int, int]:
     return max(0, math.ceil(cpu * 1000)), max(0, math.ceil(memory))
 
 
+def resources_of(spec: Raw) -> Resources:
+    """What a pod spec requests: reads only the containers', init containers' and overhead's
+    resources and the init containers' ``restartPolicy``."""
+    cpu, memory = compute_requests(spec)
+    return Resources(effective_resources(spec, "requests"), effective_resources(spec, "limits"), cpu, memory)
+
+
 def pod_template_of(template: Raw) -> PodTemplate:
     """Slim view of a Pod or a PodTemplateSpec (``metadata`` + ``spec``)."""
     spec = template.get("spec") or {}
@@ -244,12 +251,9 @@ def pod_template_of(template: Raw) -> PodTemplate:
     terms = None
     if isinstance(affinity, Mapping):
         terms = tuple(t for t in affinity.get("nodeSelectorTerms") or [] if isinstance(t, Mapping))
-    cpu, memory = compute_requests(spec)
     return PodTemplate(
         annotations=_strings(_meta(template).get("annotations")),
-        resources=Resources(
-            effective_resources(spec, "requests"), effective_resources(spec, "limits"), cpu, memory
-        ),
+        resources=resources_of(spec),
         node_selector=_strings(spec.get("nodeSelector")),
         required_terms=terms,
         scheduler=str(spec.get("schedulerName") or ""),
@@ -266,19 +270,24 @@ def _timestamp(value: Any) -> float | None:
 
 def pod_record(obj: Raw) -> PodRecord:
     meta, spec = _meta(obj), obj.get("spec") or {}
-    deletion = _timestamp(meta.get("deletionTimestamp"))
-    if deletion is not None:
-        deletion += float(meta.get("deletionGracePeriodSeconds") or 0)
     return PodRecord(
-        uid=str(meta.get("uid") or f"{meta.get('namespace', '')}/{meta.get('name', '')}"),
+        uid=str(meta.get("uid") or f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"),
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or meta.get("generateName") or ""),
         template=pod_template_of(obj),
         node_name=str(spec.get("nodeName") or ""),
         phase=str((obj.get("status") or {}).get("phase") or "Pending"),
-        deletion_deadline=deletion,
+        deletion_deadline=deletion_deadline(
+            meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds")
+        ),
         owner=controller_of(obj),
     )
+
+
+def deletion_deadline(timestamp: Any, grace: Any) -> float | None:
+    """When a pod being deleted stops counting: its deletion time plus its grace period."""
+    deletion = _timestamp(timestamp)
+    return None if deletion is None else deletion + float(grace or 0)
 
 
 def _int(value: Any, default: int = 0) -> int:

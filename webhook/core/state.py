@@ -13,7 +13,7 @@ from typing import Any
 
 from webhook.core import compact, keys
 from webhook.core.cards import CardName, CardSpec
-from webhook.core.demand import NotCardPod, PodDemand, pod_demand
+from webhook.core.demand import Demand, NotCardPod, PodDemand, pod_demand
 from webhook.core.ledger import Ledger
 from webhook.core.nodes import Inventory, NodeCards
 from webhook.core.objects import (
@@ -173,6 +173,7 @@ class ClusterState:
         self._children: dict[str, set[str]] = defaultdict(set)  # owner uid -> workload uids
         self._deadlines: list[tuple[float, str]] = []
         self._pool = compact.Pool()
+        self._memo: dict[Any, Any] | None = None  # only while ``upsert_pods`` runs
 
     # ---- nodes -------------------------------------------------------------------------
     def upsert_node(self, cards: NodeCards) -> None:
@@ -251,8 +252,15 @@ class ClusterState:
                 tally.reserve(reservation, sign)
 
     # ---- pods --------------------------------------------------------------------------
-    def upsert_pod(self, pod: PodRecord) -> None:
-        pod = self._pool.pod(pod)
+    @property
+    def pool(self) -> compact.Pool:
+        """The shared values this state's records are built from."""
+        return self._pool
+
+    def upsert_pod(self, pod: PodRecord, pooled: bool = False) -> None:
+        """Add or replace a pod; ``pooled``: its record is built from ``self.pool`` already."""
+        if not pooled:
+            pod = self._pool.pod(pod)
         old = self.pods.get(pod.uid)
         self._unindex_pod(pod.uid)
         self.pods[pod.uid] = pod
@@ -266,6 +274,17 @@ class ClusterState:
         if pod.deletion_deadline is not None:
             heapq.heappush(self._deadlines, (pod.deletion_deadline, pod.uid))
         self._index_pod(pod)
+
+    def upsert_pods(self, pods: Iterable[PodRecord]) -> None:
+        """Many pods at once (a list), their records built from ``self.pool``: the demand and the
+        charge of each template are worked out once for all its pods (nodes and queues do not
+        change meanwhile)."""
+        self._memo = {}  # id(template) -> demand, (id(demand), queue, ...) -> charge: alive meanwhile
+        try:
+            for pod in pods:
+                self.upsert_pod(pod, pooled=True)
+        finally:
+            self._memo = None
 
     def delete_pod(self, uid: str) -> None:
         if uid in self.pods:
@@ -331,7 +350,12 @@ class ClusterState:
     def _charge_of(self, pod: PodRecord) -> Charge | None:
         if pod.phase in ("Succeeded", "Failed"):
             return None
-        demand = pod_demand(pod.template, self.inventory, self.policy)
+        memo = self._memo
+        demand: Demand | None = None if memo is None else memo.get(id(pod.template))
+        if demand is None:
+            demand = pod_demand(pod.template, self.inventory, self.policy)
+            if memo is not None:
+                memo[id(pod.template)] = demand
         if not isinstance(demand, PodDemand):
             return None
         group = f"{pod.namespace}/{pod.group_name}" if pod.group_name else ""
@@ -342,7 +366,14 @@ class ClusterState:
             names = on_node.card_names() if on_node else frozenset()
             card = next((c for c in demand.spec.cards if c in names), None)
         bound = bool(pod.node_name) and card is not None
-        return self._pool.share(Charge(queue, bound, card, demand.spec, demand.count, group))
+        if memo is None:
+            return self._pool.share(Charge(queue, bound, card, demand.spec, demand.count, group))
+        key = (id(demand), queue, bound, card, group)
+        if (charge := memo.get(key)) is None:
+            charge = memo[key] = self._pool.share(
+                Charge(queue, bound, card, demand.spec, demand.count, group)
+            )
+        return charge
 
     def _index_compute(self, pod: PodRecord) -> None:
         if pod.phase in TERMINAL_PHASES:
