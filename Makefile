@@ -74,6 +74,7 @@ bench: $(STAMP)
 	$(BIN)/python -m tests.bench.serve
 	$(BIN)/python -m tests.bench.decide
 	$(BIN)/python -m tests.bench.feasibility
+	$(BIN)/python -m tests.bench.sync
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
