@@ -13,7 +13,7 @@ import signal
 import socket
 from collections.abc import AsyncIterator, Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
@@ -21,12 +21,14 @@ from webhook import logs, server
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
 from webhook.errors import ConfigError
-from webhook.kube import KubeLeaseClient, KubePodLabel, KubeTransport
 from webhook.lease import LeaderElector
 from webhook.metrics import Metrics
 from webhook.settings import ServeSettings
 from webhook.sources import LiveSource, SnapshotSource, StateSource
 from webhook.tls import CertStore
+
+if TYPE_CHECKING:
+    from webhook.kube import KubePodLabel
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,9 @@ def build_source(settings: ServeSettings) -> StateSource:
         return SnapshotSource(settings.cluster, settings.policy())
     if settings.kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         raise ConfigError("no state source: pass --cluster DIR (a snapshot) or --kubeconfig PATH")
+    # The Kubernetes client library (about 37 MiB) is loaded only for a cluster, never for a snapshot.
+    from webhook.kube import KubeTransport
+
     kubeconfig = settings.kubeconfig
     return LiveSource(
         lambda: KubeTransport.connect(kubeconfig),
@@ -48,7 +53,9 @@ def build_source(settings: ServeSettings) -> StateSource:
     )
 
 
-def _pod_label() -> Callable[[Any], KubePodLabel]:
+def _pod_label() -> Callable[[Any], "KubePodLabel"]:
+    from webhook.kube import KubePodLabel
+
     name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
     if not name or not namespace:
         raise ConfigError("--label-leader-pod needs POD_NAME and POD_NAMESPACE (the downward API)")
@@ -59,6 +66,8 @@ def _elector(settings: ServeSettings) -> Callable[[Any], LeaderElector]:
     namespace = settings.lease_namespace or os.environ.get("POD_NAMESPACE") or "default"
     identity = f"{socket.gethostname()}-{os.getpid()}"
 
+    from webhook.kube import KubeLeaseClient
+
     def elect(transport: Any) -> LeaderElector:
         client = KubeLeaseClient(transport, namespace, settings.lease_name)
         return LeaderElector(client, identity, settings.lease_name, namespace)
@@ -68,6 +77,8 @@ def _elector(settings: ServeSettings) -> Callable[[Any], LeaderElector]:
 
 def live_state(kubeconfig: Path | None, policy: Policy, timeout: float = 60.0) -> ClusterState:
     """List every kind once from the cluster (``cardquota status --kubeconfig``) and stop."""
+
+    from webhook.kube import KubeTransport
 
     async def sync() -> ClusterState:
         source = LiveSource(lambda: KubeTransport.connect(kubeconfig), policy)

@@ -16,7 +16,6 @@ import orjson
 
 from webhook.cache import Unavailable
 from webhook.errors import CardquotaError
-from webhook.kube import KubeTransport
 
 QUEUES = "/apis/scheduling.volcano.sh/v1beta1/queues"
 PROBE_NAME = "cardquota-probe"
@@ -81,6 +80,8 @@ async def probe(
 
 def run(kubeconfig: Path | None, timeout: float) -> str:
     async def go() -> str:
+        from webhook.kube import KubeTransport  # the client library: loaded only when it is needed
+
         transport = await KubeTransport.connect(kubeconfig)
         try:
             return await probe(lambda: transport.dry_run_create(QUEUES, PROBE), timeout)
