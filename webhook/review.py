@@ -1,18 +1,16 @@
 """One AdmissionReview in, one AdmissionReview response out: the glue every front shares."""
 
-import logging
 import time
 from typing import Any, Literal
 
 import orjson
 
-from webhook import wire
+from webhook import logs, wire
 from webhook.core import admission, patches, shapes
 from webhook.core.objects import OwnerRef
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed, Decision, Denied
 
-log = logging.getLogger(__name__)
 Webhook = Literal["validate", "mutate"]
 
 
@@ -54,22 +52,19 @@ def decide_request(
         admission.admit(state, request, decision, now)
     else:
         decision = admission.mutate(state, request, owner)
-    log.info(
-        "review",
-        extra={
-            "fields": {
-                "uid": request.uid,
-                "webhook": webhook,
-                "kind": request.kind,
-                "object": request.target,
-                "operation": request.operation,
-                "dry_run": request.dry_run,
-                "decision": "allowed" if isinstance(decision, Allowed) else "denied",
-                "queue": decision.queue,
-                "card": decision.card,
-                "duration_ms": round((time.perf_counter() - started) * 1000, 3),
-            }
-        },
+    logs.review(
+        {
+            "uid": request.uid,
+            "webhook": webhook,
+            "kind": request.kind,
+            "object": request.target,
+            "operation": request.operation,
+            "dry_run": request.dry_run,
+            "decision": "allowed" if isinstance(decision, Allowed) else "denied",
+            "queue": decision.queue,
+            "card": decision.card,
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+        }
     )
     return decision
 
