@@ -112,6 +112,7 @@ class PodList(_Struct):
 
 _DECODER = msgspec.json.Decoder(PodList)
 _NO_META, _NO_SPEC, _NO_STATUS = Meta(), Spec(), Status()
+_NO_KEPT = (None,) * len(KEPT_ANNOTATIONS)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +190,7 @@ class PodReader:
     def _template(
         self, annotations: Mapping[str, str | None] | None, resources: Resources, scheduler: str
     ) -> PodTemplate:
-        kept = tuple(annotations.get(k) for k in KEPT_ANNOTATIONS) if annotations else (None, None, None)
+        kept = tuple(annotations.get(k) for k in KEPT_ANNOTATIONS) if annotations else _NO_KEPT
         key = (kept, id(resources), scheduler)
         found = self._templates.get(key)
         if found is None:

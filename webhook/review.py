@@ -52,6 +52,7 @@ def decide_request(
         admission.admit(state, request, decision, now)
     else:
         decision = admission.mutate(state, request, owner)
+        admission.admit(state, request, decision, now)  # a multi-card pod's assigned model
     logs.review(
         {
             "uid": request.uid,

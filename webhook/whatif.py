@@ -9,6 +9,7 @@ recorded anywhere. Kinds the webhooks are not registered for are reported as not
 """
 
 import copy
+import dataclasses
 import time
 import uuid
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import jsonpatch
 import orjson
 
 from webhook import snapshot
@@ -117,8 +119,12 @@ def _answer(state: ClusterState, source: str, obj: dict[str, Any], now: float) -
     answer = Answer(source, target, operation)
     if resource in MUTATED and operation == "CREATE":
         mutation = admission.mutate(state, request)
+        admission.admit(state, request, mutation, now)  # a multi-card pod's assigned model
         if _record(answer, mutation):
             return answer
+        if isinstance(mutation, Allowed) and mutation.patch:  # validation sees the mutated object
+            patched = jsonpatch.apply_patch(obj, [dict(op) for op in mutation.patch])
+            request = dataclasses.replace(request, obj=patched)
     validation = admission.validate(state, request, now)
     admission.admit(state, request, validation, now)
     _record(answer, validation)

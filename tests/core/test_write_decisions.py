@@ -166,9 +166,26 @@ VC = dict(resource="jobs", group="batch.volcano.sh")
             vcjob("bad3", [(1, template("H200|"))]), "empty alternative", id="malformed task card.name"
         ),
         pytest.param(
-            vcjob("flex", [(4, template(f"{R4090}|{R4090D}"))]),
+            vcjob("flex", [(2, template(f"{R4090}|{R4090D}"))]),
             None,
-            id="multi-card job fits across alternatives",
+            id="multi-card job whose whole request fits one alternative",
+        ),
+        pytest.param(
+            vcjob("flex", [(4, template(f"{R4090}|{R4090D}"))]),
+            f"volcano job ns/flex needs 4 {R4090}|{R4090D}, and Volcano enqueues a multi-card request whole"
+            f' on one model, but no model of it holds 4 in the whole quota of queue "q" (2 {R4090}, 2 {R4090D}):'
+            " it could never run; split the request per model",
+            id="multi-card job that fits only across alternatives: the plugin never enqueues it",
+        ),
+        pytest.param(
+            vcjob("flex", [(1, template(R4090)), (1, template(f"{R4090}|{R4090D}", count=2))], request=None),
+            None,
+            id="multi-card task beside a fixed one: the other alternative holds it",
+        ),
+        pytest.param(
+            vcjob("flex", [(1, template(H200))], request=f'{{"{R4090}|{R4090D}": 3}}'),
+            "no model of it holds 3",
+            id="multi-card card.request above every alternative's quota",
         ),
     ],
 )

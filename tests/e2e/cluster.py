@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.build import ensure_binaries
+from tests.e2e.build import NO_VOLCANO, ensure_binaries, ensure_volcano
 from tests.e2e.pki import ensure_pki
 
 HERE = Path(__file__).resolve().parent
@@ -91,8 +91,11 @@ def gpu_nodes() -> list[dict[str, Any]]:
 class ControlPlane:
     """Start, use and stop one control plane under ``workdir``; component logs in ``workdir/logs``."""
 
-    def __init__(self, workdir: Path, certs: Path | None = None) -> None:
+    def __init__(self, workdir: Path, certs: Path | None = None, volcano: Path | None = None) -> None:
+        """``volcano``: the directory of the real Volcano binaries (``build.ensure_volcano``); with it
+        the control plane runs the real CRDs, vc-controller-manager and vc-scheduler (capacity-card)."""
         self.workdir = workdir
+        self.volcano = volcano
         self.logs = workdir / "logs"
         self.certs = ensure_pki(certs or ROOT / "certs")
         self.bin = ensure_binaries()
@@ -102,12 +105,12 @@ class ControlPlane:
         self.kubeconfig = workdir / "kubeconfig"
 
     # ---- processes -------------------------------------------------------------------
-    def _start(self, name: str, args: Sequence[str]) -> None:
+    def _start(self, name: str, args: Sequence[str], bin_dir: Path | None = None) -> None:
         self.logs.mkdir(parents=True, exist_ok=True)
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed in stop()
         self._logs.append(log)
         self.procs[name] = subprocess.Popen(
-            [str(self.bin / name.split("#")[0]), *args],
+            [str((bin_dir or self.bin) / name.split("#")[0]), *args],
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -153,7 +156,10 @@ class ControlPlane:
                 f"--config={self.bin / 'kwok-stages.yaml'}",
             ],
         )
-        self.apply_file(HERE / "manifests" / "volcano-crds.yaml")
+        if self.volcano is None:
+            self.apply_file(HERE / "manifests" / "volcano-crds.yaml")
+        else:  # the real CRDs, before the scheduler starts (it dies on a missing informer type)
+            self.kubectl("apply", "--server-side", "-f", str(self.volcano / "crds"))
         self.apply(*gpu_nodes())
         wait_for("kwok to mark the GPU nodes Ready", self._nodes_ready, timeout=60)
         wait_for(
@@ -168,7 +174,41 @@ class ControlPlane:
                 == 0
             ),
         )
+        if self.volcano is not None:
+            self._start_volcano(self.volcano)
         return self
+
+    def _start_volcano(self, bin_dir: Path) -> None:
+        """The real Volcano controller-manager and capacity-card scheduler, on loopback ports."""
+        kubeconfig = ["--kubeconfig", str(self.kubeconfig), "--leader-elect=false"]
+        ports = [f"127.0.0.1:{free_port()}" for _ in range(4)]
+        controllers = "job-controller,pg-controller,queue-controller,gc-controller"
+        self._start(
+            "vc-controller-manager",
+            [
+                *kubeconfig,
+                f"--listen-address={ports[0]}",
+                f"--healthz-address={ports[1]}",
+                f"--controllers={controllers}",
+                "--v=2",
+            ],
+            bin_dir,
+        )
+        # --enable-metrics: without it the predicates plugin panics on a nil gauge.
+        self._start(
+            "vc-scheduler",
+            [
+                *kubeconfig,
+                "--enable-metrics",
+                f"--scheduler-conf={bin_dir / 'scheduler.conf'}",
+                f"--listen-address={ports[2]}",
+                f"--healthz-address={ports[3]}",
+                "--v=3",
+            ],
+            bin_dir,
+        )
+        time.sleep(2)
+        self._check_alive()
 
     def _etcd(self) -> None:
         client, peer = free_port(), free_port()
@@ -321,11 +361,18 @@ def up() -> None:
     """The control plane, and the webhook serving from its live cache, registered by URL."""
     if (STATE / "pids.json").exists():
         raise SystemExit(f"a cluster is already up (state in {STATE}); run make cluster-down first")
-    plane = ControlPlane(STATE).start()
+    volcano = ensure_volcano()
+    plane = ControlPlane(STATE, volcano=volcano).start()
     webhook = _serve_webhook(plane)
     pids = {name: p.pid for name, p in plane.procs.items()} | {"cardquota": webhook.pid}
     (STATE / "pids.json").write_text(json.dumps(pids))
     demo = ROOT / "examples" / "try"
+    print(
+        "\nThe real Volcano controller-manager and capacity-card scheduler run beside it: pods with"
+        " schedulerName: volcano are scheduled for real."
+        if volcano
+        else f"\nNo Volcano scheduler runs: {NO_VOLCANO}."
+    )
     print(
         f"\nThe control plane and the webhook are up (logs in {plane.logs}).\n\n"
         f"  export KUBECONFIG={plane.kubeconfig}\n"

@@ -2,6 +2,7 @@
 test). When a test fails, every component's log is copied to ``out/e2e/<test>/`` and the tails are
 attached to the report."""
 
+import contextlib
 import json
 import shutil
 import uuid
@@ -106,19 +107,19 @@ def card_quota(control_plane: ControlPlane, namespace: str) -> Iterator[Callable
         control_plane.kubectl("delete", "queue", name, check=False)
 
 
-@pytest.fixture(scope="module")
-def webhook(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
-    tmp = tmp_path_factory.mktemp("webhook")
-    flags = ("--kubeconfig", str(control_plane.kubeconfig), "--drain-seconds", "0", "--service-type")
+@contextlib.contextmanager
+def serving_webhook(plane: ControlPlane, tmp: Path, *extra: str) -> Iterator[Process]:
+    """The webhook on ``plane``'s live cache, registered by URL for the test namespaces."""
+    flags = ("--kubeconfig", str(plane.kubeconfig), "--drain-seconds", "0", *extra)
     process = Process(tmp / "certs", tmp / "server.log", *flags, cluster=None)
     prefix = f"cardquota-e2e-{uuid.uuid4().hex[:6]}"
     registered = configurations(process.url, process.certs / "ca.crt", SELECTOR, prefix)
     try:
         process.wait_ready(timeout=60)
-        control_plane.apply(*registered)
+        plane.apply(*registered)
 
         def answers() -> bool:
-            done = control_plane.kubectl(
+            done = plane.kubectl(
                 "create",
                 "--dry-run=server",
                 "-f",
@@ -132,5 +133,11 @@ def webhook(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactor
         yield process
     finally:
         for config in registered:
-            control_plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
+            plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def webhook(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+    with serving_webhook(control_plane, tmp_path_factory.mktemp("webhook"), "--service-type") as process:
+        yield process

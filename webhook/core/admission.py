@@ -41,7 +41,7 @@ def mutate(state: ClusterState, request: Request, owner: patches.Owner | None = 
     if (malformed := _malformed(request)) is not None:
         return malformed
     if request.resource == "pods":
-        return patches.pod_patch(state, request.obj)
+        return patches.pod_patch(state, request)
     if request.resource == "podgroups" and request.group == VOLCANO_SCHEDULING:
         found = owner or patches.resolve_owner(state, request.obj)
         return patches.podgroup_patch(state, request.obj, found)
@@ -63,14 +63,24 @@ def _malformed(request: Request) -> Denied | None:
 
 
 def admit(state: ClusterState, request: Request, decision: Decision, now: float) -> None:
-    """Record an admitted demand in the in-flight ledger; dry runs leave no trace."""
-    if request.dry_run or not isinstance(decision, Allowed) or decision.hold is None:
+    """Record an admitted demand (or a mutation's assignment) in the in-flight ledger, and release
+    what a denied pod's assignment held; dry runs leave no trace."""
+    if request.dry_run:
+        return
+    if isinstance(decision, Denied):
+        for key in decision.release:
+            state.ledger.settle(key)
         return
     hold = decision.hold
-    if hold.transfer_from:
-        state.ledger.settle(hold.transfer_from)
+    if hold is None:
+        return
+    for key in hold.transfer_from:
+        state.ledger.settle(key)
     if hold.key in state.pods and not hold.key.startswith("scale:"):
         return
     expires = now + state.policy.in_flight_ttl
-    entry = Entry(hold.queue, hold.spec, hold.per_pod, hold.pods, expires, hold.cpu, hold.memory)
-    state.ledger.record(hold.key, entry)
+    entry = Entry(hold.queue, hold.spec, hold.per_pod, hold.pods, expires, hold.cpu, hold.memory, hold.covers)
+    if hold.assignment:
+        state.ledger.record_assignment(hold.key, entry)
+    else:
+        state.ledger.record(hold.key, entry)

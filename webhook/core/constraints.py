@@ -8,7 +8,7 @@ one card and use another.
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.cards import CardSpec, product_of
+from webhook.core.cards import CardName, CardSpec, product_of
 from webhook.core.demand import label_key_of
 from webhook.core.objects import PodTemplate
 from webhook.core.state import ClusterState
@@ -54,3 +54,27 @@ def contradiction(
         carried = ", ".join(sorted(node.card_names()))
         return f"{what} asks for card {spec.text} but is preset to node {node_name}, which carries {carried}"
     return ""
+
+
+def allowed_cards(
+    state: ClusterState, template: PodTemplate, node_name: str, spec: CardSpec
+) -> tuple[CardName, ...]:
+    """The models of ``spec`` the pod's own nodeSelector, required node affinity and preset node
+    let it land on, in the spec's order (what a multi-card pod may be assigned)."""
+    key = label_key_of(spec.cards[0], state.inventory, state.policy)
+    selected = template.node_selector.get(key)
+    node = state.nodes.get(node_name) if node_name else None
+    allowed: list[CardName] = []
+    for card in spec.cards:
+        product = product_of(card)
+        if selected is not None and selected != product:
+            continue
+        if template.required_terms and not any(
+            all(_accepts(e, product) for e in term.get("matchExpressions") or [] if e.get("key") == key)
+            for term in template.required_terms
+        ):
+            continue
+        if node is not None and node.cards and card not in node.card_names():
+            continue
+        allowed.append(card)
+    return tuple(allowed)

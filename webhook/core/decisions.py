@@ -8,6 +8,7 @@ from webhook.core.cards import CardSpec
 from webhook.core.constraints import contradiction
 from webhook.core.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
 from webhook.core.feasibility import TooComplex
+from webhook.core.ledger import Cover
 from webhook.core.objects import PodRecord, PodTemplate, pod_record, workload_record
 from webhook.core.quota import AnnotationError, parse_card_request
 from webhook.core.state import ClusterState, scale_key
@@ -34,43 +35,49 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
             return Denied(f"{what} {reason}")
         case PodDemand():
             pass
+    if demand.origin is not None:
+        what += f" (assigned {demand.spec.text} of its {demand.origin.text})"
     problem = contradiction(state, pod.template, pod.node_name, demand.spec, what)
     if problem:
         return Denied(problem, card=demand.spec.text)
     queue = state.queue_of_pod(pod)
+    # A pod the mutation assigned a model: its assignment is held in the ledger until now.
+    taken = state.ledger.assignment(queue, demand.spec.cards[0], demand.count) if demand.origin else ""
+    release = (taken,) if taken else ()
     refused = queue_refuses(state, queue, what, demand.spec, demand.count)
     if refused is not None:
-        return refused
+        return replace(refused, release=release)
     cpu, memory = state.compute_charged(pod.template) or (0, 0)
-    hold = Hold(pod.uid, queue, demand.spec, demand.count, 1, cpu=cpu, memory=memory)
-    if _covered_by_podgroup(state, pod, demand):
+    hold = Hold(pod.uid, queue, demand.spec, demand.count, 1, release, cpu, memory)
+    held = covering(state, pod, demand)
+    if held is not None and held.origin == "reserved":
         over = capability.refuses(state, queue, what, cpu, memory)
         if over is not None:
-            return replace(over, card=demand.spec.text)
-        hold = replace(hold, spec=None, per_pod=0)  # its cards are reserved already; CPU/memory is not
+            return replace(over, card=demand.spec.text, release=release)
+        # Its cards are reserved already (CPU/memory is not): an assigned pod's model is held, out of
+        # its PodGroup's flexible reservation; an unassigned pod holds no cards.
+        hold = replace(hold, covers=held) if demand.origin else replace(hold, spec=None, per_pod=0)
         return Allowed("covered by its PodGroup's reservation", hold=hold, queue=queue, card=demand.spec.text)
-    workload = state.workload_of(pod)
-    if workload is not None:
-        entry = state.ledger.get(scale_key(workload))
-        if entry and entry.pods > 0 and entry.spec == demand.spec and entry.per_pod == demand.count:
-            hold = replace(hold, transfer_from=scale_key(workload))
-            return Allowed(
-                "admitted under its workload's scale-up", hold=hold, queue=queue, card=demand.spec.text
-            )
-    usage = queue_usage(state, queue)
+    if held is not None:
+        hold = replace(hold, transfer_from=(held.key, *release))
+        return Allowed(
+            "admitted under its workload's scale-up", hold=hold, queue=queue, card=demand.spec.text
+        )
+    usage = queue_usage(state, queue, exclude_ledger=taken)
     try:
         fits = usage.fits(demand.spec, demand.count, 1)
     except TooComplex as error:
-        return _too_complex(queue, what, demand.spec, demand.count, 1, error)
+        return replace(_too_complex(queue, what, demand.spec, demand.count, 1, error), release=release)
     if fits:
-        above = ancestors_refuse(state, queue, demand.spec, demand.count, 1, what)
+        above = ancestors_refuse(state, queue, demand.spec, demand.count, 1, what, taken)
         if above is not None:
-            return above
+            return replace(above, release=release)
         over = capability.refuses(state, queue, what, cpu, memory)
         if over is not None:
-            return replace(over, card=demand.spec.text)
+            return replace(over, card=demand.spec.text, release=release)
         return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
     message = messages.no_room(usage, demand.spec, what, demand.count)
+    workload = state.workload_of(pod)
     if (
         workload is not None
         and workload.kind == "Deployment"
@@ -80,7 +87,21 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
             f"; it is a rolling-update surge pod of deployment {workload.key}: at a full quota use"
             " strategy maxSurge: 0, maxUnavailable: 1"
         )
-    return Denied(message, queue=queue, card=demand.spec.text)
+    return Denied(message, queue=queue, card=demand.spec.text, release=release)
+
+
+def covering(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Cover | None:
+    """What already holds this pod's cards: its PodGroup's reservation (cards of size 1), or one pod
+    of its workload's scale-up in flight."""
+    if _covered_by_podgroup(state, pod, demand):
+        return Cover(demand.asked, 1, demand.count, "reserved")
+    workload = state.workload_of(pod)
+    if workload is not None:
+        key = scale_key(workload)
+        entry = state.ledger.get(key)
+        if entry and entry.pods > 0 and entry.spec == demand.asked and entry.per_pod == demand.count:
+            return Cover(entry.spec, entry.per_pod, 1, "in flight", key)
+    return None
 
 
 def _compute_only(
@@ -153,8 +174,8 @@ def _covered_by_podgroup(state: ClusterState, pod: PodRecord, demand: PodDemand)
         return False
     if group.owner.uid != pod.owner.uid:
         return False
-    asked = state.group_request(group).get(demand.spec, 0)
-    others = state.group_demand(group.key).get(demand.spec, 0)
+    asked = state.group_request(group).get(demand.asked, 0)
+    others = state.group_demand(group.key).get(demand.asked, 0)
     charge = state.charge_of(pod.uid)
     if charge is not None and charge.group == group.key:
         others -= charge.count
@@ -218,7 +239,14 @@ def decide_scale(state: ClusterState, request: Request) -> Decision:
 
 
 def ancestors_refuse(
-    state: ClusterState, queue: str, spec: CardSpec, per_pod: int, pods: int, what: str, exclude: str = ""
+    state: ClusterState,
+    queue: str,
+    spec: CardSpec,
+    per_pod: int,
+    pods: int,
+    what: str,
+    exclude: str = "",
+    less: Cover | None = None,
 ) -> Denied | None:
     """Hierarchical queues: the demand must also fit every ancestor whose card quota names all of
     ``spec``'s cards, counting the ancestor's whole subtree. An ancestor whose quota leaves a card
@@ -231,6 +259,8 @@ def ancestors_refuse(
         if tree_has_room(state, ancestor, quota, spec, per_pod * pods, exclude):
             continue
         usage = tree_usage(state, ancestor, exclude)
+        if less is not None:
+            usage = usage.without(less)
         try:
             fits = usage.fits(spec, per_pod, pods)
         except TooComplex as error:

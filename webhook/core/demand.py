@@ -25,11 +25,19 @@ class UnnamedCardPod:
 
 @dataclass(frozen=True, slots=True)
 class PodDemand:
-    """``count`` cards of one of ``spec``'s models, all through ``resource``."""
+    """``count`` cards of one of ``spec``'s models, all through ``resource``. ``origin``: the
+    multi-card spec the pod asked for when the pod mutation assigned it the one model ``spec``
+    names (SPEC §5b); None otherwise."""
 
     spec: CardSpec
     resource: str
     count: int
+    origin: CardSpec | None = None
+
+    @property
+    def asked(self) -> CardSpec:
+        """The spec the workload asked for: what scale-up holds and PodGroup requests are keyed by."""
+        return self.origin or self.spec
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +114,20 @@ def pod_demand(template: PodTemplate, inventory: Inventory, policy: Policy) -> D
             f"names card {spec.text} but requests {count or 0} {resource}: set"
             f" resources.limits[{resource!r}] to the number of cards per pod"
         )
-    return PodDemand(spec, resource, count)
+    return PodDemand(spec, resource, count, _origin(template, spec))
+
+
+def _origin(template: PodTemplate, spec: CardSpec) -> CardSpec | None:
+    """The multi-card spec an assigned pod asked for: our annotation, when it still holds the pod's
+    one model; a stale or hand-written value that does not is ignored."""
+    raw = template.annotations.get(keys.CARD_SPEC)
+    if raw is None or spec.is_multi:
+        return None
+    try:
+        origin = parse_card_spec(raw)
+    except CardNameError:
+        return None
+    return origin if origin.is_multi and spec.cards[0] in origin.cards else None
 
 
 def _unnamed(template: PodTemplate, inventory: Inventory, policy: Policy) -> Demand:

@@ -2,13 +2,30 @@
 
 An entry is keyed by pod UID (a pod create) or by workload (a scale-up, holding a number of
 pods). It leaves when the cache shows the pod, when the workload's pods arrive, or at its TTL.
-Time is always passed in; nothing here reads a clock.
+A multi-card pod's assignment (SPEC §5b) is held from its mutation, when the pod has no UID yet,
+until its validation: assignments of one queue, model and size are interchangeable, so the
+validation takes any one of them over. Time is always passed in; nothing here reads a clock.
 """
 
 from collections import Counter
 from dataclasses import dataclass
 
-from webhook.core.cards import CardSpec
+from webhook.core.cards import CardName, CardSpec
+
+Slot = tuple[str, CardName, int]  # queue, model, cards per pod
+
+
+@dataclass(frozen=True, slots=True)
+class Cover:
+    """Part of a queue's flexible demand that already holds a pod's cards: ``pods`` pods of
+    ``per_pod`` cards of ``spec`` from ``origin`` ("reserved" by its PodGroup, or "in flight" in its
+    workload's scale-up held under ``key``). An entry that covers it takes that part over."""
+
+    spec: CardSpec
+    per_pod: int
+    pods: int
+    origin: str
+    key: str = ""
 
 
 @dataclass(slots=True)
@@ -20,17 +37,35 @@ class Entry:
     expires: float
     cpu: int = 0  # millicores per pod, when the CPU/memory check charges them
     memory: int = 0  # bytes per pod
+    covers: Cover | None = None  # the flexible demand this entry's (assigned) pod comes out of
 
 
 class Ledger:
     def __init__(self) -> None:
         self._entries: dict[str, Entry] = {}
+        self._assignments: dict[Slot, list[str]] = {}  # oldest first; keys leave lazily
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def record(self, key: str, entry: Entry) -> None:
         self._entries[key] = entry
+
+    def record_assignment(self, key: str, entry: Entry) -> None:
+        """Hold a multi-card pod's assigned model (``entry.spec``: that one model) until its validation."""
+        assert entry.spec is not None and not entry.spec.is_multi
+        self._entries[key] = entry
+        self._assignments.setdefault((entry.queue, entry.spec.cards[0], entry.per_pod), []).append(key)
+
+    def assignment(self, queue: str, card: CardName, per_pod: int) -> str:
+        """The key of the oldest assignment still held for this queue, model and size, or ""."""
+        keys = self._assignments.get((queue, card, per_pod))
+        while keys:
+            if keys[0] in self._entries:
+                return keys[0]
+            keys.pop(0)
+        self._assignments.pop((queue, card, per_pod), None)
+        return ""
 
     def get(self, key: str) -> Entry | None:
         return self._entries.get(key)
@@ -47,6 +82,8 @@ class Ledger:
     def expire(self, now: float) -> None:
         for key in [k for k, e in self._entries.items() if e.expires <= now]:
             del self._entries[key]
+        for slot in [s for s, keys in self._assignments.items() if not any(k in self._entries for k in keys)]:
+            del self._assignments[slot]
 
     def held(self, queue: str, exclude: str = "") -> Counter[tuple[CardSpec, int]]:
         """Pods held per (spec, per-pod count) for one queue, leaving out entry ``exclude``."""
@@ -59,6 +96,14 @@ class Ledger:
             if entry.queue in queues and entry.pods > 0 and entry.spec is not None and key != exclude:
                 held[(entry.spec, entry.per_pod)] += entry.pods
         return held
+
+    def covers_in(self, queues: frozenset[str], exclude: str = "") -> list[Cover]:
+        """What the held entries of these queues take over from flexible demand counted elsewhere."""
+        return [
+            e.covers
+            for key, e in self._entries.items()
+            if e.covers is not None and e.queue in queues and e.pods > 0 and key != exclude
+        ]
 
     def held_compute(self, queue: str, exclude: str = "") -> tuple[int, int]:
         """CPU (millicores) and memory (bytes) held for ``queue``, leaving out entry ``exclude``."""

@@ -2,9 +2,11 @@
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from webhook.core import keys, shapes
+from webhook.core.assignment import assign_model
 from webhook.core.cards import CardSpec, product_of
 from webhook.core.demand import PodDemand, label_key_of, pod_demand
 from webhook.core.objects import (
@@ -18,7 +20,7 @@ from webhook.core.objects import (
     workload_record,
 )
 from webhook.core.state import ClusterState
-from webhook.core.verdicts import Allowed, PatchOp
+from webhook.core.verdicts import Allowed, Hold, PatchOp, Request
 
 Raw = Mapping[str, Any]
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -28,18 +30,40 @@ def pointer(*parts: str | int) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
-def pod_patch(state: ClusterState, pod: Raw) -> Allowed:
-    """Canonical ``card.name`` and a required ``<product key> In [products]`` in every term."""
+def pod_patch(state: ClusterState, request: Request) -> Allowed:
+    """Canonical ``card.name`` and a required ``<product key> In [products]`` in every term; a
+    multi-card pod is first assigned one model (SPEC §5b), held in the ledger until its validation."""
+    pod = request.obj
     template = pod_template_of(pod)
     demand = pod_demand(template, state.inventory, state.policy)
     if not isinstance(demand, PodDemand):
         return Allowed("not a card pod (or refused by validation)")
+    record = pod_record(pod)
+    if not record.namespace or record.namespace == "default":
+        record = replace(record, namespace=request.namespace or record.namespace)
+    chosen = assign_model(state, record, demand)
+    spec = CardSpec((chosen.card,)) if chosen else demand.spec
     ops: list[PatchOp] = []
-    if template.annotations.get(keys.CARD_NAME) != demand.spec.text:
+    if template.annotations.get(keys.CARD_NAME) != spec.text:
         path = pointer("metadata", "annotations", keys.CARD_NAME)
-        ops.append({"op": "replace", "path": path, "value": demand.spec.text})
-    ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, demand.spec)))
-    return Allowed("card pod confined to its models", patch=tuple(ops), card=demand.spec.text)
+        ops.append({"op": "replace", "path": path, "value": spec.text})
+    if chosen is not None:
+        path = pointer("metadata", "annotations", keys.CARD_SPEC)
+        ops.append({"op": "add", "path": path, "value": demand.spec.text})
+    ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, spec)))
+    if chosen is None:
+        return Allowed("card pod confined to its models", patch=tuple(ops), card=spec.text)
+    where = "a node has it free now" if chosen.free_now else "no node has it free now, the quota has room"
+    hold = Hold(
+        f"assign:{request.uid}", chosen.queue, spec, demand.count, 1, assignment=True, covers=chosen.covers
+    )
+    return Allowed(
+        f"assigned {chosen.card} of {demand.spec.text} ({where}) and confined to it",
+        patch=tuple(ops),
+        hold=hold,
+        queue=chosen.queue,
+        card=spec.text,
+    )
 
 
 def _expression(state: ClusterState, spec: CardSpec) -> dict[str, Any]:

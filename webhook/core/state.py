@@ -14,6 +14,7 @@ from typing import Any
 from webhook.core import compact, keys
 from webhook.core.cards import CardName, CardSpec
 from webhook.core.demand import Demand, NotCardPod, PodDemand, pod_demand
+from webhook.core.freecards import FreeCards
 from webhook.core.ledger import Ledger
 from webhook.core.nodes import Inventory, NodeCards
 from webhook.core.objects import (
@@ -40,7 +41,7 @@ class Charge:
     queue: str
     bound: bool
     card: CardName | None  # a fixed card, else flexible over spec
-    spec: CardSpec
+    spec: CardSpec  # what the pod asked for (before an assignment): its PodGroup's request key
     count: int
     group: str
 
@@ -151,6 +152,7 @@ class ClusterState:
         self.workloads: dict[tuple[str, str], WorkloadRecord] = {}  # (kind, ns/name)
         self.workloads_by_uid: dict[str, WorkloadRecord] = {}
         self.ledger = Ledger()
+        self.free = FreeCards()  # free cards per node and model, for the multi-card assignment
         self.tallies: dict[str, Tally] = defaultdict(Tally)
         # Hierarchical queues (spec.parent): each queue's ancestors, nearest first, and for each
         # queue with children the tally of its whole subtree (itself and all its descendants), kept
@@ -180,10 +182,12 @@ class ClusterState:
         if self.nodes.get(cards.node) == cards:
             return
         self.nodes[cards.node] = cards
+        self.free.set_node(cards)
         self._after_node_change(cards.node, self.inventory.put(cards))
 
     def delete_node(self, name: str) -> None:
         if self.nodes.pop(name, None) is not None:
+            self.free.delete_node(name)
             self._after_node_change(name, self.inventory.remove(name))
 
     def _after_node_change(self, node: str, moved: set[CardName]) -> None:
@@ -314,6 +318,8 @@ class ClusterState:
             return
         self._charges[pod.uid] = charge
         self._count(charge.queue, charge=charge, sign=+1)
+        if charge.bound and charge.card is not None:
+            self.free.use(pod.node_name, charge.card, charge.count)
         if charge.group:
             self._group_demand[charge.group][charge.spec] += charge.count
             self._refresh_reservation(charge.group)
@@ -336,6 +342,8 @@ class ClusterState:
         if charge is None:
             return
         self._count(charge.queue, charge=charge, sign=-1)
+        if charge.bound and charge.card is not None:
+            self.free.use(pod.node_name, charge.card, -charge.count)
         if charge.group:
             self._group_demand[charge.group][charge.spec] -= charge.count
             self._refresh_reservation(charge.group)
@@ -367,11 +375,11 @@ class ClusterState:
             card = next((c for c in demand.spec.cards if c in names), None)
         bound = bool(pod.node_name) and card is not None
         if memo is None:
-            return self._pool.share(Charge(queue, bound, card, demand.spec, demand.count, group))
+            return self._pool.share(Charge(queue, bound, card, demand.asked, demand.count, group))
         key = (id(demand), queue, bound, card, group)
         if (charge := memo.get(key)) is None:
             charge = memo[key] = self._pool.share(
-                Charge(queue, bound, card, demand.spec, demand.count, group)
+                Charge(queue, bound, card, demand.asked, demand.count, group)
             )
         return charge
 

@@ -1,11 +1,12 @@
 """What a queue has used, per card, and what is left: the numbers decisions and messages show."""
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from webhook.core.cards import CardName, CardSpec
 from webhook.core.feasibility import Group, Placement, backlog, fits, place
+from webhook.core.ledger import Cover
 from webhook.core.state import ClusterState, Tally
 
 
@@ -60,6 +61,11 @@ class QueueUsage:
 
     def fits(self, spec: CardSpec, per_pod: int, pods: int) -> bool:
         return fits(self.capacity(), self.groups, Group(spec.cards, per_pod, pods, "request"))
+
+    def without(self, *covers: Cover) -> "QueueUsage":
+        """This usage less the flexible demand ``covers`` take over (a pod of a scale-up held in
+        flight, or cards a PodGroup reserves, now held for one pod on its assigned model)."""
+        return QueueUsage(self.queue, self.quota, self.fixed, _less(self.groups, covers))
 
 
 def queue_usage(state: ClusterState, queue: str, exclude_ledger: str = "") -> QueueUsage:
@@ -138,7 +144,22 @@ def _usage(
         else:
             slot = fixed.setdefault(spec.cards[0], {})
             slot["in flight"] = slot.get("in flight", 0) + per_pod * pods
-    return QueueUsage(queue, quota, fixed, tuple(groups))
+    covers = state.ledger.covers_in(queues, exclude_ledger)
+    return QueueUsage(queue, quota, fixed, _less(tuple(groups), covers) if covers else tuple(groups))
+
+
+def _less(groups: tuple[Group, ...], covers: Iterable[Cover]) -> tuple[Group, ...]:
+    out = list(groups)
+    for cover in covers:
+        for index, group in enumerate(out):
+            if (
+                group.origin == cover.origin
+                and group.cards == cover.spec.cards
+                and group.per_pod == cover.per_pod
+            ):
+                out[index] = Group(group.cards, group.per_pod, max(0, group.pods - cover.pods), group.origin)
+                break
+    return tuple(out)
 
 
 def _origin_order(item: tuple[tuple[str, tuple[CardSpec, int]], int]) -> tuple[int, str, int]:

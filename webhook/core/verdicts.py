@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from webhook.core.cards import CardSpec
+from webhook.core.ledger import Cover
 
 PatchOp = Mapping[str, Any]
 
@@ -18,9 +19,11 @@ class Hold:
     spec: CardSpec | None  # None: only CPU/memory is held
     per_pod: int
     pods: int
-    transfer_from: str = ""  # a scale-up entry this pod was admitted under
+    transfer_from: tuple[str, ...] = ()  # entries this hold takes over: its scale-up's, its assignment's
     cpu: int = 0  # per pod, when the CPU/memory check charges it
     memory: int = 0
+    assignment: bool = False  # a multi-card pod's assigned model, held from mutation to validation
+    covers: Cover | None = None  # the flexible demand the held pod comes out of
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +46,7 @@ class Denied:
     queue: str = ""
     card: str = ""
     cause: str = ""  # "" for a quota or shape denial; TOO_COMPLEX when the check gave up
+    release: tuple[str, ...] = ()  # ledger entries the denied request had held (its assignment)
 
 
 Decision = Allowed | Denied

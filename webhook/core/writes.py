@@ -2,7 +2,7 @@
 
 from collections import Counter
 
-from webhook.core import keys, messages
+from webhook.core import keys
 from webhook.core.cards import CardName, CardSpec
 from webhook.core.decisions import annotation_problem
 from webhook.core.demand import PodDemand, pod_demand
@@ -12,7 +12,7 @@ from webhook.core.objects import Task, queue_record, workload_record
 from webhook.core.quota import AnnotationError, parse_card_request, parse_quota
 from webhook.core.state import ClusterState, quota_sums
 from webhook.core.usage import queue_usage
-from webhook.core.verdicts import TOO_COMPLEX, Allowed, Decision, Denied, Request
+from webhook.core.verdicts import Allowed, Decision, Denied, Request
 
 
 def decide_queue(state: ClusterState, request: Request) -> Decision:
@@ -110,14 +110,19 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
     groups = _minimum_demand(state, job.annotations.get(keys.CARD_REQUEST), job.tasks, job.min_available)
     if not groups:
         return Allowed("no card demand")
-    total = sum(g.demand for g in groups)
-    try:
-        never = assign(dict(info.quota), groups) is None
-    except TooComplex as error:
-        spec = CardSpec(tuple(dict.fromkeys(c for g in groups for c in g.cards)))
-        message = messages.too_complex(queue, what, f"at least {total} {spec.text}", error)
-        return Denied(message, queue=queue, card=spec.text, cause=TOO_COMPLEX)
-    if never:
+    never = _never_enqueued(info.quota, groups)
+    if never is not None:
+        spec, need = never
+        whole = ", ".join(f"{info.quota.get(c, 0)} {c}" for c in spec.cards)
+        if spec.is_multi:
+            return Denied(
+                f"{what} needs {need} {spec.text}, and Volcano enqueues a multi-card request whole on one"
+                f' model, but no model of it holds {need} in the whole quota of queue "{queue}"'
+                f" ({whole}): it could never run; split the request per model",
+                queue=queue,
+                card=spec.text,
+            )
+        total = sum(g.demand for g in groups)
         named = list(dict.fromkeys(c for g in groups for c in g.cards))
         whole = ", ".join(f"{info.quota.get(c, 0)} {c}" for c in named)
         return Denied(
@@ -132,10 +137,10 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
         if not limit or not limited:
             continue
         try:
-            never = assign(dict(limit), limited) is None
+            beyond = assign(dict(limit), limited) is None
         except TooComplex:
             continue  # the job's own queue was checked exactly; an ancestor only adds a remark
-        if never:
+        if beyond:
             named = list(dict.fromkeys(c for g in limited for c in g.cards))
             whole = ", ".join(f"{limit.get(c, 0)} {c}" for c in named)
             need = sum(g.demand for g in limited)
@@ -146,6 +151,27 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
                 card="|".join(named),
             )
     return Allowed("can run within the queue's whole quota; queueing is Volcano's job", queue=queue)
+
+
+def _never_enqueued(quota: dict[CardName, int], groups: list[Group]) -> tuple[CardSpec, int] | None:
+    """A key of the job's minimum demand the capacity-card plugin could never enqueue, even in an
+    empty queue, with what it needs: a model's own demand above its quota, or a multi-card key that
+    fits no single alternative on top of the job's own demand for that model (the plugin tries
+    each alternative alone, for the whole key)."""
+    fixed: Counter[CardName] = Counter()
+    multi: Counter[tuple[CardName, ...]] = Counter()
+    for group in groups:
+        if len(group.cards) == 1:
+            fixed[group.cards[0]] += group.demand
+        else:
+            multi[group.cards] += group.demand
+    for card, need in fixed.items():
+        if need > quota.get(card, 0):
+            return CardSpec((card,)), need
+    for cards, need in multi.items():
+        if all(fixed[card] + need > quota.get(card, 0) for card in cards):
+            return CardSpec(cards), need
+    return None
 
 
 def _minimum_demand(

@@ -1,0 +1,285 @@
+"""SPEC §5b: the pod mutation gives every admitted multi-card pod one model, and the validation
+decides on the pod as mutated. Table tests, then a Hypothesis property over random queues."""
+
+import dataclasses
+import json
+from typing import Any
+
+import jsonpatch
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from tests.builders import (
+    H200,
+    H800,
+    R4090,
+    R4090D,
+    cluster,
+    deployment,
+    node,
+    owner,
+    pod,
+    podgroup,
+    queue,
+    replicaset,
+    request,
+    vcjob,
+)
+from webhook.core import admission, ingest, keys
+from webhook.core.cards import CardSpec, parse_card_spec
+from webhook.core.state import ClusterState
+from webhook.core.usage import queue_usage
+from webhook.core.verdicts import Allowed, Denied
+
+FLEX = f"{R4090}|{R4090D}"
+NODES = (node("r", R4090, 4), node("rd", R4090D, 4))
+
+
+def quota(**cards: int) -> str:
+    names = {"a": R4090, "b": R4090D, "h200": H200, "h800": H800}
+    return json.dumps({names[k]: v for k, v in cards.items()})
+
+
+class Created:
+    """One pod create as the API server runs it: mutation, patch applied, validation."""
+
+    def __init__(self, state: ClusterState, obj: dict[str, Any], uid: str = "", now: float = 0.0) -> None:
+        mutate = request(obj)
+        self.mutation = admission.mutate(state, mutate)
+        admission.admit(state, mutate, self.mutation, now)
+        assert isinstance(self.mutation, Allowed)
+        self.obj = jsonpatch.apply_patch(obj, [dict(op) for op in self.mutation.patch])
+        if uid:
+            self.obj["metadata"]["uid"] = uid
+        validate = request(self.obj)
+        self.validation = admission.validate(state, validate, now)
+        admission.admit(state, validate, self.validation, now)
+
+    @property
+    def card(self) -> str:
+        return str(self.obj["metadata"]["annotations"][keys.CARD_NAME])
+
+    @property
+    def allowed(self) -> bool:
+        return isinstance(self.validation, Allowed)
+
+    def products(self) -> list[str]:
+        terms = self.obj["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        return next(e["values"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"])
+
+
+def bound(name: str, card: str, node_name: str, queue_name: str = "q", count: int = 1) -> dict[str, Any]:
+    return pod(name, card, count, node_name=node_name, phase="Running", queue_name=queue_name)
+
+
+@pytest.mark.parametrize(
+    ("objects", "expected"),
+    [
+        pytest.param([queue("q", quota(a=1, b=2))], R4090, id="the first alternative when it has room"),
+        pytest.param(
+            [queue("q", quota(a=1, b=2)), bound("x", R4090, "r")],
+            R4090D,
+            id="the next when the first is used up",
+        ),
+        pytest.param(
+            [queue("q", quota(a=1, b=2)), pod("big", FLEX, 2)],
+            R4090,
+            id="the model that keeps a pending flexible pod placeable (it needs 2 of 4090-D)",
+        ),
+        pytest.param(
+            [
+                queue("q", quota(a=2, b=2)),
+                queue("other", quota(a=4)),
+                *(bound(f"o{i}", R4090, "r", "other") for i in range(4)),
+            ],
+            R4090D,
+            id="a model with a free card on a node now before the order of preference",
+        ),
+        pytest.param(
+            [
+                queue("q", quota(a=2, b=2)),
+                queue("other", quota(a=4, b=4)),
+                *(bound(f"o{i}", R4090, "r", "other") for i in range(4)),
+                *(bound(f"d{i}", R4090D, "rd", "other") for i in range(4)),
+            ],
+            R4090,
+            id="the order of preference when no node has a free card",
+        ),
+    ],
+)
+def test_a_multi_card_pod_is_assigned_the_model_the_rule_picks(objects: list[Any], expected: str) -> None:
+    state = cluster(*NODES, *objects)
+    made = Created(state, pod("p", FLEX, queue_name="q", uid=""))
+    assert made.card == expected
+    assert made.obj["metadata"]["annotations"][keys.CARD_SPEC] == FLEX
+    assert made.products() == [expected]
+    assert made.allowed, made.validation
+
+
+def test_a_pod_whose_node_selector_names_one_model_is_assigned_that_model() -> None:
+    state = cluster(*NODES, queue("q", quota(a=1, b=1)))
+    made = Created(state, pod("p", FLEX, spec={"nodeSelector": {"nvidia.com/gpu.product": R4090D}}))
+    assert made.card == R4090D
+    assert made.allowed
+
+
+def test_a_pod_no_model_can_hold_is_left_as_it_is_and_denied_naming_every_model() -> None:
+    state = cluster(*NODES, queue("q", quota(a=1, b=1)), bound("x", R4090, "r"), bound("y", R4090D, "rd"))
+    made = Created(state, pod("p", FLEX))
+    assert made.card == FLEX
+    assert isinstance(made.validation, Denied)
+    assert made.validation.message == (
+        f'none of {R4090} (0 left), {R4090D} (0 left) in queue "q" can hold pod ns/p needing 1'
+    )
+    assert len(state.ledger) == 0
+
+
+def test_concurrent_creates_are_never_assigned_into_the_same_last_card() -> None:
+    """Both mutations run before either validation (the API server interleaves requests)."""
+    state = cluster(*NODES, queue("q", quota(a=1, b=1)))
+    first = request(pod("p1", FLEX))
+    second = dataclasses.replace(request(pod("p2", FLEX)), uid="uid-review-2")
+    decisions = []
+    for each in (first, second):
+        decision = admission.mutate(state, each)
+        admission.admit(state, each, decision, 0.0)
+        decisions.append(decision)
+    assert [d.card for d in decisions] == [R4090, R4090D]
+    assert len(state.ledger) == 2
+
+
+def test_the_validation_takes_over_the_assignment_and_releases_it_on_denial() -> None:
+    state = cluster(*NODES, queue("q", quota(a=1, b=1)))
+    made = Created(state, pod("p", FLEX))
+    assert made.allowed
+    held = state.ledger.get("uid-ns-p")
+    assert held is not None and held.spec == CardSpec((parse_card_spec(R4090).cards[0],))
+    assert state.ledger.assignment("q", parse_card_spec(R4090).cards[0], 1) == ""
+    assert len(state.ledger) == 1
+    # The same assigned pod again, now that the quota is gone: denied, and nothing stays held.
+    ingest.upsert(
+        state, {**made.obj, "status": {"phase": "Running"}, "spec": {**made.obj["spec"], "nodeName": "r"}}
+    )
+    again = dict(made.obj, metadata={**made.obj["metadata"], "name": "p2", "uid": "uid-ns-p2"})
+    decision = admission.validate(state, request(again), 0.0)
+    assert isinstance(decision, Denied)
+    assert f"pod ns/p2 (assigned {R4090} of its {FLEX})" in decision.message
+
+
+def test_a_second_mutation_pass_changes_nothing() -> None:
+    state = cluster(*NODES, queue("q", quota(a=1, b=1)))
+    made = Created(state, pod("p", FLEX))
+    again = admission.mutate(state, request(made.obj))
+    assert isinstance(again, Allowed) and again.patch == ()
+
+
+def test_a_dry_run_mutation_holds_nothing() -> None:
+    state = cluster(*NODES, queue("q", quota(a=1, b=1)))
+    dry = request(pod("p", FLEX), dry_run=True)
+    decision = admission.mutate(state, dry)
+    admission.admit(state, dry, decision, 0.0)
+    assert isinstance(decision, Allowed) and decision.patch
+    assert len(state.ledger) == 0
+
+
+def test_the_pods_of_a_scale_up_are_assigned_one_by_one_within_it() -> None:
+    """A Deployment of A|B pods scaled 0 -> 3 over quota 1 + 2: the scale-up fits flexibly, and each
+    pod it creates gets a model that keeps the rest of the scale-up placeable."""
+    rs_owner = owner("ReplicaSet", "web-1", "uid-rs-web-1")
+    state = cluster(
+        *NODES,
+        queue("q", quota(a=1, b=2)),
+        deployment("web", 0, FLEX),
+        replicaset("web-1", 0, "web", FLEX),
+    )
+    old, new = deployment("web", 0, FLEX), deployment("web", 3, FLEX)
+    scale = request(new, resource="deployments", operation="UPDATE", old=old)
+    decision = admission.validate(state, scale, 0.0)
+    admission.admit(state, scale, decision, 0.0)
+    assert isinstance(decision, Allowed)
+    made = [Created(state, pod(f"web-{i}", FLEX, owner=rs_owner), uid=f"uid-web-{i}") for i in range(3)]
+    assert [m.card for m in made] == [R4090, R4090D, R4090D]
+    assert all(m.allowed for m in made)
+    fourth = Created(state, pod("web-3", FLEX, owner=rs_owner))
+    assert not fourth.allowed
+
+
+def test_the_pods_of_a_volcano_job_are_assigned_within_its_podgroups_reservation() -> None:
+    job = vcjob("train", [(2, {"metadata": {"annotations": {keys.CARD_NAME: FLEX}}, "spec": {}})])
+    ref = owner("Job", "train", "uid-job-train", api="batch.volcano.sh/v1alpha1")
+    state = cluster(
+        *NODES,
+        queue("q", quota(a=1, b=2)),
+        job,
+        podgroup("train-pg", "Inqueue", request=json.dumps({FLEX: 2}), owner_ref=ref),
+        bound("x", R4090D, "rd"),
+    )
+    made = [
+        Created(state, pod(f"train-{i}", FLEX, owner=ref, group="train-pg"), uid=f"uid-t{i}")
+        for i in range(2)
+    ]
+    assert [m.card for m in made] == [R4090, R4090D]
+    assert all(m.allowed for m in made), [m.validation for m in made]
+
+
+# ---- the property -----------------------------------------------------------------------------
+
+CARDS = (R4090, R4090D, H200)
+SPECS = [f"{R4090}|{R4090D}", f"{R4090D}|{R4090}", f"{R4090}|{R4090D}|{H200}", f"{H200}|{R4090}", R4090D]
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> tuple[dict[str, int], list[tuple[str, str, int]], list[tuple[str, int]]]:
+    limits = {c: draw(st.integers(0, 4)) for c in CARDS}
+    existing = draw(
+        st.lists(
+            st.tuples(st.sampled_from(SPECS), st.sampled_from(["", "bound"]), st.integers(1, 2)), max_size=4
+        )
+    )
+    creates = draw(st.lists(st.tuples(st.sampled_from(SPECS), st.integers(1, 2)), min_size=1, max_size=8))
+    return limits, existing, creates
+
+
+def _placed_use(state: ClusterState) -> dict[str, int]:
+    usage = queue_usage(state, "q")
+    placement = usage.placement
+    assert placement.complete, "the queue's demand has no placement within quota"
+    return {card: usage.card(card, placement).used for card in CARDS}
+
+
+@settings(max_examples=150, deadline=None)
+@given(scenarios())
+def test_assigned_models_never_put_a_model_over_quota_and_every_fitting_pod_is_assigned(
+    scenario: tuple[dict[str, int], list[tuple[str, str, int]], list[tuple[str, int]]],
+) -> None:
+    limits, existing, creates = scenario
+    nodes = (node("r", R4090, 8), node("rd", R4090D, 8), node("h", H200, 8))
+    before: list[dict[str, Any]] = []
+    for i, (spec, where, count) in enumerate(existing):
+        first = spec.split("|")[0]
+        target = {R4090: "r", R4090D: "rd", H200: "h"}[first]
+        before.append(
+            pod(
+                f"e{i}",
+                spec,
+                count,
+                node_name=target if where else "",
+                phase="Running" if where else "Pending",
+            )
+        )
+    state = cluster(*nodes, queue("q", json.dumps(limits)), *before)
+    start = queue_usage(state, "q").placement
+    usage = queue_usage(state, "q")
+    assume(start.complete and all(usage.card(c, start).used <= limits[c] for c in CARDS))
+    for i, (spec, count) in enumerate(creates):
+        fits = queue_usage(state, "q").fits(parse_card_spec(spec), count, 1)
+        made = Created(state, pod(f"n{i}", spec, count), uid=f"uid-n{i}")
+        assert made.allowed == fits, (spec, count, made.validation)
+        if fits and "|" in spec:
+            assert made.card in spec.split("|") and made.card != spec
+        if made.allowed:
+            ingest.upsert(state, made.obj)  # it arrives in the cache, pending on its model
+        use = _placed_use(state)
+        assert all(use[c] <= limits[c] for c in CARDS), use
+    assert len(state.ledger) == 0

@@ -1,0 +1,251 @@
+"""Admitted means it runs: the webhook in front of the REAL Volcano controller-manager and
+capacity-card scheduler (built from ../shared/volcano), SPEC §5b.
+
+Every scenario checks what a user would: each pod the webhook let in is bound to a node, no model's
+bound use goes over the queue's quota, and nothing is left Pending by quota. Skipped, with the
+reason, when the scheduler's source is not beside the repository.
+"""
+
+import json
+import time
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.build import NO_VOLCANO, ensure_volcano
+from tests.e2e.cluster import ControlPlane, wait_for
+from tests.e2e.conftest import serving_webhook
+from tests.e2e.objects import SELECTOR, card_queue, deployment_of, hpa
+from tests.edges.serving import Process
+
+H200, H800 = "NVIDIA-H200", "NVIDIA-H800"
+R4090, R4090D = "NVIDIA-GeForce-RTX-4090", "NVIDIA-GeForce-RTX-4090-D"
+MIG = "NVIDIA-H200/mig-1g.18gb-mixed"
+MPS = "NVIDIA-H800/mps-80g*1/2"
+# The test's own knowledge of the kwok nodes (tests/e2e/cluster.gpu_nodes): which model a pod on a
+# node uses through each resource. Independent of the webhook's discovery code.
+NODE_MODELS = {
+    ("h200-mig-0", "nvidia.com/gpu"): H200,
+    ("h200-mig-0", "nvidia.com/mig-1g.18gb"): MIG,
+    ("h800-mps-0", "nvidia.com/gpu"): H800,
+    ("h800-mps-0", "nvidia.com/gpu.shared"): MPS,
+    ("rtx4090-0", "nvidia.com/gpu"): R4090,
+    ("rtx4090d-0", "nvidia.com/gpu"): R4090D,
+}
+RESOURCE = {MIG: "nvidia.com/mig-1g.18gb", MPS: "nvidia.com/gpu.shared"}
+
+
+@pytest.fixture(scope="module")
+def volcano(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    built = ensure_volcano()
+    if built is None:
+        pytest.skip(NO_VOLCANO)
+    plane = ControlPlane(tmp_path_factory.mktemp("volcano-plane"), volcano=built)
+    try:
+        yield plane.start()
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="module")
+def front(volcano: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+    with serving_webhook(volcano, tmp_path_factory.mktemp("webhook")) as process:
+        yield process
+
+
+class Tenant:
+    """One test's namespace and queue on the real-scheduler control plane."""
+
+    def __init__(self, plane: ControlPlane) -> None:
+        self.plane = plane
+        self.ns = f"agree-{uuid.uuid4().hex[:8]}"
+        self.queue = f"q-{self.ns}"
+        self.quota: dict[str, int] = {}
+        plane.apply(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns, "labels": SELECTOR}}
+        )
+
+    def set_quota(self, quota: dict[str, int], parent: str = "") -> None:
+        self.quota = quota
+        queue = card_queue(self.queue, quota)
+        if parent:
+            queue["spec"]["parent"] = parent
+        self.plane.kubectl("apply", "-f", "-", stdin=json.dumps(queue))
+        wait_for(f"queue {self.queue} to be Open", lambda: self._queue_state() == "Open", timeout=30)
+
+    def _queue_state(self) -> str:
+        queue = self.plane.get("queue", self.queue)
+        return str((queue.get("status") or {}).get("state") or "")
+
+    def pods(self) -> list[dict[str, Any]]:
+        return [
+            p
+            for p in self.plane.get("pods", namespace=self.ns)["items"]
+            if (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            and not p["metadata"].get("deletionTimestamp")
+        ]
+
+    def use(self) -> Counter[str]:
+        """Cards in use per model by this tenant's bound pods, from the nodes they are bound to."""
+        used: Counter[str] = Counter()
+        for pod in self.pods():
+            node = pod["spec"].get("nodeName")
+            if not node:
+                continue
+            for container in pod["spec"]["containers"]:
+                for resource, value in (container.get("resources") or {}).get("limits", {}).items():
+                    if (node, resource) in NODE_MODELS:
+                        used[NODE_MODELS[(node, resource)]] += int(value)
+        return used
+
+    def settled(self, pods: int) -> bool:
+        found = self.pods()
+        return len(found) == pods and all(p["spec"].get("nodeName") for p in found)
+
+    def wait_settled(self, pods: int, timeout: float = 90) -> None:
+        wait_for(f"{pods} pods of {self.ns}, every one bound", lambda: self.settled(pods), timeout=timeout)
+        time.sleep(2)  # nothing more arrives: a denied pod would have been created by now
+        assert self.settled(pods), [p["metadata"]["name"] for p in self.pods()]
+
+    def check_agreement(self) -> None:
+        """Every pod bound, no model over the quota, every assigned pod on its own model."""
+        pods = self.pods()
+        assert all(p["spec"].get("nodeName") for p in pods), "pods left Pending"
+        use = self.use()
+        over = {card: n for card, n in use.items() if n > self.quota.get(card, 0)}
+        assert not over, f"over quota {self.quota}: {dict(use)}"
+        for pod in pods:
+            card = pod["metadata"]["annotations"]["volcano.sh/card.name"]
+            assert "|" not in card, f"pod {pod['metadata']['name']} was left with {card}"
+
+    def denials(self) -> list[str]:
+        events = self.plane.get("events", namespace=self.ns)["items"]
+        return [e["message"] for e in events if e.get("reason") in ("FailedCreate", "FailedRescale")]
+
+    def delete(self) -> None:
+        self.plane.kubectl("delete", "namespace", self.ns, "--wait=false", check=False)
+        wait_for(f"the pods of {self.ns} to go", lambda: not self.pods(), timeout=90)
+        self.plane.kubectl("delete", "queue", self.queue, "--ignore-not-found", check=False)
+
+
+@pytest.fixture
+def tenant(volcano: ControlPlane, front: Process) -> Iterator[Tenant]:
+    made = Tenant(volcano)
+    yield made
+    made.delete()
+
+
+def card_template(spec: str, queue: str, gpus: int = 1) -> dict[str, Any]:
+    first = spec.split("|")[0].strip()
+    resource = RESOURCE.get(first, "nvidia.com/gpu")
+    container = {
+        "name": "main",
+        "image": "registry.example/app:1",
+        "resources": {"limits": {resource: str(gpus)}, "requests": {"cpu": "100m"}},
+    }
+    annotations = {"volcano.sh/card.name": spec, "scheduling.volcano.sh/queue-name": queue}
+    return {
+        "metadata": {"annotations": annotations},
+        "spec": {"schedulerName": "volcano", "containers": [container]},
+    }
+
+
+def flex_deployment(name: str, replicas: int, spec: str, queue: str, gpus: int = 1) -> dict[str, Any]:
+    return deployment_of(name, replicas, card_template(spec, queue, gpus))
+
+
+def volcano_job(name: str, replicas: int, spec: str, queue: str) -> dict[str, Any]:
+    template = card_template(spec, queue)
+    template["spec"]["restartPolicy"] = "Never"
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {
+            "schedulerName": "volcano",
+            "queue": queue,
+            "minAvailable": replicas,
+            "tasks": [{"name": "w", "replicas": replicas, "template": template}],
+        },
+    }
+
+
+FLEX = f"{R4090}|{R4090D}"
+Scenario = Callable[[Tenant], None]
+
+
+def deployment_case(quota: dict[str, int], spec: str, replicas: int, running: int) -> Scenario:
+    def run(t: Tenant) -> None:
+        t.set_quota(quota)
+        t.plane.apply(flex_deployment("app", replicas, spec, t.queue), namespace=t.ns)
+        t.wait_settled(running)
+        t.check_agreement()
+        if running < replicas:
+            wait_for("the webhook's denial in the ReplicaSet's events", t.denials, timeout=30)
+            assert any(t.queue in message for message in t.denials())
+
+    return run
+
+
+def hpa_scale_up(t: Tenant) -> None:
+    t.set_quota({R4090: 1, R4090D: 2})
+    t.plane.apply(flex_deployment("app", 1, FLEX, t.queue), namespace=t.ns)
+    t.wait_settled(1)
+    t.plane.apply(hpa("app", 3, 5), namespace=t.ns)
+    t.wait_settled(3)
+    t.check_agreement()
+    assert t.use() == Counter({R4090: 1, R4090D: 2})
+    done = t.plane.kubectl("scale", "-n", t.ns, "deployment/app", "--replicas=4", check=False)
+    assert done.returncode != 0 and f'queue "{t.queue}"' in done.stderr, done.stderr
+
+
+def volcano_job_case(t: Tenant) -> None:
+    t.set_quota({R4090: 1, R4090D: 2})
+    refused = t.plane.kubectl(
+        "create", "-n", t.ns, "-f", "-", stdin=json.dumps(volcano_job("big", 3, FLEX, t.queue)), check=False
+    )
+    assert refused.returncode != 0 and "whole on one model" in refused.stderr, refused.stderr
+    t.plane.apply(volcano_job("train", 2, FLEX, t.queue), namespace=t.ns)
+    t.wait_settled(2)
+    t.check_agreement()
+
+
+def hierarchy_case(t: Tenant) -> None:
+    parent = f"{t.queue}-parent"
+    t.plane.kubectl("apply", "-f", "-", stdin=json.dumps(card_queue(parent, {R4090: 1, R4090D: 1})))
+    try:
+        t.set_quota({R4090: 2, R4090D: 2}, parent=parent)
+        t.plane.apply(flex_deployment("app", 3, FLEX, t.queue), namespace=t.ns)
+        t.wait_settled(2)
+        t.check_agreement()
+        assert t.use() == Counter({R4090: 1, R4090D: 1})
+        wait_for("the parent queue's denial", lambda: any(parent in m for m in t.denials()), timeout=30)
+    finally:
+        t.plane.kubectl("delete", "queue", parent, "--ignore-not-found", check=False)
+
+
+SCENARIOS = [
+    pytest.param(deployment_case({H200: 2}, H200, 2, 2), id="single model under quota"),
+    pytest.param(deployment_case({H200: 2}, H200, 4, 2), id="single model over quota"),
+    pytest.param(deployment_case({R4090: 1, R4090D: 2}, FLEX, 2, 2), id="A|B split quota, 2 replicas"),
+    pytest.param(deployment_case({R4090: 1, R4090D: 2}, FLEX, 3, 3), id="A|B split quota, 3 replicas"),
+    pytest.param(deployment_case({R4090: 1, R4090D: 2}, FLEX, 4, 3), id="A|B split quota, 4 replicas"),
+    pytest.param(hpa_scale_up, id="HPA scale-up of a running A|B Deployment"),
+    pytest.param(
+        deployment_case({H200: 1, H800: 1, R4090: 1}, f"{H200}|{H800}|{R4090}", 3, 3), id="three-model spec"
+    ),
+    pytest.param(deployment_case({MIG: 2}, MIG, 3, 2), id="MIG card"),
+    pytest.param(deployment_case({MPS: 2}, MPS, 3, 2), id="MPS card"),
+    pytest.param(volcano_job_case, id="Volcano Job with an A|B task"),
+    pytest.param(hierarchy_case, id="hierarchy child under the real scheduler"),
+]
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS)
+def test_every_pod_the_webhook_admits_runs_within_quota_under_the_real_scheduler(
+    tenant: Tenant, scenario: Scenario
+) -> None:
+    scenario(tenant)
