@@ -205,7 +205,9 @@ def test_the_pods_of_a_scale_up_are_assigned_one_by_one_within_it() -> None:
     assert not fourth.allowed
 
 
-def test_the_pods_of_a_volcano_job_are_assigned_within_its_podgroups_reservation() -> None:
+def test_the_pods_of_a_volcano_job_task_are_all_assigned_the_one_model_that_holds_the_whole_task() -> None:
+    """The real scheduler treats the pods of one task as alike (a predicate failure of one is cached
+    for all), and its plugin enqueued the whole request on one alternative: 4090-D, here."""
     job = vcjob("train", [(2, {"metadata": {"annotations": {keys.CARD_NAME: FLEX}}, "spec": {}})])
     ref = owner("Job", "train", "uid-job-train", api="batch.volcano.sh/v1alpha1")
     state = cluster(
@@ -213,14 +215,39 @@ def test_the_pods_of_a_volcano_job_are_assigned_within_its_podgroups_reservation
         queue("q", quota(a=1, b=2)),
         job,
         podgroup("train-pg", "Inqueue", request=json.dumps({FLEX: 2}), owner_ref=ref),
-        bound("x", R4090D, "rd"),
     )
-    made = [
-        Created(state, pod(f"train-{i}", FLEX, owner=ref, group="train-pg"), uid=f"uid-t{i}")
-        for i in range(2)
-    ]
-    assert [m.card for m in made] == [R4090, R4090D]
+
+    def task_pod(i: int) -> dict[str, Any]:
+        made = pod(f"train-t0-{i}", FLEX, owner=ref, group="train-pg")
+        made["metadata"]["annotations"][keys.TASK_SPEC] = "t0"
+        return made
+
+    made = [Created(state, task_pod(i), uid=f"uid-t{i}") for i in range(2)]
+    assert [m.card for m in made] == [R4090D, R4090D]
     assert all(m.allowed for m in made), [m.validation for m in made]
+    ingest.upsert(state, made[0].obj)  # the first arrives; a third pod of the task follows it
+    ingest.upsert(state, made[1].obj)
+    assert Created(state, task_pod(2), uid="uid-t2").card == R4090D
+
+
+def test_pods_of_one_task_mutated_before_either_is_validated_get_the_same_model() -> None:
+    job = vcjob("train", [(2, {"metadata": {"annotations": {keys.CARD_NAME: FLEX}}, "spec": {}})])
+    ref = owner("Job", "train", "uid-job-train", api="batch.volcano.sh/v1alpha1")
+    state = cluster(
+        *NODES,
+        queue("q", quota(a=2, b=2)),
+        job,
+        podgroup("pg", "Inqueue", request=json.dumps({FLEX: 2}), owner_ref=ref),
+    )
+    cards = []
+    for i in range(2):
+        made = pod(f"train-t0-{i}", FLEX, owner=ref, group="pg")
+        made["metadata"]["annotations"][keys.TASK_SPEC] = "t0"
+        each = dataclasses.replace(request(made), uid=f"review-{i}")
+        decision = admission.mutate(state, each)
+        admission.admit(state, each, decision, 0.0)
+        cards.append(decision.card)
+    assert cards == [R4090, R4090]
 
 
 # ---- the property -----------------------------------------------------------------------------

@@ -76,7 +76,8 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
     report = yield
-    plane = getattr(item, "funcargs", {}).get("control_plane")
+    args = getattr(item, "funcargs", {})
+    plane = args.get("control_plane") or args.get("volcano")
     if report.failed and isinstance(plane, ControlPlane) and plane.logs.exists():
         target = OUT / item.name
         shutil.rmtree(target, ignore_errors=True)

@@ -79,7 +79,9 @@ def admit(state: ClusterState, request: Request, decision: Decision, now: float)
     if hold.key in state.pods and not hold.key.startswith("scale:"):
         return
     expires = now + state.policy.in_flight_ttl
-    entry = Entry(hold.queue, hold.spec, hold.per_pod, hold.pods, expires, hold.cpu, hold.memory, hold.covers)
+    entry = Entry(
+        hold.queue, hold.spec, hold.per_pod, hold.pods, expires, hold.cpu, hold.memory, hold.covers, hold.task
+    )
     if hold.assignment:
         state.ledger.record_assignment(hold.key, entry)
     else:

@@ -10,10 +10,11 @@ node now. No such model: the pod is left as it is, and the validation denies it.
 
 from dataclasses import dataclass
 
+from webhook.core import keys
 from webhook.core.cards import CardName, CardSpec
 from webhook.core.constraints import allowed_cards
-from webhook.core.decisions import ancestors_refuse, covering, queue_refuses
-from webhook.core.demand import PodDemand
+from webhook.core.decisions import ancestors_refuse, covering, queue_refuses, volcano_task
+from webhook.core.demand import PodDemand, pod_demand
 from webhook.core.feasibility import TooComplex
 from webhook.core.ledger import Cover
 from webhook.core.objects import PodRecord
@@ -27,6 +28,7 @@ class Assignment:
     queue: str
     free_now: bool  # some node of the model has the pod's cards free now
     covers: Cover | None  # the flexible demand already holding the pod's cards, if any
+    task: str = ""  # the Volcano Job task whose pods all get this model
 
 
 def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assignment | None:
@@ -39,6 +41,15 @@ def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assi
     if not candidates or queue_refuses(state, queue, "", spec, demand.count) is not None:
         return None
     less = covering(state, pod, demand)
+    task = volcano_task(state, pod)
+    pods = 1
+    if task is not None:
+        sibling = _sibling_model(state, pod, task[0], demand)
+        if sibling is not None:  # the task's model, feasible or not: the validation decides
+            return Assignment(sibling, queue, state.free.has_free(sibling, demand.count), less, task[0])
+        if less is not None and less.origin == "reserved":  # the first pod: room for the whole task
+            pods = task[1]
+            less = Cover(less.spec, 1, demand.count * pods, "reserved")
     usage = queue_usage(state, queue)
     if less is not None:
         usage = usage.without(less)
@@ -46,13 +57,32 @@ def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assi
     for card in candidates:
         one = CardSpec((card,))
         try:
-            if not usage.fits(one, demand.count, 1):
+            if not usage.fits(one, demand.count, pods):
                 continue
         except TooComplex:
             continue
-        if ancestors_refuse(state, queue, one, demand.count, 1, "", less=less) is None:
+        if ancestors_refuse(state, queue, one, demand.count, pods, "", less=less) is None:
             feasible.append(card)
+    if less is not None and pods > 1:
+        less = Cover(less.spec, 1, demand.count, "reserved")
+    name = task[0] if task else ""
     for card in feasible:
         if state.free.has_free(card, demand.count):
-            return Assignment(card, queue, True, less)
-    return Assignment(feasible[0], queue, False, less) if feasible else None
+            return Assignment(card, queue, True, less, name)
+    return Assignment(feasible[0], queue, False, less, name) if feasible else None
+
+
+def _sibling_model(state: ClusterState, pod: PodRecord, task: str, demand: PodDemand) -> CardName | None:
+    """The model the other pods of this Volcano Job task were assigned: held, or live in the cache."""
+    held = state.ledger.task_model(task)
+    if held is not None:
+        return held
+    name = task.rpartition("/")[2]
+    assert pod.owner is not None
+    for other in state.pods_owned_by(pod.owner.uid):
+        if other.template.annotations.get(keys.TASK_SPEC) != name:
+            continue
+        found = pod_demand(other.template, state.inventory, state.policy)
+        if isinstance(found, PodDemand) and found.origin == demand.spec:
+            return found.spec.cards[0]
+    return None

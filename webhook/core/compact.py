@@ -16,7 +16,7 @@ from weakref import WeakValueDictionary
 from webhook.core import keys
 from webhook.core.objects import OwnerRef, PodRecord, PodTemplate, Resources
 
-KEPT_ANNOTATIONS = (keys.CARD_NAME, keys.QUEUE_NAME, keys.GROUP_NAME, keys.CARD_SPEC)
+KEPT_ANNOTATIONS = (keys.CARD_NAME, keys.QUEUE_NAME, keys.GROUP_NAME, keys.CARD_SPEC, keys.TASK_SPEC)
 T = TypeVar("T")
 _FIELDS: dict[type, tuple[str, ...]] = {}  # a dataclass's field names, looked up once
 

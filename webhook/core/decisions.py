@@ -56,7 +56,11 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
             return replace(over, card=demand.spec.text, release=release)
         # Its cards are reserved already (CPU/memory is not): an assigned pod's model is held, out of
         # its PodGroup's flexible reservation; an unassigned pod holds no cards.
-        hold = replace(hold, covers=held) if demand.origin else replace(hold, spec=None, per_pod=0)
+        if demand.origin:
+            task = volcano_task(state, pod)
+            hold = replace(hold, covers=held, task=task[0] if task else "")
+        else:
+            hold = replace(hold, spec=None, per_pod=0)
         return Allowed("covered by its PodGroup's reservation", hold=hold, queue=queue, card=demand.spec.text)
     if held is not None:
         hold = replace(hold, transfer_from=(held.key, *release))
@@ -88,6 +92,24 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
             " strategy maxSurge: 0, maxUnavailable: 1"
         )
     return Denied(message, queue=queue, card=demand.spec.text, release=release)
+
+
+def volcano_task(state: ClusterState, pod: PodRecord) -> tuple[str, int] | None:
+    """A Volcano Job pod's task, as ``("<job uid>/<task>", replicas)``. The real scheduler treats
+    the pods of one task as alike (a predicate failure of one is cached for all), so they must all
+    be assigned one model."""
+    task = pod.template.annotations.get(keys.TASK_SPEC)
+    owner = pod.owner
+    if (
+        not task
+        or owner is None
+        or owner.kind != "Job"
+        or not owner.api_version.startswith("batch.volcano.sh")
+    ):
+        return None
+    job = state.workloads_by_uid.get(owner.uid)
+    replicas = next((t.replicas for t in job.tasks if t.name == task), 1) if job else 1
+    return f"{owner.uid}/{task}", max(1, replicas)
 
 
 def covering(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Cover | None:

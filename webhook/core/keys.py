@@ -9,6 +9,7 @@ SERVICE_TYPE: Final = "volcano.sh/service.type"
 PREEMPTABLE: Final = "volcano.sh/preemptable"
 QUEUE_NAME: Final = "scheduling.volcano.sh/queue-name"
 GROUP_NAME: Final = "scheduling.k8s.io/group-name"
+TASK_SPEC: Final = "volcano.sh/task-spec"  # set by the Volcano controller on a Job's pods: the task
 # Ours: the card spec a multi-card pod asked for, kept when the pod mutation assigns it one model
 # (SPEC §5b); the pod's card.name then names that model.
 CARD_SPEC: Final = "cardquota.volcano.sh/card.spec"

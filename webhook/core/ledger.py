@@ -38,6 +38,7 @@ class Entry:
     cpu: int = 0  # millicores per pod, when the CPU/memory check charges them
     memory: int = 0  # bytes per pod
     covers: Cover | None = None  # the flexible demand this entry's (assigned) pod comes out of
+    task: str = ""  # a Volcano Job task's pods all get one model: "<job uid>/<task>"
 
 
 class Ledger:
@@ -96,6 +97,13 @@ class Ledger:
             if entry.queue in queues and entry.pods > 0 and entry.spec is not None and key != exclude:
                 held[(entry.spec, entry.per_pod)] += entry.pods
         return held
+
+    def task_model(self, task: str) -> CardName | None:
+        """The model a held pod of this Volcano Job task was assigned, if any."""
+        for entry in self._entries.values():
+            if entry.task == task and entry.spec is not None and entry.pods > 0:
+                return entry.spec.cards[0]
+        return None
 
     def covers_in(self, queues: frozenset[str], exclude: str = "") -> list[Cover]:
         """What the held entries of these queues take over from flexible demand counted elsewhere."""

@@ -54,8 +54,9 @@ def pod_patch(state: ClusterState, request: Request) -> Allowed:
     if chosen is None:
         return Allowed("card pod confined to its models", patch=tuple(ops), card=spec.text)
     where = "a node has it free now" if chosen.free_now else "no node has it free now, the quota has room"
+    key = f"assign:{request.uid}"
     hold = Hold(
-        f"assign:{request.uid}", chosen.queue, spec, demand.count, 1, assignment=True, covers=chosen.covers
+        key, chosen.queue, spec, demand.count, 1, assignment=True, covers=chosen.covers, task=chosen.task
     )
     return Allowed(
         f"assigned {chosen.card} of {demand.spec.text} ({where}) and confined to it",

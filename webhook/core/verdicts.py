@@ -24,6 +24,7 @@ class Hold:
     memory: int = 0
     assignment: bool = False  # a multi-card pod's assigned model, held from mutation to validation
     covers: Cover | None = None  # the flexible demand the held pod comes out of
+    task: str = ""  # the Volcano Job task of the held pod ("<job uid>/<task>")
 
 
 @dataclass(frozen=True, slots=True)
