@@ -206,7 +206,7 @@ def scale_request(
         return {
             "kind": "Scale",
             "metadata": {"name": name, "namespace": "ns"},
-            "spec": {"replicas": replicas},
+            "spec": {"replicas": replicas} if replicas else {},  # omitempty: the API server leaves 0 out
         }
 
     return request(

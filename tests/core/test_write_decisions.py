@@ -64,6 +64,16 @@ def test_deployment_scale_subresource(old: int, new: int, denial: str | None) ->
         assert isinstance(decision, Denied) and denial in decision.message, decision
 
 
+def test_a_scale_up_from_zero_is_checked_though_the_scale_leaves_replicas_0_out() -> None:
+    state = inference(running=6, pending=2)  # quota 8, all used
+    decision = admission.validate(state, scale_request("chat", 0, 1), 0.0)
+    assert isinstance(decision, Denied)
+    assert decision.message == (
+        'queue "q" has 0 NVIDIA-H200 left (quota 8: 6 running, 2 pending);'
+        " scale-up of deployment ns/chat from 0 to 1 replicas needs 1"
+    )
+
+
 def test_a_scale_up_counts_live_pods_when_fewer_exist_than_replicas() -> None:
     state = inference(running=2, pending=0)  # only chat's 2 pods, quota 8
     state.delete_pod("uid-ns-chat-1-0")  # one pod gone: 1 live for 2 replicas

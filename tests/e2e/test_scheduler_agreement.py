@@ -7,6 +7,8 @@ reason, when the scheduler's source is not beside the repository.
 """
 
 import json
+import os
+import random
 import time
 import uuid
 from collections import Counter
@@ -258,3 +260,126 @@ def test_every_pod_the_webhook_admits_runs_within_quota_under_the_real_scheduler
     tenant: Tenant, scenario: Scenario
 ) -> None:
     scenario(tenant)
+
+
+# ---- the randomized soak ------------------------------------------------------------------------
+
+CAPACITY = {R4090: 4, R4090D: 2, H200: 7, H800: 6}  # whole cards the kwok nodes carry
+SOAK_SPECS = [R4090, FLEX, f"{R4090D}|{R4090}", f"{H200}|{H800}", f"{H800}|{R4090}|{R4090D}", H200]
+SOAK_OPS = int(os.environ.get("CARDQUOTA_SOAK_OPS", "60"))
+
+
+def _fits(room: dict[str, int], spec: str, per_pod: int, pods: int) -> bool:
+    """The test's own count: ``pods`` more pods of ``per_pod`` cards, each on one model of ``spec``."""
+    return sum(max(0, room.get(card, 0)) // per_pod for card in spec.split("|")) >= pods
+
+
+class Soak:
+    def __init__(self, t: Tenant, rng: random.Random) -> None:
+        self.t, self.rng = t, rng
+        self.deployments: dict[str, tuple[str, int, int]] = {}  # name -> spec, cards per pod, replicas
+        self.log: list[str] = []
+
+    def room(self) -> dict[str, int]:
+        """Quota minus the cards of every live pod, by the model its card.name names."""
+        used: Counter[str] = Counter()
+        for pod in self.t.pods():
+            card = pod["metadata"]["annotations"]["volcano.sh/card.name"]
+            limits = pod["spec"]["containers"][0]["resources"]["limits"]
+            used[card] += int(next(iter(limits.values())))
+        return {card: self.t.quota.get(card, 0) - used[card] for card in CAPACITY}
+
+    def settle(self) -> None:
+        want = sum(replicas for _, _, replicas in self.deployments.values())
+        self.t.wait_settled(want, timeout=60)
+        self.t.check_agreement()
+
+    def create(self) -> None:
+        name = f"d{len(self.log)}"
+        spec, per_pod = self.rng.choice(SOAK_SPECS), self.rng.choice([1, 1, 2])
+        self.t.plane.apply(flex_deployment(name, 0, spec, self.t.queue, per_pod), namespace=self.t.ns)
+        self.deployments[name] = (spec, per_pod, 0)
+        self.log.append(f"create {name} {spec} x{per_pod}")
+        self.scale(name)
+
+    def scale(self, name: str) -> None:
+        spec, per_pod, replicas = self.deployments[name]
+        target = self.rng.randint(0, 4)
+        fits = target <= replicas or _fits(self.room(), spec, per_pod, target - replicas)
+        done = self.t.plane.kubectl(
+            "scale", "-n", self.t.ns, f"deployment/{name}", f"--replicas={target}", check=False
+        )
+        self.log.append(
+            f"scale {name} {replicas}->{target}: {'allowed' if done.returncode == 0 else 'denied'}"
+        )
+        assert (done.returncode == 0) == fits, (
+            f"{self.log[-1]} but the test's count says fits={fits}: {done.stderr}"
+        )
+        if done.returncode == 0:
+            self.deployments[name] = (spec, per_pod, target)
+
+    def delete(self, name: str) -> None:
+        self.t.plane.kubectl("delete", "-n", self.t.ns, f"deployment/{name}", "--wait=false")
+        del self.deployments[name]
+        self.log.append(f"delete {name}")
+        wait_for(f"the pods of {name} to go", lambda: not self._of(name), timeout=60)
+
+    def job(self) -> None:
+        name = f"j{len(self.log)}"
+        spec, replicas = self.rng.choice(SOAK_SPECS), self.rng.randint(1, 3)
+        never = not any(self.t.quota.get(card, 0) >= replicas for card in spec.split("|"))
+        done = self.t.plane.kubectl(
+            "create",
+            "-n",
+            self.t.ns,
+            "-f",
+            "-",
+            stdin=json.dumps(volcano_job(name, replicas, spec, self.t.queue)),
+            check=False,
+        )
+        self.log.append(f"job {name} {spec} x{replicas}: {'allowed' if done.returncode == 0 else 'denied'}")
+        assert (done.returncode != 0) == never, (
+            f"{self.log[-1]} but the test's count says never={never}: {done.stderr}"
+        )
+        if done.returncode == 0:
+            try:
+                wait_for(f"job {name} to run", lambda: self._bound_of(name) == replicas, timeout=15)
+            except TimeoutError:
+                self.log.append(f"job {name} waits in the queue: deleted")
+            self.t.plane.kubectl("delete", "-n", self.t.ns, f"jobs.batch.volcano.sh/{name}", check=False)
+            wait_for(f"the pods of job {name} to go", lambda: not self._of(name, finished=True), timeout=60)
+
+    def _of(self, name: str, finished: bool = False) -> list[dict[str, Any]]:
+        return [p for p in self.t.pods(finished) if p["metadata"]["name"].startswith(f"{name}-")]
+
+    def _bound_of(self, name: str) -> int:
+        return len([p for p in self._of(name, finished=True) if p["spec"].get("nodeName")])
+
+    def step(self) -> None:
+        roll = self.rng.random()
+        if (roll < 0.2 and len(self.deployments) < 4) or not self.deployments:
+            self.create()
+        elif roll < 0.7:
+            self.scale(self.rng.choice(sorted(self.deployments)))
+        elif roll < 0.8:
+            self.delete(self.rng.choice(sorted(self.deployments)))
+        else:
+            self.job()
+        self.settle()
+
+
+def test_a_seeded_soak_of_creates_scales_deletes_and_jobs_keeps_the_pair_in_agreement(tenant: Tenant) -> None:
+    seed = int(os.environ.get("CARDQUOTA_SOAK_SEED", random.randrange(1 << 32)))
+    print(
+        f"soak seed {seed} (replay: CARDQUOTA_SOAK_SEED={seed} pytest -k soak tests/e2e/test_scheduler_agreement.py)"
+    )
+    rng = random.Random(seed)
+    tenant.set_quota({card: rng.randint(0, cap) for card, cap in CAPACITY.items()})
+    soak = Soak(tenant, rng)
+    try:
+        for _ in range(SOAK_OPS):
+            soak.step()
+        time.sleep(5)  # the scheduler given time to settle
+        soak.settle()
+    except BaseException as exc:
+        raise AssertionError(f"soak seed {seed}, quota {tenant.quota}, after: {soak.log}") from exc

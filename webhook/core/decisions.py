@@ -206,8 +206,10 @@ def _covered_by_podgroup(state: ClusterState, pod: PodRecord, demand: PodDemand)
 
 def decide_scale(state: ClusterState, request: Request) -> Decision:
     kind = SCALABLE[request.resource]
-    new = _replicas(request.obj)
-    old = _replicas(request.old_obj)
+    # A Scale leaves out replicas 0 (omitempty); a workload without replicas has 1.
+    absent = 0 if request.sub_resource == "scale" else 1
+    new = _replicas(request.obj, absent)
+    old = _replicas(request.old_obj, absent)
     if request.sub_resource == "scale":
         workload = state.workload(kind, request.namespace, request.name)
         if workload is None:
@@ -293,10 +295,10 @@ def ancestors_refuse(
     return None
 
 
-def _replicas(obj: object) -> int | None:
+def _replicas(obj: object, absent: int) -> int | None:
     if not isinstance(obj, dict) or not obj:
         return None
-    value = (obj.get("spec") or {}).get("replicas", 1)
+    value = (obj.get("spec") or {}).get("replicas", absent)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
