@@ -96,6 +96,34 @@ def test_a_manifest_is_answered_in_order_as_if_applied_and_nothing_outlives_the_
     assert [a.allowed for a in whatif.whatif(fresh, [("1", card_pod("b"))])] == [True]
 
 
+def test_whatif_shows_the_model_a_multi_card_pod_is_assigned_and_validates_the_pod_as_mutated() -> None:
+    """Queue q has 1 RTX-4090 and 1 RTX-4090-D and a pending A|B pod: the first new A|B pod gets the
+    4090 (the pending one can take the 4090-D), and the second has no model left."""
+    spec = "NVIDIA-GeForce-RTX-4090|NVIDIA-GeForce-RTX-4090-D"
+    pods = []
+    for name in ("flex-a", "flex-b"):
+        made = card_pod(name, queue="q")
+        made["metadata"]["namespace"] = "team-d"
+        made["metadata"]["annotations"]["volcano.sh/card.name"] = spec
+        pods.append((name, made))
+    first, second = whatif.whatif(snapshot.load_snapshot(CLUSTER), pods)
+    assert first.allowed and first.message.startswith(f"assigned NVIDIA-GeForce-RTX-4090 of {spec}")
+    assert {
+        "op": "replace",
+        "path": "/metadata/annotations/volcano.sh~1card.name",
+        "value": "NVIDIA-GeForce-RTX-4090",
+    } in first.patch
+    assert {
+        "op": "add",
+        "path": "/metadata/annotations/cardquota.volcano.sh~1card.spec",
+        "value": spec,
+    } in first.patch
+    assert not second.allowed
+    assert second.message.startswith(
+        'none of NVIDIA-GeForce-RTX-4090 (0 left), NVIDIA-GeForce-RTX-4090-D (0 left) in queue "q"'
+    )
+
+
 def test_a_workload_the_cluster_holds_is_an_update_from_its_replicas() -> None:
     state = snapshot.load_snapshot(CLUSTER)
     (found,) = [w for w in state.workloads.values() if w.kind == "Deployment" and w.replicas > 0][:1]

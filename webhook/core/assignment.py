@@ -19,7 +19,7 @@ from webhook.core.feasibility import TooComplex
 from webhook.core.ledger import Cover
 from webhook.core.objects import PodRecord
 from webhook.core.state import ClusterState
-from webhook.core.usage import queue_usage
+from webhook.core.usage import QueueUsage, queue_usage, tree_has_room
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,17 +50,22 @@ def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assi
         if less is not None and less.origin == "reserved":  # the first pod: room for the whole task
             pods = task[1]
             less = Cover(less.spec, 1, demand.count * pods, "reserved")
-    usage = queue_usage(state, queue)
-    if less is not None:
-        usage = usage.without(less)
+    quota = state.queues[queue].quota or {}
+    usage: QueueUsage | None = None
     feasible: list[CardName] = []
     for card in candidates:
         one = CardSpec((card,))
-        try:
-            if not usage.fits(one, demand.count, pods):
+        # The quick sufficient check first (every flexible pod counted on each of its models, this
+        # pod's own demand included); the exact one only when it fails.
+        if not tree_has_room(state, queue, quota, one, demand.count * pods):
+            if usage is None:
+                usage = queue_usage(state, queue)
+                usage = usage if less is None else usage.without(less)
+            try:
+                if not usage.fits(one, demand.count, pods):
+                    continue
+            except TooComplex:
                 continue
-        except TooComplex:
-            continue
         if ancestors_refuse(state, queue, one, demand.count, pods, "", less=less) is None:
             feasible.append(card)
     if less is not None and pods > 1:

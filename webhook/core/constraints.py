@@ -61,6 +61,8 @@ def allowed_cards(
 ) -> tuple[CardName, ...]:
     """The models of ``spec`` the pod's own nodeSelector, required node affinity and preset node
     let it land on, in the spec's order (what a multi-card pod may be assigned)."""
+    if not template.node_selector and not template.required_terms and not node_name:
+        return spec.cards
     key = label_key_of(spec.cards[0], state.inventory, state.policy)
     selected = template.node_selector.get(key)
     node = state.nodes.get(node_name) if node_name else None

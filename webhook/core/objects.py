@@ -268,13 +268,14 @@ def _timestamp(value: Any) -> float | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
-def pod_record(obj: Raw) -> PodRecord:
+def pod_record(obj: Raw, template: PodTemplate | None = None) -> PodRecord:
+    """``template``: the pod's own, read already (``pod_template_of(obj)``)."""
     meta, spec = _meta(obj), obj.get("spec") or {}
     return PodRecord(
         uid=str(meta.get("uid") or f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"),
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or meta.get("generateName") or ""),
-        template=pod_template_of(obj),
+        template=template or pod_template_of(obj),
         node_name=str(spec.get("nodeName") or ""),
         phase=str((obj.get("status") or {}).get("phase") or "Pending"),
         deletion_deadline=deletion_deadline(

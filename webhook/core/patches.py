@@ -38,10 +38,12 @@ def pod_patch(state: ClusterState, request: Request) -> Allowed:
     demand = pod_demand(template, state.inventory, state.policy)
     if not isinstance(demand, PodDemand):
         return Allowed("not a card pod (or refused by validation)")
-    record = pod_record(pod)
-    if not record.namespace or record.namespace == "default":
-        record = replace(record, namespace=request.namespace or record.namespace)
-    chosen = assign_model(state, record, demand)
+    chosen = None
+    if demand.spec.is_multi:
+        record = pod_record(pod, template)
+        if not record.namespace or record.namespace == "default":
+            record = replace(record, namespace=request.namespace or record.namespace)
+        chosen = assign_model(state, record, demand)
     spec = CardSpec((chosen.card,)) if chosen else demand.spec
     ops: list[PatchOp] = []
     if template.annotations.get(keys.CARD_NAME) != spec.text:
