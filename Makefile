@@ -67,12 +67,13 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## bench: the server under wrk next to a floor handler (1k/10k/100k pods), the decision core alone, the multi-card check
+## bench: the server under wrk next to a floor handler (1k/10k/100k pods), the decision core alone, a pod create against the commit before, the multi-card check
 bench: $(STAMP)
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; } || \
 		{ echo "make bench needs wrk (Debian package wrk)"; exit 1; }
 	$(BIN)/python -m tests.bench.serve
 	$(BIN)/python -m tests.bench.decide
+	$(BIN)/python -m tests.bench.admit
 	$(BIN)/python -m tests.bench.feasibility
 	$(BIN)/python -m tests.bench.sync
 
