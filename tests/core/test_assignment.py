@@ -205,23 +205,26 @@ def test_the_pods_of_a_scale_up_are_assigned_one_by_one_within_it() -> None:
     assert not fourth.allowed
 
 
+JOB_REF = owner("Job", "train", "uid-job-train", api="batch.volcano.sh/v1alpha1")
+
+
+def job_cluster(**limits: int) -> ClusterState:
+    """A Volcano Job of one task of 2 A|B pods, its PodGroup Inqueue with the whole request."""
+    job = vcjob("train", [(2, {"metadata": {"annotations": {keys.CARD_NAME: FLEX}}, "spec": {}})])
+    group = podgroup("pg", "Inqueue", request=json.dumps({FLEX: 2}), owner_ref=JOB_REF)
+    return cluster(*NODES, queue("q", quota(**limits)), job, group)
+
+
+def task_pod(i: int) -> dict[str, Any]:
+    made = pod(f"train-t0-{i}", FLEX, owner=JOB_REF, group="pg")
+    made["metadata"]["annotations"][keys.TASK_SPEC] = "t0"
+    return made
+
+
 def test_the_pods_of_a_volcano_job_task_are_all_assigned_the_one_model_that_holds_the_whole_task() -> None:
     """The real scheduler treats the pods of one task as alike (a predicate failure of one is cached
     for all), and its plugin enqueued the whole request on one alternative: 4090-D, here."""
-    job = vcjob("train", [(2, {"metadata": {"annotations": {keys.CARD_NAME: FLEX}}, "spec": {}})])
-    ref = owner("Job", "train", "uid-job-train", api="batch.volcano.sh/v1alpha1")
-    state = cluster(
-        *NODES,
-        queue("q", quota(a=1, b=2)),
-        job,
-        podgroup("train-pg", "Inqueue", request=json.dumps({FLEX: 2}), owner_ref=ref),
-    )
-
-    def task_pod(i: int) -> dict[str, Any]:
-        made = pod(f"train-t0-{i}", FLEX, owner=ref, group="train-pg")
-        made["metadata"]["annotations"][keys.TASK_SPEC] = "t0"
-        return made
-
+    state = job_cluster(a=1, b=2)
     made = [Created(state, task_pod(i), uid=f"uid-t{i}") for i in range(2)]
     assert [m.card for m in made] == [R4090D, R4090D]
     assert all(m.allowed for m in made), [m.validation for m in made]
@@ -231,19 +234,10 @@ def test_the_pods_of_a_volcano_job_task_are_all_assigned_the_one_model_that_hold
 
 
 def test_pods_of_one_task_mutated_before_either_is_validated_get_the_same_model() -> None:
-    job = vcjob("train", [(2, {"metadata": {"annotations": {keys.CARD_NAME: FLEX}}, "spec": {}})])
-    ref = owner("Job", "train", "uid-job-train", api="batch.volcano.sh/v1alpha1")
-    state = cluster(
-        *NODES,
-        queue("q", quota(a=2, b=2)),
-        job,
-        podgroup("pg", "Inqueue", request=json.dumps({FLEX: 2}), owner_ref=ref),
-    )
+    state = job_cluster(a=2, b=2)
     cards = []
     for i in range(2):
-        made = pod(f"train-t0-{i}", FLEX, owner=ref, group="pg")
-        made["metadata"]["annotations"][keys.TASK_SPEC] = "t0"
-        each = dataclasses.replace(request(made), uid=f"review-{i}")
+        each = dataclasses.replace(request(task_pod(i)), uid=f"review-{i}")
         decision = admission.mutate(state, each)
         admission.admit(state, each, decision, 0.0)
         cards.append(decision.card)
