@@ -193,6 +193,21 @@ def deployment_case(quota: dict[str, int], spec: str, replicas: int, running: in
     return run
 
 
+def podgroup_of_real_controller(t: Tenant) -> None:
+    """The real pg-controller creates one PodGroup per ReplicaSet with no card annotations; the
+    PodGroup mutation gives it the template's spec and request, and the plugin enqueues it."""
+    t.set_quota({R4090: 1, R4090D: 2})
+    t.plane.apply(flex_deployment("app", 2, FLEX, t.queue), namespace=t.ns)
+    t.wait_settled(2)
+    t.check_agreement()
+    (group,) = t.plane.get("podgroups", namespace=t.ns)["items"]
+    assert group["metadata"]["ownerReferences"][0]["kind"] == "ReplicaSet"
+    annotations = group["metadata"]["annotations"]
+    assert annotations["volcano.sh/card.name"] == FLEX
+    assert json.loads(annotations["volcano.sh/card.request"]) == {FLEX: 1}  # minMember 1
+    assert group["status"]["phase"] in ("Inqueue", "Running")
+
+
 def hpa_scale_up(t: Tenant) -> None:
     t.set_quota({R4090: 1, R4090D: 2})
     t.plane.apply(flex_deployment("app", 1, FLEX, t.queue), namespace=t.ns)
@@ -244,6 +259,7 @@ SCENARIOS = [
     pytest.param(deployment_case({R4090: 1, R4090D: 2}, FLEX, 2, 2), id="A|B split quota, 2 replicas"),
     pytest.param(deployment_case({R4090: 1, R4090D: 2}, FLEX, 3, 3), id="A|B split quota, 3 replicas"),
     pytest.param(deployment_case({R4090: 1, R4090D: 2}, FLEX, 4, 3), id="A|B split quota, 4 replicas"),
+    pytest.param(podgroup_of_real_controller, id="the real controller's PodGroup gets the card annotations"),
     pytest.param(hpa_scale_up, id="HPA scale-up of a running A|B Deployment"),
     pytest.param(
         deployment_case({H200: 1, H800: 1, R4090: 1}, f"{H200}|{H800}|{R4090}", 3, 3), id="three-model spec"

@@ -140,6 +140,9 @@ def test_a_podgroup_created_for_a_pod_gets_the_card_annotations(
     }
     control_plane.apply(pod, namespace=namespace)
     uid = control_plane.get("pod", "solo", namespace=namespace)["metadata"]["uid"]
+    # Written here as Volcano's pg-controller writes it: this control plane runs no Volcano controller
+    # (it would race the tests that write PodGroups in given phases). The real controller's
+    # PodGroups are checked in test_scheduler_agreement.py.
     group = {  # as the Volcano controller creates it: named after, and owned by, the pod
         "apiVersion": "scheduling.volcano.sh/v1beta1",
         "kind": "PodGroup",
@@ -172,6 +175,8 @@ def test_a_podgroup_for_a_deployments_pods_gets_the_inference_service_type_and_i
         lambda: control_plane.get("replicasets", "-l", "app=chat", namespace=namespace)["items"],
         timeout=30,
     )[0]["metadata"]
+    # Written as Volcano's pg-controller writes it (see the test above for why; the real one is in
+    # test_scheduler_agreement.py), so that the service-type settings are checked on this webhook.
     group = {  # as the Volcano controller creates it: one per ReplicaSet, owned by it
         "apiVersion": "scheduling.volcano.sh/v1beta1",
         "kind": "PodGroup",
