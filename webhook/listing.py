@@ -15,7 +15,7 @@ kept raw and read once per distinct text: the pods of a workload repeat the same
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import orjson
@@ -25,6 +25,9 @@ from webhook.core.compact import KEPT_ANNOTATIONS, Pool
 from webhook.core.objects import OwnerRef, PodRecord, PodTemplate, Resources
 
 NULL = msgspec.Raw(b"null")
+# orjson refuses a whole page with an integer outside 64 bits: so does the fast path, for the fields
+# it reads, and the page is then read the ordinary way.
+Int64 = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 Strings = dict[str, str | None] | None  # labels, annotations, nodeSelector: null values allowed
 
 
@@ -49,7 +52,7 @@ class Meta(_Struct):
     labels: Strings = None
     ownerReferences: list[Owner] | None = None
     deletionTimestamp: str | None = None
-    deletionGracePeriodSeconds: int | None = None
+    deletionGracePeriodSeconds: Int64 | None = None
 
 
 class Container(_Struct):

@@ -304,3 +304,14 @@ def test_assigned_models_never_put_a_model_over_quota_and_every_fitting_pod_is_a
         use = _placed_use(state)
         assert all(use[c] <= limits[c] for c in CARDS), use
     assert len(state.ledger) == 0
+
+
+def test_an_assignment_never_validated_stops_holding_its_card_after_ten_seconds() -> None:
+    state = cluster(*NODES, queue("q", quota(a=1, b=1)))
+    held = request(pod("p", FLEX))
+    admission.admit(state, held, admission.mutate(state, held), 100.0)
+    assert len(state.ledger) == 1
+    state.expire(109.0)
+    assert len(state.ledger) == 1
+    state.expire(110.5)
+    assert len(state.ledger) == 0

@@ -66,6 +66,7 @@ class Tenant:
         self.ns = f"agree-{uuid.uuid4().hex[:8]}"
         self.queue = f"q-{self.ns}"
         self.quota: dict[str, int] = {}
+        self.queues = [self.queue]  # deleted last, child first
         plane.apply(
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns, "labels": SELECTOR}}
         )
@@ -105,6 +106,7 @@ class Tenant:
         return used
 
     def settled(self, pods: int) -> bool:
+        self.plane._check_alive()  # a dead scheduler binds nothing: say so at once, with its log
         found = self.pods()
         return len(found) == pods and all(p["spec"].get("nodeName") for p in found)
 
@@ -129,9 +131,14 @@ class Tenant:
         return [e["message"] for e in events if e.get("reason") in ("FailedCreate", "FailedRescale")]
 
     def delete(self) -> None:
+        """The namespace, then its queue: the real scheduler dies on a PodGroup (even of a finished
+        job) whose queue is gone (a nil queue in its session's status update), so the queue goes
+        only after everything in the namespace has."""
         self.plane.kubectl("delete", "namespace", self.ns, "--wait=false", check=False)
-        wait_for(f"the pods of {self.ns} to go", lambda: not self.pods(), timeout=90)
-        self.plane.kubectl("delete", "queue", self.queue, "--ignore-not-found", check=False)
+        gone = lambda: "NotFound" in self.plane.kubectl("get", "namespace", self.ns, check=False).stderr  # noqa: E731
+        wait_for(f"namespace {self.ns} to go", gone, timeout=120)
+        for queue in self.queues:
+            self.plane.kubectl("delete", "queue", queue, "--ignore-not-found", check=False)
 
 
 @pytest.fixture
@@ -241,16 +248,14 @@ def volcano_job_case(t: Tenant) -> None:
 
 def hierarchy_case(t: Tenant) -> None:
     parent = f"{t.queue}-parent"
+    t.queues.append(parent)
     t.plane.kubectl("apply", "-f", "-", stdin=json.dumps(card_queue(parent, {R4090: 1, R4090D: 1})))
-    try:
-        t.set_quota({R4090: 2, R4090D: 2}, parent=parent)
-        t.plane.apply(flex_deployment("app", 3, FLEX, t.queue), namespace=t.ns)
-        t.wait_settled(2)
-        t.check_agreement()
-        assert t.use() == Counter({R4090: 1, R4090D: 1})
-        wait_for("the parent queue's denial", lambda: any(parent in m for m in t.denials()), timeout=30)
-    finally:
-        t.plane.kubectl("delete", "queue", parent, "--ignore-not-found", check=False)
+    t.set_quota({R4090: 2, R4090D: 2}, parent=parent)
+    t.plane.apply(flex_deployment("app", 3, FLEX, t.queue), namespace=t.ns)
+    t.wait_settled(2)
+    t.check_agreement()
+    assert t.use() == Counter({R4090: 1, R4090D: 1})
+    wait_for("the parent queue's denial", lambda: any(parent in m for m in t.denials()), timeout=30)
 
 
 SCENARIOS = [

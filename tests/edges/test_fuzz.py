@@ -239,7 +239,14 @@ def test_deep_nesting(client: httpx.Client, depth: int, opener: str, webhook: st
 
 @pytest.mark.parametrize(
     "name",
-    ["pod-missing-queue.json", "queue-malformed-quota.json", "pod-cpu-only.json", "pod-affinity.mutate.json"],
+    # Reviews whose answer holds nothing: an A|B pod's mutation would see the fuzz's own held
+    # assignments (legitimately: each valid fuzzed A|B pod was assigned a model), so it is not here.
+    [
+        "pod-missing-queue.json",
+        "queue-malformed-quota.json",
+        "pod-cpu-only.json",
+        "pod-affinity-new.mutate.json",
+    ],
 )
 def test_after_the_fuzzing_good_reviews_are_still_answered_exactly(client: httpx.Client, name: str) -> None:
     webhook = "mutate" if name.endswith(".mutate.json") else "validate"

@@ -7,6 +7,10 @@ from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed, Decision, Denied, Request
 
 VOLCANO_BATCH = "batch.volcano.sh"
+# A multi-card pod's assignment waits for its validation, which follows its mutation within the same
+# API request (webhook timeouts are seconds): one never validated (another webhook refused the pod)
+# stops holding its card after this long, or the in-flight TTL if shorter.
+ASSIGNMENT_TTL = 10.0
 VOLCANO_SCHEDULING = "scheduling.volcano.sh"
 
 
@@ -78,7 +82,8 @@ def admit(state: ClusterState, request: Request, decision: Decision, now: float)
         state.ledger.settle(key)
     if hold.key in state.pods and not hold.key.startswith("scale:"):
         return
-    expires = now + state.policy.in_flight_ttl
+    ttl = state.policy.in_flight_ttl
+    expires = now + (min(ttl, ASSIGNMENT_TTL) if hold.assignment else ttl)
     entry = Entry(
         hold.queue, hold.spec, hold.per_pod, hold.pods, expires, hold.cpu, hold.memory, hold.covers, hold.task
     )

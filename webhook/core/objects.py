@@ -4,7 +4,6 @@ The snapshot loader and the live cache both build these with the same functions,
 offline answer and the live one agree.
 """
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -193,6 +192,9 @@ def effective_resources(
     spec: Raw, which: str, pick: Callable[[Raw, str], dict[str, Any]] = _extended
 ) -> dict[str, Any]:
     """Kubernetes' pod-level value: max(sum of containers (+sidecars), running init max) + overhead."""
+    containers = spec.get("containers") or []
+    if len(containers) == 1 and not spec.get("initContainers") and not spec.get("overhead"):
+        return {name: _q(value) for name, value in pick(containers[0], which).items()}  # the usual pod
     total: dict[str, Any] = {}
     for container in spec.get("containers") or []:
         total = _add(total, pick(container, which))
@@ -229,10 +231,15 @@ def compute_requests(spec: Raw) -> tuple[int, int]:
                 continue
             requests, limits = res.get("requests") or {}, res.get("limits") or {}
             if (value := requests.get("cpu", limits.get("cpu"))) is not None:
-                cpu += _q(value)
+                cpu = cpu + _q(value) if cpu else _q(value)  # no Fraction sum for the usual one container
             if (value := requests.get("memory", limits.get("memory"))) is not None:
-                memory += _q(value)
-    return max(0, math.ceil(cpu * 1000)), max(0, math.ceil(memory))
+                memory = memory + _q(value) if memory else _q(value)
+    return max(0, _ceil_times(cpu, 1000)), max(0, _ceil_times(memory, 1))
+
+
+def _ceil_times(value: Any, scale: int) -> int:
+    """``ceil(value * scale)`` for an int or a Fraction, in integers (no Fraction arithmetic)."""
+    return int(-((-value.numerator * scale) // value.denominator))
 
 
 def resources_of(spec: Raw) -> Resources:
