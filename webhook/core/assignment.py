@@ -52,29 +52,32 @@ def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assi
             less = Cover(less.spec, 1, demand.count * pods, "reserved")
     quota = state.queues[queue].quota or {}
     usage: QueueUsage | None = None
-    feasible: list[CardName] = []
+    first: CardName | None = None  # the first feasible model, if none has a free card now
+    whole = less
+    if less is not None and pods > 1:
+        less = Cover(less.spec, 1, demand.count, "reserved")  # what this one pod's hold covers
+    name = task[0] if task else ""
     for card in candidates:
+        if first is not None and not state.free.has_free(card, demand.count):
+            continue  # it could only come second to ``first``
         one = CardSpec((card,))
         # The quick sufficient check first (every flexible pod counted on each of its models, this
         # pod's own demand included); the exact one only when it fails.
         if not tree_has_room(state, queue, quota, one, demand.count * pods):
             if usage is None:
                 usage = queue_usage(state, queue)
-                usage = usage if less is None else usage.without(less)
+                usage = usage if whole is None else usage.without(whole)
             try:
                 if not usage.fits(one, demand.count, pods):
                     continue
             except TooComplex:
                 continue
-        if ancestors_refuse(state, queue, one, demand.count, pods, "", less=less) is None:
-            feasible.append(card)
-    if less is not None and pods > 1:
-        less = Cover(less.spec, 1, demand.count, "reserved")
-    name = task[0] if task else ""
-    for card in feasible:
+        if ancestors_refuse(state, queue, one, demand.count, pods, "", less=whole) is not None:
+            continue
         if state.free.has_free(card, demand.count):
             return Assignment(card, queue, True, less, name)
-    return Assignment(feasible[0], queue, False, less, name) if feasible else None
+        first = first or card
+    return Assignment(first, queue, False, less, name) if first is not None else None
 
 
 def _sibling_model(state: ClusterState, pod: PodRecord, task: str, demand: PodDemand) -> CardName | None:
