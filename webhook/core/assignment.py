@@ -8,8 +8,6 @@ to it (and every ancestor's), in the spec's order, preferring a model with a fre
 node now. No such model: the pod is left as it is, and the validation denies it.
 """
 
-from dataclasses import dataclass
-
 from webhook.core import keys
 from webhook.core.cards import CardName, CardSpec
 from webhook.core.constraints import allowed_cards
@@ -20,9 +18,10 @@ from webhook.core.ledger import Cover
 from webhook.core.objects import PodRecord
 from webhook.core.state import ClusterState
 from webhook.core.usage import QueueUsage, queue_usage, tree_has_room
+from webhook.core.values import value_class
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Assignment:
     card: CardName
     queue: str

@@ -9,10 +9,10 @@ Only :func:`parse_card_name` and :func:`parse_card_spec` make a :data:`CardName`
 import enum
 import functools
 import re
-from dataclasses import dataclass
 from typing import NewType
 
 from webhook.core.quoting import shorten
+from webhook.core.values import value_class
 
 CardName = NewType("CardName", str)
 
@@ -34,7 +34,7 @@ class CardNameError(ValueError):
     """A card name or spec that does not follow the grammar; the text says what and where."""
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Card:
     """A parsed card name."""
 
@@ -44,7 +44,7 @@ class Card:
     mig_profile: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class CardSpec:
     """Alternatives in order of preference; never empty, never repeated."""
 

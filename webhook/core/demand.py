@@ -1,21 +1,20 @@
 """The card demand of one pod (or one pod of a template): which cards, which resource, how many."""
 
-from dataclasses import dataclass
-
 from webhook.core import keys
 from webhook.core.cards import CardKind, CardName, CardNameError, CardSpec, parse_card_name, parse_card_spec
 from webhook.core.nodes import Inventory
 from webhook.core.objects import PodTemplate
 from webhook.core.policy import Policy
 from webhook.core.quantity import QuantityError, ceil_quantity
+from webhook.core.values import value_class
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class NotCardPod:
     """No ``card.name`` and no card resource: the webhook leaves it alone."""
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class UnnamedCardPod:
     """Requests a card resource but names no card: it would escape per-model quota."""
 
@@ -23,7 +22,7 @@ class UnnamedCardPod:
     count: int
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class PodDemand:
     """``count`` cards of one of ``spec``'s models, all through ``resource``. ``origin``: the
     multi-card spec the pod asked for when the pod mutation assigned it the one model ``spec``
@@ -40,7 +39,7 @@ class PodDemand:
         return self.origin or self.spec
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class BadDemand:
     """A card pod we must refuse; ``reason`` completes "pod X ..."."""
 
@@ -87,6 +86,8 @@ def quantity_of(template: PodTemplate, resource: str) -> int | None:
 
 def spec_resource(spec: CardSpec, inventory: Inventory, policy: Policy) -> str | BadDemand:
     """The one resource all alternatives share, or why they do not."""
+    if len(spec.cards) == 1:
+        return resource_of(spec.cards[0], inventory, policy)
     resources = {card: resource_of(card, inventory, policy) for card in spec.cards}
     if len(set(resources.values())) > 1:
         listed = ", ".join(f"{card} is {res}" for card, res in resources.items())

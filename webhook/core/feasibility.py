@@ -30,9 +30,9 @@ import functools
 import math
 import operator
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 
 from webhook.core.cards import CardName
+from webhook.core.values import value_class
 
 GUARD = 10_000  # search nodes for one check: tens of milliseconds at worst
 VIEW_GUARD = 1_000  # the same for a placement only shown (messages, status, metrics)
@@ -42,7 +42,7 @@ _REPAIR_TRIES = 64  # placed groups the greedy dive may try to move before the e
 _REPAIR_DEPTH = 2  # cards a chain of moves may reach
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Group:
     cards: tuple[CardName, ...]
     per_pod: int
@@ -54,7 +54,7 @@ class Group:
         return self.per_pod * self.pods
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Placement:
     """Cards placed per (group index, card). ``complete`` when every group is placed whole."""
 

@@ -11,11 +11,12 @@ from collections import Counter
 from dataclasses import dataclass
 
 from webhook.core.cards import CardName, CardSpec
+from webhook.core.values import value_class
 
 Slot = tuple[str, CardName, int]  # queue, model, cards per pod
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Cover:
     """Part of a queue's flexible demand that already holds a pod's cards: ``pods`` pods of
     ``per_pod`` cards of ``spec`` from ``origin`` ("reserved" by its PodGroup, or "in flight" in its

@@ -13,18 +13,18 @@ Rules (SPEC §3), in the plugin's order:
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from webhook.core import keys
 from webhook.core.cards import CardName, mig_card_name, mps_card_name
 from webhook.core.quantity import QuantityError, ceil_quantity
+from webhook.core.values import value_class
 
 # The plugin's own pattern: lazy vendor up to the first '/', a word type, then '.product'.
 _PRODUCT_LABEL = re.compile(r"^((.+?)/(\w+))\.product$")
 _NVIDIA = "nvidia.com/"
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class NodeCard:
     """One card model on one node."""
 
@@ -33,7 +33,7 @@ class NodeCard:
     count: int
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class NodeCards:
     """What one node contributes: its product, the label key to select it, its cards."""
 
@@ -47,7 +47,7 @@ class NodeCards:
         return frozenset(card.name for card in self.cards)
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class _ProductInfo:
     product: str
     prefix: str
@@ -174,7 +174,7 @@ def _mps_card(
     return NodeCard(name, resource, count)
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class CardTotal:
     """A card model across the cluster."""
 
@@ -186,7 +186,7 @@ class CardTotal:
     nodes: tuple[str, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class CardSource:
     """Where a card's resource name and label key come from: the first node that showed it."""
 

@@ -5,12 +5,13 @@ offline answer and the live one agree.
 """
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from datetime import datetime
 from typing import Any
 
 from webhook.core import keys
 from webhook.core.quantity import QuantityError, parse_quantity
+from webhook.core.values import value_class
 
 Raw = Mapping[str, Any]
 NOT_CARD_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage", "pods"})
@@ -18,7 +19,7 @@ COMPUTE = ("cpu", "memory")
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-@dataclass(frozen=True, slots=True, weakref_slot=True)
+@value_class(weakref_slot=True)
 class OwnerRef:
     kind: str
     name: str
@@ -26,7 +27,7 @@ class OwnerRef:
     api_version: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Resources:
     """A pod's effective extended-resource requests and limits (Kubernetes rules), and its effective
     CPU (millicores) and memory (bytes) requests, a container's limit standing in for its missing
@@ -38,7 +39,7 @@ class Resources:
     memory: int = 0
 
 
-@dataclass(frozen=True, slots=True, weakref_slot=True)
+@value_class(weakref_slot=True)
 class PodTemplate:
     """What demand and affinity need from a pod or a pod template."""
 
@@ -49,7 +50,7 @@ class PodTemplate:
     scheduler: str = ""  # spec.schedulerName
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class PodRecord:
     uid: str
     namespace: str
@@ -74,14 +75,14 @@ class PodRecord:
         return self.deletion_deadline is not None and now > self.deletion_deadline
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Task:
     name: str
     replicas: int
     template: PodTemplate
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class WorkloadRecord:
     """A Deployment, StatefulSet, ReplicaSet or Volcano Job."""
 
@@ -101,7 +102,7 @@ class WorkloadRecord:
         return f"{self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class PodGroupRecord:
     namespace: str
     name: str
@@ -118,7 +119,7 @@ class PodGroupRecord:
         return f"{self.namespace}/{self.name}"
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class QueueRecord:
     name: str
     state: str
@@ -245,8 +246,30 @@ def _ceil_times(value: Any, scale: int) -> int:
 def resources_of(spec: Raw) -> Resources:
     """What a pod spec requests: reads only the containers', init containers' and overhead's
     resources and the init containers' ``restartPolicy``."""
+    containers = spec.get("containers") or []
+    if len(containers) == 1 and not spec.get("initContainers") and not spec.get("overhead"):
+        return _one_container(containers[0].get("resources") or {})  # the usual pod, read in one pass
     cpu, memory = compute_requests(spec)
     return Resources(effective_resources(spec, "requests"), effective_resources(spec, "limits"), cpu, memory)
+
+
+def _one_container(res: Raw) -> Resources:
+    requests, limits = res.get("requests") or {}, res.get("limits") or {}
+    cpu, memory = requests.get("cpu", limits.get("cpu")), requests.get("memory", limits.get("memory"))
+    return Resources(
+        {
+            k: _q(v)
+            for k, v in requests.items()
+            if k not in NOT_CARD_RESOURCES and not k.startswith("hugepages-")
+        },
+        {
+            k: _q(v)
+            for k, v in limits.items()
+            if k not in NOT_CARD_RESOURCES and not k.startswith("hugepages-")
+        },
+        0 if cpu is None else max(0, _ceil_times(_q(cpu), 1000)),
+        0 if memory is None else max(0, _ceil_times(_q(memory), 1)),
+    )
 
 
 def pod_template_of(template: Raw) -> PodTemplate:

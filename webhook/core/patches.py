@@ -30,6 +30,10 @@ def pointer(*parts: str | int) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
+_CARD_NAME_PATH = pointer("metadata", "annotations", keys.CARD_NAME)
+_CARD_SPEC_PATH = pointer("metadata", "annotations", keys.CARD_SPEC)
+
+
 def pod_patch(state: ClusterState, request: Request) -> Allowed:
     """Canonical ``card.name`` and a required ``<product key> In [products]`` in every term; a
     multi-card pod is first assigned one model (SPEC §5b), held in the ledger until its validation."""
@@ -47,11 +51,9 @@ def pod_patch(state: ClusterState, request: Request) -> Allowed:
     spec = CardSpec((chosen.card,)) if chosen else demand.spec
     ops: list[PatchOp] = []
     if template.annotations.get(keys.CARD_NAME) != spec.text:
-        path = pointer("metadata", "annotations", keys.CARD_NAME)
-        ops.append({"op": "replace", "path": path, "value": spec.text})
+        ops.append({"op": "replace", "path": _CARD_NAME_PATH, "value": spec.text})
     if chosen is not None:
-        path = pointer("metadata", "annotations", keys.CARD_SPEC)
-        ops.append({"op": "add", "path": path, "value": demand.spec.text})
+        ops.append({"op": "add", "path": _CARD_SPEC_PATH, "value": demand.spec.text})
     ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, spec)))
     if chosen is None:
         return Allowed("card pod confined to its models", patch=tuple(ops), card=spec.text)

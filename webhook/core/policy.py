@@ -1,8 +1,10 @@
 """The operator's choices the decisions depend on, as one frozen value (settings build it)."""
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from types import MappingProxyType
+
+from webhook.core.values import value_class
 
 _SERVICE_TYPES = MappingProxyType(
     {"ReplicaSet": "inference", "Deployment": "inference", "StatefulSet": "inference", "Job": "training"}
@@ -10,7 +12,7 @@ _SERVICE_TYPES = MappingProxyType(
 _PREEMPTABLE = MappingProxyType({"inference": "false", "training": "true"})
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Policy:
     # A card that is in a quota but on no node takes these (MIG/MPS follow their own rules).
     default_resource: str = "nvidia.com/gpu"

@@ -6,19 +6,19 @@ and say precisely what is wrong with anything else.
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from webhook.core.cards import CardName, CardNameError, CardSpec, parse_card_name, parse_card_spec
 from webhook.core.quantity import LIMIT
 from webhook.core.quoting import shorten
+from webhook.core.values import value_class
 
 
 class AnnotationError(ValueError):
     """A malformed card annotation; the text names the key and what is wrong."""
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class CardRequest:
     """``card.request``: total cards per spec a job needs."""
 

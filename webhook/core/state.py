@@ -8,7 +8,6 @@ import heapq
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from webhook.core import compact, keys
@@ -28,13 +27,14 @@ from webhook.core.objects import (
 from webhook.core.policy import Policy
 from webhook.core.quantity import QuantityError, ceil_quantity, parse_quantity
 from webhook.core.quota import AnnotationError, parse_card_request, parse_quota
+from webhook.core.values import value_class
 
 RESERVING_PHASES = frozenset({"Inqueue", "Running"})
 MAX_DEPTH = 16  # ancestors followed at most (Volcano trees are a few levels deep)
 FlexKey = tuple[CardSpec, int]
 
 
-@dataclass(frozen=True, slots=True, weakref_slot=True)
+@value_class(weakref_slot=True)
 class Charge:
     """What one live pod counts against its queue."""
 
@@ -46,7 +46,7 @@ class Charge:
     group: str
 
 
-@dataclass(frozen=True, slots=True, weakref_slot=True)
+@value_class(weakref_slot=True)
 class ComputeCharge:
     """What one live Volcano-scheduled pod counts against its queue's capability (CPU/memory check)."""
 
@@ -55,7 +55,7 @@ class ComputeCharge:
     memory: int  # bytes
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Reservation:
     """What one Inqueue/Running PodGroup holds for pods not created yet."""
 
@@ -120,7 +120,7 @@ def _bump(counter: Counter[Any], key: Any, delta: int) -> None:
         del counter[key]
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class QueueInfo:
     record: QueueRecord
     quota: dict[CardName, int] | None  # None: no card.quota annotation

@@ -2,15 +2,15 @@
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 
 from webhook.core.cards import CardName, CardSpec
 from webhook.core.feasibility import Group, Placement, backlog, fits, place
 from webhook.core.ledger import Cover
 from webhook.core.state import ClusterState, Tally
+from webhook.core.values import value_class
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class CardUse:
     quota: int
     bound: int = 0
@@ -27,7 +27,7 @@ class CardUse:
         return max(0, self.quota - self.used)
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class QueueUsage:
     """A queue's quota and usage, flexible demand placed by an exact assignment."""
 

@@ -1,16 +1,16 @@
 """What a decision returns: ``Allowed | Denied``, a closed union consumed with ``match``."""
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from webhook.core.cards import CardSpec
 from webhook.core.ledger import Cover
+from webhook.core.values import value_class
 
 PatchOp = Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Hold:
     """Demand to record in the in-flight ledger once the request is really admitted."""
 
@@ -27,7 +27,7 @@ class Hold:
     task: str = ""  # the Volcano Job task of the held pod ("<job uid>/<task>")
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Allowed:
     reason: str = ""
     warnings: tuple[str, ...] = ()
@@ -40,7 +40,7 @@ class Allowed:
 TOO_COMPLEX = "too complex"  # a denial because the exact check gave up at its guard (fail closed)
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Denied:
     message: str
     code: int = 403
@@ -53,7 +53,7 @@ class Denied:
 Decision = Allowed | Denied
 
 
-@dataclass(frozen=True, slots=True)
+@value_class
 class Request:
     """An admission request, as the core needs it."""
 
