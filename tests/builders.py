@@ -242,3 +242,9 @@ def required_affinity(*terms: list[dict[str, Any]]) -> dict[str, Any]:
     """A pod spec fragment: required node affinity with one term per list of expressions."""
     selector = {"nodeSelectorTerms": [{"matchExpressions": list(term)} for term in terms]}
     return {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": selector}}}
+
+
+def shared(limits: dict[str, Any]) -> dict[str, Any]:
+    """A pod spec whose one container asks ``limits``: a shared GPU's resources (pass as ``spec``)."""
+    resources = {"limits": {name: str(value) for name, value in limits.items()}}
+    return {"containers": [{"name": "c", "image": "i", "resources": resources}]}

@@ -9,8 +9,10 @@ Volcano Job (how many more of its pods fit beyond what the job holds). For an ``
 answer also says how many would fit on each model alone.
 """
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any
 
 import orjson
@@ -18,6 +20,7 @@ import orjson
 from webhook.core import admission, keys
 from webhook.core.cards import CardName
 from webhook.core.demand import PodDemand, pod_demand
+from webhook.core.objects import PodTemplate
 from webhook.core.report import cluster_status
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed, Denied, Request
@@ -76,7 +79,8 @@ def of_job(state: ClusterState, namespace: str, name: str, now: float) -> list[H
             continue
         queue = task.template.annotations.get(keys.QUEUE_NAME) or job.queue or keys.DEFAULT_QUEUE
         target = f"volcano job {namespace}/{name} task {task.name or '-'}"
-        answer = of_new(state, queue, demand.spec.text, demand.count, now, target=target)
+        limits = _limits(task.template)
+        answer = of_new(state, queue, demand.spec.text, 1, now, target=target, limits=limits)
         answer.replicas = task.replicas
         answers.append(answer)
     if not answers:
@@ -132,17 +136,29 @@ def of_workload(state: ClusterState, ref: str, now: float) -> Headroom:
     answer = _search(state, target, workload.replicas, scale, queue, now)
     demand = pod_demand(workload.tasks[0].template, state.inventory, state.policy)
     if isinstance(demand, PodDemand):
-        answer.per_model = _per_model(state, queue, demand.spec.cards, demand.count, now)
+        limits = _limits(workload.tasks[0].template)
+        answer.per_model = _per_model(state, queue, demand.spec.cards, now, limits)
     return _only(answer, annotations.get("volcano.sh/card.name", ""))
 
 
+def _limits(template: PodTemplate) -> dict[str, str]:
+    """A template's card and sharing requests again as quantities (limits over requests)."""
+    parsed = {**template.resources.requests, **template.resources.limits}
+    return {name: _quantity(value) for name, value in parsed.items()}
+
+
+def _quantity(value: Fraction | int) -> str:
+    value = Fraction(value)
+    return str(value.numerator) if value.denominator == 1 else f"{math.ceil(value * 1000)}m"
+
+
 def _per_model(
-    state: ClusterState, queue: str, cards: tuple[CardName, ...], per_pod: int, now: float
+    state: ClusterState, queue: str, cards: tuple[CardName, ...], now: float, limits: dict[str, str]
 ) -> dict[str, int | None]:
     """For a multi-card spec: how many more pods would fit on each model alone."""
     if len(cards) < 2:
         return {}
-    return {card: of_new(state, queue, card, per_pod, now, per_model=False).more for card in cards}
+    return {card: of_new(state, queue, card, 1, now, per_model=False, limits=limits).more for card in cards}
 
 
 def of_new(
@@ -153,8 +169,10 @@ def of_new(
     now: float,
     target: str = "",
     per_model: bool = True,
+    limits: dict[str, str] | None = None,
 ) -> Headroom:
-    """A Deployment not created yet: pods of ``per_pod`` cards ``card`` in ``queue``."""
+    """A Deployment not created yet: pods of ``per_pod`` cards ``card`` in ``queue`` (or pods asking
+    ``limits``: a Volcano Job task's, a shared GPU's)."""
     if per_pod < 1:
         raise ConfigError(f"--per-pod must be at least 1, got {per_pod}")
     first = card.split("|")[0].strip()
@@ -164,7 +182,9 @@ def of_new(
             "annotations": {"volcano.sh/card.name": card, "scheduling.volcano.sh/queue-name": queue}
         },
         "spec": {
-            "containers": [{"name": "c", "image": "i", "resources": {"limits": {resource: str(per_pod)}}}]
+            "containers": [
+                {"name": "c", "image": "i", "resources": {"limits": limits or {resource: str(per_pod)}}}
+            ]
         },
     }
 
@@ -199,7 +219,7 @@ def of_new(
         answer.reason = answer.reason.replace(asked, f"{n} more pod{'s' if n > 1 else ''}")
     if per_model:
         models = tuple(CardName(part.strip()) for part in card.split("|"))
-        answer.per_model = _per_model(state, queue, models, per_pod, now)
+        answer.per_model = _per_model(state, queue, models, now, limits or {resource: str(per_pod)})
     return _only(answer, card)
 
 

@@ -60,6 +60,18 @@ class PolicySettings(BaseSettings):
     card_unlimited_cpu_memory: bool = Field(
         False, description="with --cpu-memory-check: pods that use cards are not charged CPU or memory"
     )
+    hami_default_memory_mib: int = Field(
+        0,
+        ge=0,
+        description="HAMi's scheduler.defaultMem: the MiB a HAMi pod that asks no GPU memory is given "
+        "and charged (0: the whole card)",
+    )
+    hami_default_cores: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="HAMi's scheduler.defaultCores: the percent of compute such a pod is given",
+    )
     volcano_schedulers: str = Field(
         "volcano",
         description="with --cpu-memory-check: the schedulerNames whose pods it counts, comma-separated",
@@ -85,6 +97,8 @@ class PolicySettings(BaseSettings):
             hierarchical_queues=self.hierarchical_queues,
             cpu_memory_check=self.cpu_memory_check,
             card_unlimited_cpu_memory=self.card_unlimited_cpu_memory,
+            hami_default_memory_mib=self.hami_default_memory_mib,
+            hami_default_cores=self.hami_default_cores,
             volcano_schedulers=frozenset(
                 filter(None, (n.strip() for n in self.volcano_schedulers.split(",")))
             ),

@@ -27,7 +27,7 @@ from tests.builders import (
     vcjob,
 )
 from webhook.core import admission, ingest, keys
-from webhook.core.cards import CardSpec, parse_card_spec
+from webhook.core.cards import CardSpec, parse_card_spec, units
 from webhook.core.state import ClusterState
 from webhook.core.usage import queue_usage
 from webhook.core.verdicts import Allowed, Denied
@@ -292,9 +292,9 @@ def test_assigned_models_never_put_a_model_over_quota_and_every_fitting_pod_is_a
     state = cluster(*nodes, queue("q", json.dumps(limits)), *before)
     start = queue_usage(state, "q").placement
     usage = queue_usage(state, "q")
-    assume(start.complete and all(usage.card(c, start).used <= limits[c] for c in CARDS))
+    assume(start.complete and all(usage.card(c, start).used <= units(limits[c]) for c in CARDS))
     for i, (spec, count) in enumerate(creates):
-        fits = queue_usage(state, "q").fits(parse_card_spec(spec), count, 1)
+        fits = queue_usage(state, "q").fits(parse_card_spec(spec), units(count), 1)
         made = Created(state, pod(f"n{i}", spec, count), uid=f"uid-n{i}")
         assert made.allowed == fits, (spec, count, made.validation)
         if fits and "|" in spec:
@@ -302,7 +302,7 @@ def test_assigned_models_never_put_a_model_over_quota_and_every_fitting_pod_is_a
         if made.allowed:
             ingest.upsert(state, made.obj)  # it arrives in the cache, pending on its model
         use = _placed_use(state)
-        assert all(use[c] <= limits[c] for c in CARDS), use
+        assert all(use[c] <= units(limits[c]) for c in CARDS), use
     assert len(state.ledger) == 0
 
 

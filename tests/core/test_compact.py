@@ -4,6 +4,7 @@ import gc
 
 from tests.builders import H200, cluster, node, pod, queue
 from webhook.core import objects
+from webhook.core.cards import units
 
 
 def replica(i: int, **extra: object) -> objects.PodRecord:
@@ -21,7 +22,7 @@ def test_replicas_share_one_template_owner_and_charge_and_keep_only_what_decisio
     assert first.template is second.template and first.owner is second.owner
     assert state.charge_of(first.uid) is state.charge_of(second.uid)
     assert set(first.template.annotations) == {"volcano.sh/card.name", "scheduling.volcano.sh/queue-name"}
-    assert state.tallies["q"].bound["NVIDIA-H200"] == 3
+    assert state.tallies["q"].bound["NVIDIA-H200"] == units(3)
 
 
 def test_a_shared_value_goes_when_its_last_pod_goes() -> None:

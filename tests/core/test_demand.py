@@ -3,6 +3,7 @@ from typing import Any
 import pytest
 
 from tests.builders import H200, R4090
+from webhook.core.cards import units
 from webhook.core.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
 from webhook.core.nodes import Inventory
 from webhook.core.objects import pod_template_of
@@ -59,7 +60,9 @@ NAMED = {"volcano.sh/card.name": H200}
 )
 def test_count_follows_kubernetes_effective_request_rules(spec: dict[str, Any], count: int) -> None:
     demand = demand_of(NAMED, spec)
-    assert isinstance(demand, PodDemand) and demand.count == count and demand.resource == "nvidia.com/gpu"
+    assert (
+        isinstance(demand, PodDemand) and demand.count == units(count) and demand.resource == "nvidia.com/gpu"
+    )
 
 
 def test_a_pod_without_card_name_or_card_resource_is_not_a_card_pod() -> None:

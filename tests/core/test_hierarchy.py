@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from tests.builders import H200, H800, cluster, deployment, node, pod, queue, request, scale_request
 from webhook.core import admission
+from webhook.core.cards import units
 from webhook.core.objects import pod_record, queue_record
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState, Tally
@@ -208,8 +209,8 @@ def test_admissions_never_leave_a_queue_or_ancestor_above_quota_and_subtree_sums
     if all(step[0] != "parent" for step in steps):
         for name in NAMES:
             for card in (H200, H800):
-                assert queue_usage(state, name).card(card).used <= quotas[name]
-                assert tree_usage(state, name).card(card).used <= quotas[name]
+                assert queue_usage(state, name).card(card).used <= units(quotas[name])
+                assert tree_usage(state, name).card(card).used <= units(quotas[name])
 
 
 def _combined(state: ClusterState, name: str) -> Tally:
@@ -252,8 +253,8 @@ def test_status_shows_the_tree_with_each_subtree_figures() -> None:
     state = cluster(*NODES, *queues, running("a0", "a"), running("c0", "c"), running("b0", "b"))
     status = cluster_status(state)
     assert status["tree"] == {
-        "a": {"parent": "org", "children": ["c"], "cards": {H200: {"quota": 3, "used": 2}}},
-        "org": {"parent": "", "children": ["a", "b"], "cards": {H200: {"quota": 4, "used": 3}}},
+        "a": {"parent": "org", "children": ["c"], "cards": {H200: {"quota": 3, "used": 2, "free": 1}}},
+        "org": {"parent": "", "children": ["a", "b"], "cards": {H200: {"quota": 4, "used": 3, "free": 1}}},
     }
     table = status_table(status)
     assert "org (parent: -; children: a, b)" in table
@@ -284,8 +285,8 @@ def test_the_quick_room_check_never_admits_what_the_exact_check_refuses(
     pods = [pod(f"p{i}", c, n, queue_name=q) for i, (q, c, n) in enumerate(pending)]
     state = cluster(*NODES, *queues, *pods)
     spec = parse_card_spec(card)
-    if tree_has_room(state, "org", state.queues["org"].quota or {}, spec, size):
-        assert tree_usage(state, "org").fits(spec, size, 1)
+    if tree_has_room(state, "org", state.queues["org"].quota or {}, spec, units(size)):
+        assert tree_usage(state, "org").fits(spec, units(size), 1)
 
 
 def test_a_volcano_job_that_could_never_run_under_its_parent_is_denied() -> None:

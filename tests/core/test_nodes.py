@@ -4,6 +4,7 @@ from typing import Any
 
 import pytest
 
+from webhook.core.cards import UNIT, units
 from webhook.core.nodes import build_inventory, discover_node_cards, mps_memory_gib
 
 GPU_LABELS = {
@@ -15,7 +16,7 @@ GPU_LABELS = {
 
 def cards_of(labels: dict[str, str], allocatable: dict[str, Any]) -> dict[str, tuple[str, int]]:
     found = discover_node_cards("n", labels, allocatable)
-    return {card.name: (card.resource, card.count) for card in found.cards}
+    return {card.name: (card.resource, card.count // UNIT) for card in found.cards}  # in whole cards
 
 
 @pytest.mark.parametrize(
@@ -128,7 +129,7 @@ def test_inventory_sums_cards_across_nodes_and_keeps_the_label_key() -> None:
     b = discover_node_cards("b", GPU_LABELS, {"nvidia.com/gpu": "4"})
     total = build_inventory({"a": a, "b": b}).cards["NVIDIA-H800"]
     assert (total.total, total.nodes, total.label_key, total.resource) == (
-        12,
+        units(12),
         ("a", "b"),
         "nvidia.com/gpu.product",
         "nvidia.com/gpu",
@@ -151,5 +152,5 @@ def test_the_inventory_kept_node_by_node_equals_one_built_from_scratch() -> None
     live.put(other)  # node b changes model
     live.remove("a")
     assert live.cards == build_inventory({"b": other, "c": h800["c"]}).cards
-    assert live.total("NVIDIA-H800").total == 3 and live.total("NVIDIA-H200").nodes == ("b",)  # type: ignore[union-attr]
+    assert live.total("NVIDIA-H800").total == units(3) and live.total("NVIDIA-H200").nodes == ("b",)  # type: ignore[union-attr]
     assert live.remove("c") == {"NVIDIA-H800"} and "NVIDIA-H800" not in live  # gone counts as changed

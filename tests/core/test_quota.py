@@ -1,5 +1,6 @@
 import pytest
 
+from webhook.core.cards import units
 from webhook.core.quota import AnnotationError, parse_card_request, parse_quota
 
 KEY = "volcano.sh/card.quota"
@@ -7,9 +8,9 @@ KEY = "volcano.sh/card.quota"
 
 def test_a_quota_maps_each_card_model_to_a_count() -> None:
     text = '{"NVIDIA-H200":3,"NVIDIA-H800/mps-80g*1/2":2,"NVIDIA-H200/mig-1g.18gb-mixed":0}'
-    assert parse_quota(KEY, text) == {
-        "NVIDIA-H200": 3,
-        "NVIDIA-H800/mps-80g*1/2": 2,
+    assert parse_quota(KEY, text) == {  # in card units
+        "NVIDIA-H200": units(3),
+        "NVIDIA-H800/mps-80g*1/2": units(2),
         "NVIDIA-H200/mig-1g.18gb-mixed": 0,
     }
 
@@ -38,6 +39,6 @@ def test_malformed_quotas_are_refused_with_the_reason(text: str, says: str) -> N
 
 def test_a_card_request_accepts_multi_card_specs_but_not_zero() -> None:
     request = parse_card_request("volcano.sh/card.request", '{"A|B": 2, "C": 1}')
-    assert {spec.text: n for spec, n in request.counts.items()} == {"A|B": 2, "C": 1}
+    assert {spec.text: n for spec, n in request.counts.items()} == {"A|B": units(2), "C": units(1)}
     with pytest.raises(AnnotationError, match="must be >= 1"):
         parse_card_request("volcano.sh/card.request", '{"A": 0}')

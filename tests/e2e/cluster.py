@@ -66,8 +66,12 @@ def gpu_nodes() -> list[dict[str, Any]]:
     nodes = []
     for doc in docs:
         name = doc["metadata"]["name"]
-        if name in ("h200-mig-0", "h800-mps-0", "rtx4090-0", "rtx4090d-0"):
+        if name in ("h200-mig-0", "h800-mps-0", "rtx4090-0", "rtx4090d-0", "h800-vgpu-0", "h200-koord-0"):
             allocatable = {**doc["status"]["allocatable"], "pods": "110"}
+            if "volcano.sh/vgpu-number" in allocatable:
+                # kube-scheduler checks every extended resource a pod asks; Volcano's deviceshare,
+                # which places vGPU pods for real, ignores vgpu-cores. So the kwok node offers them.
+                allocatable["volcano.sh/vgpu-cores"] = "400"
             nodes.append(
                 {
                     "apiVersion": "v1",

@@ -16,6 +16,7 @@ from prometheus_client import generate_latest
 
 from tests.builders import H200, H800, node, pod, queue
 from webhook.cache import KINDS, Backoff, Expired, Informer, Kind, Unavailable
+from webhook.core.cards import units
 from webhook.core.policy import Policy
 from webhook.core.report import cluster_status
 from webhook.core.state import ClusterState
@@ -111,7 +112,7 @@ def test_watch_events_add_modify_and_delete_and_bookmarks_only_move_the_version(
     inf, _ = informer(POD, transport, state)
     asyncio.run(run_script(inf))
     assert pods_of(state) == {"p1"} and state.pods["uid-ns-p1"].node_name == "h0"
-    assert state.tallies["q"].bound["NVIDIA-H200"] == 1 and not state.tallies["q"].pending
+    assert state.tallies["q"].bound["NVIDIA-H200"] == units(1) and not state.tallies["q"].pending
     assert transport.watched_from == ["10", "20"]  # resumed from the bookmark after the stream ended
 
 
@@ -159,7 +160,7 @@ def test_duplicate_and_stale_events_change_nothing() -> None:
     state = build_state([("n", node("h0", H200)), ("q", queue("q", '{"NVIDIA-H200": 4}'))])
     inf, _ = informer(POD, Scripted([[pending]], 7, [script]), state)
     asyncio.run(run_script(inf))
-    assert state.pods["uid-ns-a"].node_name == "h0" and state.tallies["q"].bound["NVIDIA-H200"] == 1
+    assert state.pods["uid-ns-a"].node_name == "h0" and state.tallies["q"].bound["NVIDIA-H200"] == units(1)
 
 
 def test_an_object_in_an_odd_shape_is_skipped_reported_and_the_informer_goes_on() -> None:

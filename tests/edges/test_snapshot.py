@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 
+from webhook.core.cards import units
 from webhook.errors import SnapshotError
 from webhook.snapshot import load_snapshot
 
@@ -32,7 +33,7 @@ def test_multi_document_files_lists_and_json_all_load(tmp_path: Path) -> None:
     )
     state = load_snapshot(tmp_path)
     assert sorted(state.nodes) == ["n1", "n2"] and "q" in state.queues and len(state.pods) == 1
-    assert state.inventory.cards["NVIDIA-H200"].total == 16
+    assert state.inventory.cards["NVIDIA-H200"].total == units(16)
 
 
 def test_unknown_kinds_are_skipped_with_a_note(tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ node now. No such model: the pod is left as it is, and the validation denies it.
 """
 
 from webhook.core import keys
-from webhook.core.cards import CardName, CardSpec
+from webhook.core.cards import UNIT, CardName, CardSpec
 from webhook.core.constraints import allowed_cards
 from webhook.core.decisions import ancestors_refuse, covering, queue_refuses, volcano_task
 from webhook.core.demand import PodDemand, pod_demand
@@ -48,32 +48,33 @@ def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assi
             return Assignment(sibling, queue, state.free.has_free(sibling, demand.count), less, task[0])
         if less is not None and less.origin == "reserved":  # the first pod: room for the whole task
             pods = task[1]
-            less = Cover(less.spec, 1, demand.count * pods, "reserved")
+            less = Cover(less.spec, UNIT, -(-demand.count * pods // UNIT), "reserved")
     quota = state.queues[queue].quota or {}
     usage: QueueUsage | None = None
     first: CardName | None = None  # the first feasible model, if none has a free card now
     whole = less
     if less is not None and pods > 1:
-        less = Cover(less.spec, 1, demand.count, "reserved")  # what this one pod's hold covers
+        less = Cover(less.spec, UNIT, -(-demand.count // UNIT), "reserved")  # what this one pod's hold covers
     name = task[0] if task else ""
     for card in candidates:
-        if first is not None and not state.free.has_free(card, demand.count):
+        size = demand.count_on(card, state.inventory)  # a shared GPU's byte share differs by model
+        if first is not None and not state.free.has_free(card, size):
             continue  # it could only come second to ``first``
         one = CardSpec((card,))
         # The quick sufficient check first (every flexible pod counted on each of its models, this
         # pod's own demand included); the exact one only when it fails.
-        if not tree_has_room(state, queue, quota, one, demand.count * pods):
+        if not tree_has_room(state, queue, quota, one, size * pods):
             if usage is None:
                 usage = queue_usage(state, queue)
                 usage = usage if whole is None else usage.without(whole)
             try:
-                if not usage.fits(one, demand.count, pods):
+                if not usage.fits(one, size, pods):
                     continue
             except TooComplex:
                 continue
-        if ancestors_refuse(state, queue, one, demand.count, pods, "", less=whole) is not None:
+        if ancestors_refuse(state, queue, one, size, pods, "", less=whole) is not None:
             continue
-        if state.free.has_free(card, demand.count):
+        if state.free.has_free(card, size):
             return Assignment(card, queue, True, less, name)
         first = first or card
     return Assignment(first, queue, False, less, name) if first is not None else None

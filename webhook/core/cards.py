@@ -9,6 +9,7 @@ Only :func:`parse_card_name` and :func:`parse_card_spec` make a :data:`CardName`
 import enum
 import functools
 import re
+from decimal import Decimal
 from typing import NewType
 
 from webhook.core.quoting import shorten
@@ -22,6 +23,27 @@ _MPS = re.compile(rf"^(?P<product>{_PRODUCT})/mps-(?P<mem>[0-9]+)g\*1/(?P<replic
 _MIG = re.compile(rf"^(?P<product>{_PRODUCT})/mig-(?P<profile>[A-Za-z0-9][A-Za-z0-9._-]*)-mixed$")
 _WHOLE = re.compile(rf"^{_PRODUCT}$")
 SEPARATOR = "|"
+
+# The core counts cards in units of a thousandth of a card: a whole card is UNIT, a pod sharing a
+# GPU takes the fraction it uses (decisions.md §21). Integers, so every sum stays exact.
+UNIT = 1000
+
+
+def units(cards: int) -> int:
+    """Whole cards (a quota, a card request, a node's count) in the core's units."""
+    return cards * UNIT
+
+
+def amount(count: int) -> str:
+    """Units as people read cards: ``2``, ``0.5``, ``0.334``, ``-1.25``."""
+    if count % UNIT == 0:
+        return str(count // UNIT)
+    return str(Decimal(count) / UNIT)
+
+
+def figure(count: int) -> int | float:
+    """Units as a JSON number of cards: an integer when whole."""
+    return count // UNIT if count % UNIT == 0 else count / UNIT
 
 
 class CardKind(enum.Enum):

@@ -4,7 +4,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
 from webhook.core import capability, keys, messages
-from webhook.core.cards import CardSpec
+from webhook.core.cards import UNIT, CardSpec, amount
 from webhook.core.constraints import contradiction
 from webhook.core.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
 from webhook.core.feasibility import TooComplex
@@ -116,7 +116,7 @@ def covering(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Cover | 
     """What already holds this pod's cards: its PodGroup's reservation (cards of size 1), or one pod
     of its workload's scale-up in flight."""
     if _covered_by_podgroup(state, pod, demand):
-        return Cover(demand.asked, 1, demand.count, "reserved")
+        return Cover(demand.asked, UNIT, -(-demand.count // UNIT), "reserved")
     workload = state.workload_of(pod)
     if workload is not None:
         key = scale_key(workload)
@@ -149,7 +149,8 @@ def _compute_only(
 
 def _too_complex(queue: str, what: str, spec: CardSpec, per_pod: int, pods: int, error: TooComplex) -> Denied:
     """The exact check gave up at its guard: fail closed, and say so."""
-    need = f"{pods} pods of {per_pod} {spec.text} each" if pods > 1 else f"{per_pod} {spec.text}"
+    each = f"{amount(per_pod)} {spec.text}"
+    need = f"{pods} pods of {each} each" if pods > 1 else each
     message = messages.too_complex(queue, what, need, error)
     return Denied(message, queue=queue, card=spec.text, cause=TOO_COMPLEX)
 
@@ -170,7 +171,7 @@ def queue_refuses(state: ClusterState, queue: str, what: str, spec: CardSpec, co
     info = state.queues.get(queue)
     if info is None:
         return Denied(
-            f'queue "{queue}" does not exist; {what} needs {count} {spec.text}'
+            f'queue "{queue}" does not exist; {what} needs {amount(count)} {spec.text}'
             f" (set {keys.QUEUE_NAME} to an existing queue)",
             queue=queue,
             card=spec.text,
@@ -178,7 +179,7 @@ def queue_refuses(state: ClusterState, queue: str, what: str, spec: CardSpec, co
     if info.record.state in CLOSED_STATES:
         return Denied(
             f'queue "{queue}" is {info.record.state} and admits no new pods;'
-            f" {what} needs {count} {spec.text}",
+            f" {what} needs {amount(count)} {spec.text}",
             queue=queue,
             card=spec.text,
         )

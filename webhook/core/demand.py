@@ -1,11 +1,21 @@
 """The card demand of one pod (or one pod of a template): which cards, which resource, how many."""
 
 from webhook.core import keys
-from webhook.core.cards import CardKind, CardName, CardNameError, CardSpec, parse_card_name, parse_card_spec
+from webhook.core.cards import (
+    CardKind,
+    CardName,
+    CardNameError,
+    CardSpec,
+    parse_card_name,
+    parse_card_spec,
+    product_of,
+    units,
+)
 from webhook.core.nodes import Inventory
 from webhook.core.objects import PodTemplate
 from webhook.core.policy import Policy
 from webhook.core.quantity import QuantityError, ceil_quantity
+from webhook.core.sharing import Share, share_of, uses_sharing
 from webhook.core.values import value_class
 
 
@@ -24,14 +34,23 @@ class UnnamedCardPod:
 
 @value_class
 class PodDemand:
-    """``count`` cards of one of ``spec``'s models, all through ``resource``. ``origin``: the
-    multi-card spec the pod asked for when the pod mutation assigned it the one model ``spec``
-    names (SPEC §5b); None otherwise."""
+    """``count`` card units (``cards.UNIT`` a card) of one of ``spec``'s models, through
+    ``resource``. ``origin``: the multi-card spec the pod asked for when the pod mutation assigned
+    it the one model ``spec`` names (SPEC §5b); None otherwise."""
 
     spec: CardSpec
     resource: str
     count: int
     origin: CardSpec | None = None
+    share: Share | None = None  # a shared GPU's request (Volcano vGPU, HAMi, Koordinator)
+
+    def count_on(self, card: CardName, inventory: Inventory) -> int:
+        """The units of one pod on model ``card``: a byte share differs by model; ``count`` is the
+        largest over the spec's models, what an unassigned pod is held at."""
+        if self.share is None:
+            return self.count
+        units = self.share.units(inventory.memory_mib(product_of(card)))
+        return units if isinstance(units, int) else self.count
 
     @property
     def asked(self) -> CardSpec:
@@ -109,13 +128,31 @@ def pod_demand(template: PodTemplate, inventory: Inventory, policy: Policy) -> D
     resource = spec_resource(spec, inventory, policy)
     if isinstance(resource, BadDemand):
         return resource
+    share = share_of(template.resources.limits, template.resources.requests, policy)
+    if share is not None:
+        return _shared(spec, resource, share, inventory, _origin(template, spec))
     count = quantity_of(template, resource)
     if not count:
         return BadDemand(
             f"names card {spec.text} but requests {count or 0} {resource}: set"
             f" resources.limits[{resource!r}] to the number of cards per pod"
         )
-    return PodDemand(spec, resource, count, _origin(template, spec))
+    return PodDemand(spec, resource, units(count), _origin(template, spec))
+
+
+def _shared(
+    spec: CardSpec, resource: str, share: Share | str, inventory: Inventory, origin: CardSpec | None
+) -> PodDemand | BadDemand:
+    """A shared GPU's demand: per model, its share of one card of that model times its cards."""
+    if isinstance(share, str):
+        return BadDemand(share)
+    counts = []
+    for card in spec.cards:
+        units = share.units(inventory.memory_mib(product_of(card)))
+        if isinstance(units, str):
+            return BadDemand(units if len(spec.cards) == 1 else f"{units} ({card})")
+        counts.append(units)
+    return PodDemand(spec, resource, max(counts), origin, share)
 
 
 def _origin(template: PodTemplate, spec: CardSpec) -> CardSpec | None:
@@ -133,7 +170,7 @@ def _origin(template: PodTemplate, spec: CardSpec) -> CardSpec | None:
 
 def _unnamed(template: PodTemplate, inventory: Inventory, policy: Policy) -> Demand:
     for resource in sorted({*template.resources.limits, *template.resources.requests}):
-        if is_card_resource(resource, inventory, policy):
+        if is_card_resource(resource, inventory, policy) or uses_sharing((resource,)):
             count = quantity_of(template, resource) or 0
             if count > 0:
                 return UnnamedCardPod(resource, count)

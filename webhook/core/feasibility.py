@@ -122,9 +122,12 @@ def assign(
     such assignment exists. Exact; raises :class:`TooComplex` past ``guard`` search nodes."""
     names = sorted({card for group in groups for card in group.cards})
     index = {card: k for k, card in enumerate(names)}
-    caps = [max(0, capacity.get(card, 0)) for card in names]
+    # Every load is a multiple of the sizes' common divisor, so counting in it is exact: whole-card
+    # pods counted in card units (cards.UNIT) search as small numbers as whole cards would.
+    step = math.gcd(*(group.per_pod for group in groups if group.pods > 0)) or 1
+    caps = [max(0, capacity.get(card, 0)) // step for card in names]
     items = [
-        (tuple(index[c] for c in group.cards), group.per_pod, group.pods, i)
+        (tuple(index[c] for c in group.cards), group.per_pod // step, group.pods, i)
         for i, group in enumerate(groups)
         if group.pods > 0
     ]

@@ -1,14 +1,14 @@
 """The one-line texts people read in kubectl, ReplicaSet and HPA events. Only the target queue's
 numbers ever appear: never another tenant's."""
 
-from webhook.core.cards import CardName, CardSpec
+from webhook.core.cards import CardName, CardSpec, amount
 from webhook.core.feasibility import TooComplex
 from webhook.core.usage import CardUse, QueueUsage
 
 
 def breakdown(use: CardUse) -> str:
     parts = [
-        f"{n} {label}"
+        f"{amount(n)} {label}"
         for n, label in (
             (use.bound, "running"),
             (use.pending, "pending"),
@@ -17,7 +17,8 @@ def breakdown(use: CardUse) -> str:
         )
         if n
     ]
-    return f"quota {use.quota}: {', '.join(parts)}" if parts else f"quota {use.quota}"
+    quota = amount(use.quota)
+    return f"quota {quota}: {', '.join(parts)}" if parts else f"quota {quota}"
 
 
 def left_of(usage: QueueUsage, card: CardName) -> str:
@@ -25,7 +26,7 @@ def left_of(usage: QueueUsage, card: CardName) -> str:
     if card not in usage.quota:
         return f"no {card} quota"
     use = usage.card(card)
-    return f"{use.left} {card} left ({breakdown(use)})"
+    return f"{amount(use.left)} {card} left ({breakdown(use)})"
 
 
 def no_room(
@@ -48,22 +49,22 @@ def _no_room(usage: QueueUsage, spec: CardSpec, what: str, per_pod: int, pods: i
     if not spec.is_multi:
         card = spec.cards[0]
         if pods == 1:
-            return f"{queue} has {left_of(usage, card)}; {what} needs {per_pod}"
+            return f"{queue} has {left_of(usage, card)}; {what} needs {amount(per_pod)}"
         return (
-            f"{what} needs {per_pod * pods} {card} ({per_pod} per pod); {queue} has"
+            f"{what} needs {amount(per_pod * pods)} {card} ({amount(per_pod)} per pod); {queue} has"
             f" {_trim_card(left_of(usage, card), card)}"
         )
     options = ", ".join(f"{card} ({_left_short(usage, card)})" for card in spec.cards)
     if pods == 1:
-        return f"none of {options} in {queue} can hold {what} needing {per_pod}"
+        return f"none of {options} in {queue} can hold {what} needing {amount(per_pod)}"
     return (
-        f"{what} needs {pods} pods of {per_pod} card(s) from {spec.text}; none of {options}"
+        f"{what} needs {pods} pods of {amount(per_pod)} card(s) from {spec.text}; none of {options}"
         f" in {queue} can hold them"
     )
 
 
 def _left_short(usage: QueueUsage, card: CardName) -> str:
-    return f"{usage.card(card).left} left" if card in usage.quota else "no quota"
+    return f"{amount(usage.card(card).left)} left" if card in usage.quota else "no quota"
 
 
 def _trim_card(text: str, card: CardName) -> str:
@@ -74,7 +75,7 @@ def _trim_card(text: str, card: CardName) -> str:
 def no_quota_annotation(queue: str, what: str, spec: CardSpec, count: int) -> str:
     return (
         f'queue "{queue}" has no card quota (no volcano.sh/card.quota annotation), so it may use no'
-        f" card; {what} needs {count} {spec.text}"
+        f" card; {what} needs {amount(count)} {spec.text}"
     )
 
 

@@ -7,16 +7,20 @@ Rules (SPEC §3), in the plugin's order:
    the product, the resource prefix ``<vendor>`` and the affinity label key.
 2. Card resources from ``status.allocatable`` (zero skipped, rounded up): ``nvidia.com/gpu.shared``
    is MPS, ``nvidia.com/mig-<p>`` is MIG, any other name starting with ``<vendor>`` is the
-   whole card.
+   whole card. A GPU-sharing resource (``volcano.sh/vgpu-number``, ``koordinator.sh/gpu-core``)
+   is no card to the plugin; it is kept as the node's shared capacity of its product
+   (``sharing``), for ``status``.
 """
 
 import math
 import re
 from collections.abc import Mapping
+from typing import Any
 
 from webhook.core import keys
-from webhook.core.cards import CardName, mig_card_name, mps_card_name
+from webhook.core.cards import CardName, mig_card_name, mps_card_name, units
 from webhook.core.quantity import QuantityError, ceil_quantity
+from webhook.core.sharing import NODE_RESOURCES
 from webhook.core.values import value_class
 
 # The plugin's own pattern: lazy vendor up to the first '/', a word type, then '.product'.
@@ -26,7 +30,7 @@ _NVIDIA = "nvidia.com/"
 
 @value_class
 class NodeCard:
-    """One card model on one node."""
+    """One card model on one node; ``count`` in card units."""
 
     name: CardName
     resource: str
@@ -42,6 +46,9 @@ class NodeCards:
     label_key: str = ""
     cards: tuple[NodeCard, ...] = ()
     warnings: tuple[str, ...] = ()
+    memory_mib: int | None = None  # per card, from the ``<vendor>/<type>.memory`` label
+    shared: tuple[tuple[str, int], ...] = ()  # GPU-sharing resources (Volcano vGPU, Koordinator)
+    shared_cards: int = 0  # the physical cards behind them (the count label), in card units
 
     def card_names(self) -> frozenset[CardName]:
         return frozenset(card.name for card in self.cards)
@@ -53,6 +60,7 @@ class _ProductInfo:
     prefix: str
     label_key: str
     memory_mib: int | None
+    count: int = 0  # the ``<vendor>/<type>.count`` label: physical cards
 
 
 def round_half_away(value: float) -> int:
@@ -79,7 +87,7 @@ def _product_info(node: str, labels: Mapping[str, str], warnings: list[str]) -> 
         memory_mib = int(memory) if memory.isdigit() else None
         if memory_mib is None:
             warnings.append(f"node {node}: label {base}.memory={memory!r} is not a whole number of MiB")
-        found.append(_ProductInfo(labels[key], prefix, key, memory_mib))
+        found.append(_ProductInfo(labels[key], prefix, key, memory_mib, int(count) if count.isdigit() else 0))
     if len(found) > 1:
         chosen = ", ".join(info.label_key for info in found)
         warnings.append(
@@ -94,6 +102,7 @@ def discover_node_cards(node: str, labels: Mapping[str, str], allocatable: Mappi
     warnings: list[str] = []
     info = _product_info(node, labels, warnings)
     cards: dict[CardName, NodeCard] = {}
+    shared: list[tuple[str, int]] = []
     for resource in sorted(allocatable):
         try:
             count = ceil_quantity(allocatable[resource])
@@ -104,9 +113,14 @@ def discover_node_cards(node: str, labels: Mapping[str, str], allocatable: Mappi
             continue
         if count <= 0:
             continue
+        if resource in NODE_RESOURCES:  # shares its cards: counted by the pods that share them
+            if info is not None:
+                shared.append((resource, count))
+            continue
         card = _card_for_resource(node, resource, count, labels, info, warnings)
         if card is None:
             continue
+        card = NodeCard(card.name, card.resource, units(count))
         if card.name in cards:
             warnings.append(
                 f"node {node}: resources {cards[card.name].resource} and {resource} both map to"
@@ -116,7 +130,7 @@ def discover_node_cards(node: str, labels: Mapping[str, str], allocatable: Mappi
         cards[card.name] = card
     if info is None and not cards:
         return NodeCards(node, warnings=tuple(warnings))
-    if info is not None and not cards:
+    if info is not None and not cards and not shared:
         warnings.append(f"node {node}: product {info.product} but no card resource in allocatable")
     return NodeCards(
         node,
@@ -124,6 +138,9 @@ def discover_node_cards(node: str, labels: Mapping[str, str], allocatable: Mappi
         label_key=info.label_key if info else "",
         cards=tuple(cards.values()),
         warnings=tuple(warnings),
+        memory_mib=info.memory_mib if info else None,
+        shared=tuple(shared),
+        shared_cards=units(info.count) if info and shared else 0,
     )
 
 
@@ -208,6 +225,7 @@ class Inventory:
         self._holders: dict[CardName, dict[str, int]] = {}
         self._sources: dict[CardName, CardSource] = {}
         self._resources: frozenset[str] | None = None
+        self._memory: dict[str, int] | None = None  # product -> MiB per card (the least of its nodes)
 
     def put(self, node: NodeCards) -> set[CardName]:
         """Add or replace a node; returns the cards whose resource name changed (or vanished)."""
@@ -218,14 +236,14 @@ class Inventory:
             self._holders.setdefault(card.name, {})[node.node] = card.count
             if card.name not in self._sources:
                 self._sources[card.name] = CardSource(node.node, card.resource, node.label_key, node.product)
-        self._resources = None
+        self._resources = self._memory = None
         return self._changed(before)
 
     def remove(self, name: str) -> set[CardName]:
         before = self._resource_map(name)
         self._drop(name)
         self.by_node.pop(name, None)
-        self._resources = None
+        self._resources = self._memory = None
         return self._changed(before)
 
     def _resource_map(self, node: str) -> dict[CardName, str]:
@@ -286,6 +304,40 @@ class Inventory:
     def cards(self) -> dict[CardName, CardTotal]:
         """Every card with its total (sums over nodes: for status and warnings, not the hot path)."""
         return {card: total for card in sorted(self._sources) if (total := self.total(card)) is not None}
+
+    def memory_mib(self, product: str) -> int | None:
+        """MiB per card of a whole-card model: the least its nodes' labels say (a share is then
+        never counted smaller than on the node it lands on)."""
+        if self._memory is None:
+            memory: dict[str, int] = {}
+            for node in self.by_node.values():
+                if node.product and node.memory_mib:
+                    memory[node.product] = min(memory.get(node.product, node.memory_mib), node.memory_mib)
+            self._memory = memory
+        return self._memory.get(product)
+
+    def shared(self) -> dict[str, dict[str, Any]]:
+        """Per product, the nodes that share its cards, their cards (units) and sharing resources."""
+        out: dict[str, dict[str, Any]] = {}
+        for name in sorted(self.by_node):
+            node = self.by_node[name]
+            if not node.shared:
+                continue
+            entry = out.setdefault(node.product, {"nodes": 0, "cards": 0, "resources": {}})
+            entry["nodes"] += 1
+            entry["cards"] += node.shared_cards
+            for resource, count in node.shared:
+                entry["resources"][resource] = entry["resources"].get(resource, 0) + count
+        return out
+
+    def cluster_cards(self, card: CardName) -> int | None:
+        """What the cluster has of ``card`` for the quota-sum warnings: the plugin's whole cards and
+        the cards nodes share (units); None when no node carries it at all."""
+        total = self.total(card)
+        shared = sum(n.shared_cards for n in self.by_node.values() if n.shared and n.product == card)
+        if total is None and not shared:
+            return None
+        return (total.total if total else 0) + shared
 
     def warnings(self) -> list[str]:
         return [w for node in sorted(self.by_node) for w in self.by_node[node].warnings]

@@ -7,7 +7,7 @@ from typing import Any
 
 from webhook.core import keys, shapes
 from webhook.core.assignment import assign_model
-from webhook.core.cards import CardSpec, product_of
+from webhook.core.cards import UNIT, CardSpec, product_of
 from webhook.core.demand import PodDemand, label_key_of, pod_demand
 from webhook.core.objects import (
     OwnerRef,
@@ -60,7 +60,14 @@ def pod_patch(state: ClusterState, request: Request) -> Allowed:
     where = "a node has it free now" if chosen.free_now else "no node has it free now, the quota has room"
     key = f"assign:{request.uid}"
     hold = Hold(
-        key, chosen.queue, spec, demand.count, 1, assignment=True, covers=chosen.covers, task=chosen.task
+        key,
+        chosen.queue,
+        spec,
+        demand.count_on(chosen.card, state.inventory),
+        1,
+        assignment=True,
+        covers=chosen.covers,
+        task=chosen.task,
     )
     return Allowed(
         f"assigned {chosen.card} of {demand.spec.text} ({where}) and confined to it",
@@ -210,6 +217,7 @@ def _derived(state: ClusterState, owner: Owner, min_member: int) -> dict[str, st
     out: dict[str, str] = {}
     if len(request) == 1:
         out[keys.CARD_NAME] = next(iter(request))
-    if request:
-        out[keys.CARD_REQUEST] = json.dumps(request, separators=(",", ":"))
+    if request:  # whole cards, as the plugin reads them
+        cards = {spec: -(-count // UNIT) for spec, count in request.items()}
+        out[keys.CARD_REQUEST] = json.dumps(cards, separators=(",", ":"))
     return out

@@ -35,5 +35,9 @@ class Policy:
     # With the check on, a pod that uses cards is not charged CPU or memory: the plugin's
     # cardUnlimitedCpuMemory.
     card_unlimited_cpu_memory: bool = False
+    # HAMi's scheduler.defaultMem and defaultCores: what a HAMi pod that asks no memory (MiB; 0 is
+    # the whole card) or no compute (percent) is given, so what it is charged.
+    hami_default_memory_mib: int = 0
+    hami_default_cores: int = 0
     # The schedulers whose pods a queue's capability limits (spec.schedulerName).
     volcano_schedulers: frozenset[str] = frozenset({"volcano"})

@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from webhook.core.cards import CardName, CardNameError, CardSpec, parse_card_name, parse_card_spec
+from webhook.core.cards import CardName, CardNameError, CardSpec, parse_card_name, parse_card_spec, units
 from webhook.core.quantity import LIMIT
 from webhook.core.quoting import shorten
 from webhook.core.values import value_class
@@ -20,7 +20,7 @@ class AnnotationError(ValueError):
 
 @value_class
 class CardRequest:
-    """``card.request``: total cards per spec a job needs."""
+    """``card.request``: total cards per spec a job needs, in card units."""
 
     counts: Mapping[CardSpec, int]
 
@@ -61,7 +61,8 @@ def _count(key: str, name: str, value: Any, minimum: int) -> int:
 
 
 def parse_quota(key: str, text: str) -> dict[CardName, int]:
-    """``{cardName: int >= 0}``; an ``A|B`` key is refused: quota is per model."""
+    """``{cardName: units >= 0}`` (whole cards as written, in card units); an ``A|B`` key is refused:
+    quota is per model."""
     quota: dict[CardName, int] = {}
     for name, value in _load_object(key, text):
         if "|" in name:
@@ -75,7 +76,7 @@ def parse_quota(key: str, text: str) -> dict[CardName, int]:
             raise AnnotationError(f"{key}: {exc}") from exc
         if card.name != name:
             raise AnnotationError(f"{key}: {shorten(name)} has surrounding whitespace; write {card.name!r}")
-        quota[card.name] = _count(key, name, value, 0)
+        quota[card.name] = units(_count(key, name, value, 0))
     return quota
 
 
@@ -89,5 +90,5 @@ def parse_card_request(key: str, text: str) -> CardRequest:
             raise AnnotationError(f"{key}: {exc}") from exc
         if spec in counts:
             raise AnnotationError(f"{key}: names {shorten(spec.text)} twice")
-        counts[spec] = _count(key, name, value, 1)
+        counts[spec] = units(_count(key, name, value, 1))
     return CardRequest(counts)

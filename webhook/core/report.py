@@ -3,7 +3,7 @@
 from typing import Any
 
 from webhook.core.capability import cpu_text, memory_text
-from webhook.core.cards import CardName
+from webhook.core.cards import CardName, amount, figure
 from webhook.core.messages import breakdown
 from webhook.core.state import ClusterState, quota_sums
 from webhook.core.usage import queue_usage, tree_usage
@@ -16,7 +16,7 @@ def cluster_status(state: ClusterState) -> dict[str, Any]:
             "label_key": total.label_key,
             "product": total.product,
             "nodes": len(total.nodes),
-            "total": total.total,
+            "total": figure(total.total),
         }
         for name, total in state.inventory.cards.items()
     }
@@ -36,24 +36,30 @@ def cluster_status(state: ClusterState) -> dict[str, Any]:
         for card in sorted(set(usage.quota) | set(usage.fixed) | placed):
             use = usage.card(card, placement)
             per_card[card] = {
-                "quota": use.quota,
-                "bound": use.bound,
-                "pending": use.pending,
-                "reserved": use.reserved,
-                "in_flight": use.in_flight,
-                "free": use.quota - use.used,
+                "quota": figure(use.quota),
+                "bound": figure(use.bound),
+                "pending": figure(use.pending),
+                "reserved": figure(use.reserved),
+                "in_flight": figure(use.in_flight),
+                "free": figure(use.quota - use.used),
             }
             if use.used > use.quota:
-                warnings.append(f'queue "{name}" uses {use.used} {card}, above its quota of {use.quota}')
+                warnings.append(
+                    f'queue "{name}" uses {amount(use.used)} {card}, above its quota of {amount(use.quota)}'
+                )
         queues[name] = per_card
     for card, total in sorted(quota_sum.items()):
-        have = state.inventory.total(card)
+        have = state.inventory.cluster_cards(card)
         if have is None and total:
-            warnings.append(f"{card}: queues' quotas sum to {total} but no node carries it")
-        elif have is not None and total > have.total:
-            warnings.append(f"{card}: queues' quotas sum to {total} but the cluster has {have.total}")
+            warnings.append(f"{card}: queues' quotas sum to {amount(total)} but no node carries it")
+        elif have is not None and total > have:
+            warnings.append(
+                f"{card}: queues' quotas sum to {amount(total)} but the cluster has {amount(have)}"
+            )
     notes = [*state.notes, *(f"{what}: skipped, {why}" for what, why in sorted(state.skipped.items()))]
     status = {"cards": cards, "queues": queues, "tree": _tree(state), "warnings": warnings, "notes": notes}
+    if shared := state.inventory.shared():  # nodes that share their cards (Volcano vGPU, Koordinator)
+        status["shared"] = {p: {**info, "cards": figure(info["cards"])} for p, info in shared.items()}
     if state.policy.cpu_memory_check:
         status["capability"] = _capability(state, warnings)
     return status
@@ -92,7 +98,12 @@ def _tree(state: ClusterState) -> dict[str, Any]:
         cards = {}
         for card in sorted(set(usage.quota) | set(usage.fixed) | {c for (_, c) in placement.placed}):
             use = usage.card(card, placement)
-            cards[card] = {"quota": use.quota if card in usage.quota else None, "used": use.used}
+            limited = card in usage.quota
+            cards[card] = {
+                "quota": figure(use.quota) if limited else None,
+                "used": figure(use.used),
+                "free": figure(use.quota - use.used) if limited else None,
+            }
         tree[name] = {
             "parent": info.record.parent if info is not None else "",
             "children": sorted(q for q, chain in state.ancestors.items() if chain[:1] == (name,)),
@@ -105,6 +116,9 @@ def status_table(status: dict[str, Any]) -> str:
     lines = ["CARD                                      RESOURCE                 NODES  TOTAL"]
     for name, card in status["cards"].items():
         lines.append(f"{name:<41} {card['resource']:<24} {card['nodes']:>5}  {card['total']:>5}")
+    for product, info in status.get("shared", {}).items():
+        resources = ", ".join(f"{resource} {count}" for resource, count in info["resources"].items())
+        lines.append(f"{product:<41} {info['cards']} more shared on {info['nodes']} node(s): {resources}")
     lines += ["", "QUEUE            CARD                                      QUOTA BOUND PEND  RSV  FREE"]
     for queue, per_card in status["queues"].items():
         for card, n in per_card.items():
@@ -119,7 +133,7 @@ def status_table(status: dict[str, Any]) -> str:
             lines.append(f"{queue} (parent: {node['parent'] or '-'}; children: {children})")
             for card, n in node["cards"].items():
                 quota = n["quota"]
-                limit = "no limit" if quota is None else f"quota {quota}, free {quota - n['used']}"
+                limit = "no limit" if quota is None else f"quota {quota}, free {n['free']}"
                 lines.append(f"  {card:<41} used {n['used']:>5}  {limit}")
     if "capability" in status:
         lines += [
@@ -152,7 +166,7 @@ def overcommitted(state: ClusterState) -> list[tuple[str, CardName, int, str]]:
             use = usage.card(card, placement)
             if use.used > use.quota:
                 message = (
-                    f'queue "{name}" uses {use.used} {card}, above its quota ({breakdown(use)});'
+                    f'queue "{name}" uses {amount(use.used)} {card}, above its quota ({breakdown(use)});'
                     " nothing is evicted, new pods wait until use falls below it"
                 )
                 found.append((name, card, use.used - use.quota, message))

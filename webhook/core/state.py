@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from webhook.core import compact, keys
-from webhook.core.cards import CardName, CardSpec
+from webhook.core.cards import UNIT, CardName, CardSpec, units
 from webhook.core.demand import Demand, NotCardPod, PodDemand, pod_demand
 from webhook.core.freecards import FreeCards
 from webhook.core.ledger import Ledger
@@ -527,7 +527,7 @@ class ClusterState:
             demand = pod_demand(task.template, self.inventory, self.policy)
             if isinstance(demand, PodDemand) and demand.resource in group.min_resources:
                 try:
-                    asked[demand.spec] = ceil_quantity(group.min_resources[demand.resource])
+                    asked[demand.spec] = units(ceil_quantity(group.min_resources[demand.resource]))
                 except QuantityError:
                     continue
         return asked
@@ -544,7 +544,7 @@ class ClusterState:
             if rest <= 0:
                 continue
             if spec.is_multi:
-                flex[(spec, 1)] += rest
+                flex[(spec, UNIT)] += -(-rest // UNIT)  # reserved cards, whole, split card by card
             else:
                 fixed[spec.cards[0]] += rest
         return Reservation(group.queue or keys.DEFAULT_QUEUE, fixed, flex)

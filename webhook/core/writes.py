@@ -3,7 +3,7 @@
 from collections import Counter
 
 from webhook.core import keys
-from webhook.core.cards import CardName, CardSpec
+from webhook.core.cards import UNIT, CardName, CardSpec, amount
 from webhook.core.decisions import annotation_problem
 from webhook.core.demand import PodDemand, pod_demand
 from webhook.core.feasibility import Group, TooComplex, assign
@@ -41,7 +41,8 @@ def _tree_warnings(state: ClusterState, name: str, parent: str, quota: dict[Card
         for card, count in sorted(quota.items()):
             if card in above.quota and count > above.quota[card]:
                 warnings.append(
-                    f'queue "{name}": {card} quota {count} is above the {above.quota[card]} of its parent'
+                    f'queue "{name}": {card} quota {amount(count)} is above the {amount(above.quota[card])}'
+                    f" of its parent"
                     f' "{parent}", which limits it'
                 )
         warnings += _children_sum(state, parent, above.quota, {name: quota})
@@ -59,7 +60,8 @@ def _children_sum(
         total = sum(q.get(card, 0) for q in quotas.values())
         if total > count:
             warnings.append(
-                f'the children of queue "{parent}" have {card} quotas summing to {total}, above its {count};'
+                f'the children of queue "{parent}" have {card} quotas summing to {amount(total)}, above'
+                f" its {amount(count)};"
                 " they compete for it"
             )
     return warnings
@@ -72,15 +74,16 @@ def _quota_warnings(state: ClusterState, name: str, parent: str, quota: dict[Car
     chains = {**state.ancestors, name: (parent, *state.ancestors.get(parent, ())) if parent else ()}
     totals = quota_sums(quotas, chains)
     for card, count in quota.items():
-        cluster = state.inventory.total(card)
+        cluster = state.inventory.cluster_cards(card)
         if cluster is None:
             if count:
                 warnings.append(
-                    f"{card} is on no node yet: the quota of {count} cannot be used until one joins"
+                    f"{card} is on no node yet: the quota of {amount(count)} cannot be used until one joins"
                 )
-        elif totals[card] > cluster.total:
+        elif totals[card] > cluster:
             warnings.append(
-                f"{card}: all queues' quotas sum to {totals[card]} but the cluster has {cluster.total};"
+                f"{card}: all queues' quotas sum to {amount(totals[card])} but the cluster has"
+                f" {amount(cluster)};"
                 " queues will compete for the cards"
             )
     if name in state.queues:
@@ -91,8 +94,9 @@ def _quota_warnings(state: ClusterState, name: str, parent: str, quota: dict[Car
             if use.used > quota.get(card, 0):
                 detail = breakdown(use).partition(": ")[2]
                 warnings.append(
-                    f'queue "{name}": new {card} quota {quota.get(card, 0)} is below its current use'
-                    f" {use.used} ({detail}); nothing is evicted, new pods wait until use falls below it"
+                    f'queue "{name}": new {card} quota {amount(quota.get(card, 0))} is below its current'
+                    f" use {amount(use.used)} ({detail}); nothing is evicted, new pods wait until use falls"
+                    " below it"
                 )
     return warnings
 
@@ -113,20 +117,20 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
     never = _never_enqueued(info.quota, groups)
     if never is not None:
         spec, need = never
-        whole = ", ".join(f"{info.quota.get(c, 0)} {c}" for c in spec.cards)
+        whole = ", ".join(f"{amount(info.quota.get(c, 0))} {c}" for c in spec.cards)
         if spec.is_multi:
             return Denied(
-                f"{what} needs {need} {spec.text}, and Volcano enqueues a multi-card request whole on one"
-                f' model, but no model of it holds {need} in the whole quota of queue "{queue}"'
-                f" ({whole}): it could never run; split the request per model",
+                f"{what} needs {amount(need)} {spec.text}, and Volcano enqueues a multi-card request whole"
+                f" on one model, but no model of it holds {amount(need)} in the whole quota of queue"
+                f' "{queue}" ({whole}): it could never run; split the request per model',
                 queue=queue,
                 card=spec.text,
             )
         total = sum(g.demand for g in groups)
         named = list(dict.fromkeys(c for g in groups for c in g.cards))
-        whole = ", ".join(f"{info.quota.get(c, 0)} {c}" for c in named)
+        whole = ", ".join(f"{amount(info.quota.get(c, 0))} {c}" for c in named)
         return Denied(
-            f'{what} needs at least {total} {"|".join(named)} but the whole quota of queue "{queue}"'
+            f'{what} needs at least {amount(total)} {"|".join(named)} but the whole quota of queue "{queue}"'
             f" is {whole}: it could never run",
             queue=queue,
             card="|".join(named),
@@ -142,11 +146,11 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
             continue  # the job's own queue was checked exactly; an ancestor only adds a remark
         if beyond:
             named = list(dict.fromkeys(c for g in limited for c in g.cards))
-            whole = ", ".join(f"{limit.get(c, 0)} {c}" for c in named)
+            whole = ", ".join(f"{amount(limit.get(c, 0))} {c}" for c in named)
             need = sum(g.demand for g in limited)
             return Denied(
-                f'{what} needs at least {need} {"|".join(named)} but the whole quota of queue "{ancestor}"'
-                f' (above "{queue}") is {whole}: it could never run',
+                f"{what} needs at least {amount(need)} {'|'.join(named)} but the whole quota of queue"
+                f' "{ancestor}" (above "{queue}") is {whole}: it could never run',
                 queue=ancestor,
                 card="|".join(named),
             )
@@ -179,7 +183,7 @@ def _minimum_demand(
 ) -> list[Group]:
     if request_text:
         counts = parse_card_request(keys.CARD_REQUEST, request_text).counts
-        return [Group(spec.cards, 1, n) for spec, n in counts.items()]
+        return [Group(spec.cards, UNIT, -(-n // UNIT)) for spec, n in counts.items()]
     per_task: list[tuple[int, CardSpec]] = []
     for task in tasks:
         demand = pod_demand(task.template, state.inventory, state.policy)
