@@ -1,8 +1,9 @@
 """``make bench``: the cost of one admission decision with 1,000 and 100,000 pods in the cluster.
 
 Run with ``python -m tests.bench.decide [--pods 1000,100000] [--repeat 6000]``. Prints one table;
-the figures in docs/performance.md come from it. For each cluster size the flat queues and the
-three-level tree are timed turn by turn in the same loop, and their ratio printed.
+the figures in docs/performance.md come from it. For each cluster size the flat queues, the
+three-level tree and the flat queues with half the one-model pods sharing GPUs are timed turn by
+turn in the same loop, and their ratios to the flat queues printed.
 """
 
 import argparse
@@ -20,8 +21,8 @@ from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed
 
 
-def build(pods: int, tree: bool = False) -> ClusterState:
-    return cluster(*synthetic.cluster_objects(pods, tree))
+def build(pods: int, tree: bool = False, sharing: bool = False) -> ClusterState:
+    return cluster(*synthetic.cluster_objects(pods, tree, sharing))
 
 
 def time_decisions(states: list[ClusterState], repeat: int) -> list[tuple[float, float, float]]:
@@ -65,19 +66,24 @@ def main() -> None:
     )
     for pods in (int(n) for n in args.pods.split(",")):
         states, built = [], []
-        for tree in (False, True):
+        for tree, sharing in ((False, False), (True, False), (False, True)):
             gc.collect()
             tracemalloc.start()
             started = time.perf_counter()
-            states.append(build(pods, tree))
+            states.append(build(pods, tree, sharing))
             built.append((time.perf_counter() - started, tracemalloc.get_traced_memory()[0] / 2**20))
             tracemalloc.stop()
         timed = time_decisions(states, args.repeat)
-        for shape, (seconds, size), (median, p99, worst) in zip(("flat", "tree"), built, timed, strict=True):
+        shapes = ("flat", "tree", "shared")
+        for shape, (seconds, size), (median, p99, worst) in zip(shapes, built, timed, strict=True):
             print(
                 f"{shape:>6} {pods:>8} {seconds:>8.1f} {size:>10.1f} {median:>10.1f} {p99:>8.1f} {worst:>8.1f}"
             )
         print(f"{'':>6} {pods:>8} tree/flat median: {timed[1][0] / timed[0][0]:.3f} (interleaved, same run)")
+        print(
+            f"{'':>6} {pods:>8} shared/flat median: {timed[2][0] / timed[0][0]:.3f},"
+            f" p99: {timed[2][1] / timed[0][1]:.3f} (half the one-model pods share GPUs)"
+        )
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 
 

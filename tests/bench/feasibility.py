@@ -13,6 +13,9 @@ Run with ``python -m tests.bench.feasibility [--states 5000] [--reference OLD.py
 Each state is timed three times and the fastest run kept (the work is fixed; the slower runs only
 measure pauses of the machine); the check's caches are emptied before every run.
 
+``in units`` is the same check on the same states counted in card units, as the core holds them
+since shared GPUs (decisions.md §21): its figures must match the plain ones.
+
 ``--reference`` times another implementation of ``fits`` (a file defining it, e.g. an earlier
 ``webhook/core/feasibility.py``) on the same states, for a before/after figure in one run: the two
 take turns state by state, each with its own caches emptied before every run.
@@ -26,7 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from webhook.core.cards import CardName
+from webhook.core.cards import UNIT, CardName
 from webhook.core.feasibility import GUARD, Group, TooComplex, clear_caches, fits
 
 SIZES = (1, 2, 3, 4, 8)
@@ -101,6 +104,14 @@ def time_fits(
     return results
 
 
+def fits_in_units(capacity: dict[CardName, int], groups: list[Group], request: Group) -> bool:
+    """The same state as the core holds it since shared GPUs: every count in card units (``UNIT``
+    a card). The scaling itself is inside the timing (a few microseconds)."""
+    scaled = [Group(g.cards, g.per_pod * UNIT, g.pods, g.origin) for g in groups]
+    wanted = Group(request.cards, request.per_pod * UNIT, request.pods, request.origin)
+    return fits({card: n * UNIT for card, n in capacity.items()}, scaled, wanted)
+
+
 def load(path: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location("reference_feasibility", path)
     assert spec and spec.loader
@@ -115,7 +126,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--reference", help="a file defining fits(capacity, groups, request) to compare")
     args = parser.parse_args()
-    checks: dict[str, tuple[Check, Callable[[], None]]] = {"exact check": (fits, clear_caches)}
+    checks: dict[str, tuple[Check, Callable[[], None]]] = {
+        "exact check": (fits, clear_caches),
+        "in units": (fits_in_units, clear_caches),
+    }
     if args.reference:
         reference = load(args.reference)
         checks["reference"] = (reference.fits, getattr(reference, "clear_caches", lambda: None))

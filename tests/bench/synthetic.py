@@ -1,6 +1,8 @@
 """Synthetic clusters for the benchmarks: N pods over 100 queues and 4 card models, N/8 nodes.
 
-A third of the pods are pending, every tenth is a multi-card ``A|B`` pod, sizes 1 and 2.
+A third of the pods are pending, every tenth is a multi-card ``A|B`` pod, sizes 1 and 2. With
+``shared``, every other one-model pod shares its GPUs instead (Volcano vGPU or HAMi, a fraction of a
+card each).
 ``write_snapshot`` puts one as a ``kind: List`` JSON file, the way ``kubectl get -o json`` dumps.
 """
 
@@ -9,13 +11,18 @@ from typing import Any
 
 import orjson
 
-from tests.builders import R4090, R4090D, node, pod, queue
+from tests.builders import GPU, R4090, R4090D, node, pod, queue, shared
+
+SHARES = [
+    {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-cores": 30, "volcano.sh/vgpu-memory": 20480},
+    {GPU: 1, "nvidia.com/gpumem-percentage": 45},
+]
 
 MODELS = ["NVIDIA-H200", "NVIDIA-H800", R4090, R4090D]
 QUEUES = 100
 
 
-def cluster_objects(pods: int, tree: bool = False) -> list[dict[str, Any]]:
+def cluster_objects(pods: int, tree: bool = False, sharing: bool = False) -> list[dict[str, Any]]:
     """With ``tree``, the queues sit in a three-level tree: q<i> under dept<i % 10> under org, every
     level with a card quota, so a decision also checks two ancestors."""
     nodes = [node(f"n{i}", MODELS[i % len(MODELS)], 8) for i in range(max(8, pods // 8))]
@@ -29,15 +36,17 @@ def cluster_objects(pods: int, tree: bool = False) -> list[dict[str, Any]]:
         spec = f"{R4090}|{R4090D}" if i % 10 == 0 else model
         bound = i % 3 != 0 and "|" not in spec
         node_name = f"n{(i % len(nodes)) // len(MODELS) * len(MODELS) + MODELS.index(model)}" if bound else ""
+        share = sharing and "|" not in spec and i % 2 == 0
         objects.append(
             pod(
                 f"p{i}",
                 spec,
-                1 + i % 2,
+                None if share else 1 + i % 2,
                 queue_name=f"q{i % QUEUES}",
                 node_name=node_name,
                 phase="Running" if bound else "Pending",
                 uid=f"{i:08d}-5f0e-4c1a-9a57-{i:012d}",
+                spec=shared(SHARES[i // 2 % 2]) if share else None,
             )
         )
     return objects

@@ -373,3 +373,25 @@ def test_any_sharing_request_is_charged_or_refused_with_a_reason_never_a_crash(
     assert isinstance(decision, Allowed | Denied)
     if isinstance(decision, Denied):
         assert decision.message and "\n" not in decision.message
+
+
+def test_a_shared_pod_is_confined_to_its_model_and_an_a_or_b_share_is_assigned_the_model_with_room() -> None:
+    state = cluster(
+        *NODES, queue("q", '{"NVIDIA-H200": 1, "NVIDIA-H800": 1}'), third("a"), third("b"), third("c")
+    )
+    one = admission.mutate(state, request(third("d")))
+    assert isinstance(one, Allowed)
+    affinity = [op for op in one.patch if op["path"] == "/spec/affinity"]
+    assert affinity[0]["value"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"] == {
+        "nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "nvidia.com/gpu.product", "operator": "In", "values": [H800]}]}
+        ]
+    }
+    # H800 has 0.01 left: an H800|H200 third goes to H200, charged its share of an H200 there.
+    limits = {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-cores": 33, "volcano.sh/vgpu-memory": 20480}
+    flexible = pod("e", f"{H800}|{H200}", None, spec=shared(limits))
+    mutation = admission.mutate(state, request(flexible))
+    assert isinstance(mutation, Allowed) and mutation.card == H200 and mutation.hold is not None
+    assert mutation.hold.per_pod == 330  # 33 % of the compute, above 20 of 141 GiB
+    admission.admit(state, request(flexible), mutation, 0.0)
+    assert queue_usage(state, "q").card(H200).in_flight == 330

@@ -37,11 +37,40 @@ def running(plane: ControlPlane, namespace: str, app: str) -> list[dict[str, Any
     return [p for p in pods if p["status"].get("phase") == "Running"]
 
 
-def test_six_thirds_of_a_vgpu_fill_two_cards_and_the_seventh_scale_up_and_the_hpa_are_denied(
+def headroom(plane: ControlPlane, ref: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "webhook",
+            "headroom",
+            ref,
+            "--kubeconfig",
+            str(plane.kubeconfig),
+            "--output",
+            "json",
+        ],
+        capture_output=True,
+        check=True,
+        timeout=120,
+    )
+    return dict(json.loads(done.stdout))
+
+
+def test_thirds_of_a_vgpu_fill_two_cards_as_headroom_says_and_the_seventh_is_denied_to_kubectl_and_the_hpa(
     control_plane: ControlPlane, webhook: Process, namespace: str, card_quota: Quota
 ) -> None:
     queue_name = card_quota({H800: 2})
-    control_plane.apply(shared_deployment("embed", 6, queue_name, H800, THIRD), namespace=namespace)
+    control_plane.apply(shared_deployment("embed", 4, queue_name, H800, THIRD), namespace=namespace)
+    wait_for("4 running pods", lambda: len(running(control_plane, namespace, "embed")) == 4, timeout=120)
+    ref = f"deployment/{namespace}/embed"
+    answer = wait_for(
+        "the 4 pods bound in the headroom view",
+        lambda: (a := headroom(control_plane, ref))["cards"][H800]["bound"] == 1.32 and a,
+        timeout=60,
+    )
+    assert (answer["replicas"], answer["more"]) == (4, 2)  # 0.68 left: two more thirds (0.33 each)
+    control_plane.kubectl("scale", "deployment/embed", "--replicas=6", "-n", namespace)
     pods = wait_for(
         "6 running pods",
         lambda: len(found := running(control_plane, namespace, "embed")) == 6 and found,
@@ -59,25 +88,7 @@ def test_six_thirds_of_a_vgpu_fill_two_cards_and_the_seventh_scale_up_and_the_hp
     assert (
         f"scale-up of deployment {namespace}/embed from 6 to 8 replicas needs 0.66" in rescale[0]["message"]
     )
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "webhook",
-            "headroom",
-            f"deployment/{namespace}/embed",
-            "--kubeconfig",
-            str(control_plane.kubeconfig),
-            "--output",
-            "json",
-        ],
-        capture_output=True,
-        check=True,
-        timeout=120,
-    )
-    answer = json.loads(done.stdout)
-    assert (answer["replicas"], answer["more"]) == (6, 0)
-    assert answer["cards"][H800]["bound"] == 1.98
+    assert headroom(control_plane, ref)["more"] == 0
 
 
 def test_koordinator_quarters_are_admitted_up_to_the_quota_and_the_next_pod_fails_to_create(
