@@ -60,6 +60,15 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0, every: 
     )
 
 
+def headroom(plane: "ControlPlane", ref: str) -> dict[str, Any]:
+    """``cardquota headroom REF -o json`` against the control plane, as a user runs it."""
+    command = ["headroom", ref, "--kubeconfig", str(plane.kubeconfig), "--output", "json"]
+    done = subprocess.run(
+        [sys.executable, "-m", "webhook", *command], capture_output=True, check=True, timeout=120
+    )
+    return dict(json.loads(done.stdout))
+
+
 def gpu_nodes() -> list[dict[str, Any]]:
     """The example cluster's GPU nodes as kwok nodes: labels as the NVIDIA GPU operator sets them."""
     docs = yaml.safe_load((ROOT / "examples" / "cluster" / "nodes.yaml").read_text())["items"]

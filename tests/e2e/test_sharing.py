@@ -2,13 +2,10 @@
 resources, and Deployments of pods that take a fraction of a card are admitted exactly up to the
 queue's quota (decisions.md §21)."""
 
-import json
-import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
-from tests.e2e.cluster import ControlPlane, wait_for
+from tests.e2e.cluster import ControlPlane, headroom, wait_for
 from tests.e2e.objects import H200, deployment_of, hpa
 from tests.edges.serving import Process
 
@@ -35,26 +32,6 @@ def events(plane: ControlPlane, namespace: str, reason: str) -> list[dict[str, A
 def running(plane: ControlPlane, namespace: str, app: str) -> list[dict[str, Any]]:
     pods = plane.get("pods", "-l", f"app={app}", namespace=namespace)["items"]
     return [p for p in pods if p["status"].get("phase") == "Running"]
-
-
-def headroom(plane: ControlPlane, ref: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "webhook",
-            "headroom",
-            ref,
-            "--kubeconfig",
-            str(plane.kubeconfig),
-            "--output",
-            "json",
-        ],
-        capture_output=True,
-        check=True,
-        timeout=120,
-    )
-    return dict(json.loads(done.stdout))
 
 
 def test_thirds_of_a_vgpu_fill_two_cards_as_headroom_says_and_the_seventh_is_denied_to_kubectl_and_the_hpa(

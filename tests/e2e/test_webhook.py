@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import yaml
 
+from tests.e2e import cluster
 from tests.e2e.cluster import ControlPlane, wait_for
 from tests.e2e.objects import H200, card_queue, hpa, queued_deployment
 from tests.edges.serving import Process
@@ -249,23 +250,7 @@ def test_headroom_on_the_live_cluster_is_what_the_hpa_can_scale_to(
         control_plane.apply(queued_deployment(name, replicas, queue_name), namespace=namespace)
 
     def headroom() -> dict[str, Any]:
-        done = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "webhook",
-                "headroom",
-                f"deployment/{namespace}/chat",
-                "--kubeconfig",
-                str(control_plane.kubeconfig),
-                "--output",
-                "json",
-            ],
-            capture_output=True,
-            check=True,
-            timeout=120,
-        )
-        return dict(json.loads(done.stdout))
+        return cluster.headroom(control_plane, f"deployment/{namespace}/chat")
 
     def settled() -> dict[str, Any] | None:
         answer = headroom()

@@ -17,6 +17,7 @@ a model whose memory is not known).
 
 import math
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
@@ -86,16 +87,17 @@ def share_of(limits: Mapping[str, Any], requests: Mapping[str, Any], policy: Pol
     """The pod's share through Volcano vGPU, HAMi or Koordinator; a reason string if it is malformed;
     None when it uses none of them. ``limits``/``requests``: the pod's effective parsed amounts."""
     merged = {**requests, **limits}  # limits first
-    if VGPU_NUMBER in merged or VGPU_MEMORY in merged:
-        return _volcano(merged)
-    if HAMI_GPU in merged and any(k in merged for k in (HAMI_MEMORY, HAMI_MEMORY_PERCENT, HAMI_CORES)):
-        return _hami(merged, policy)
-    for prefix in KOORD_PREFIXES:
-        if any(
-            prefix + name in merged
-            for name in (KOORD_SHARED, KOORD_CORE, KOORD_MEMORY_RATIO, KOORD_MEMORY, KOORD_GPU)
-        ):
-            return _koordinator(merged, prefix)
+    try:
+        if VGPU_NUMBER in merged or VGPU_MEMORY in merged:
+            return _volcano(merged)
+        if HAMI_GPU in merged and any(k in merged for k in (HAMI_MEMORY, HAMI_MEMORY_PERCENT, HAMI_CORES)):
+            return _hami(merged, policy)
+        for prefix in KOORD_PREFIXES:
+            names = (KOORD_SHARED, KOORD_CORE, KOORD_MEMORY_RATIO, KOORD_MEMORY, KOORD_GPU)
+            if any(prefix + name in merged for name in names):
+                return _koordinator(merged, prefix)
+    except _Refused as refused:
+        return str(refused)
     return None
 
 
@@ -108,45 +110,54 @@ def uses_sharing(resources: Iterable[str]) -> bool:
     )
 
 
-def _volcano(merged: Mapping[str, Any]) -> Share | str:
-    number = merged.get(VGPU_NUMBER, 1)  # vgpu-memory alone: one vGPU
-    cards = _whole(VGPU_NUMBER, number)
-    if isinstance(cards, str):
-        return cards
-    percent = _percent(merged, VGPU_MEMORY_PERCENT)
-    cores = _percent(merged, VGPU_CORES)
-    for value in (percent, cores):
-        if isinstance(value, str):
-            return value
-    assert not isinstance(percent, str) and not isinstance(cores, str)
-    memory = _amount(merged, VGPU_MEMORY)
-    if isinstance(memory, str):
-        return memory
-    if not memory and not percent:
-        percent = Fraction(100)  # the device plugin's default: the card's whole memory
-    return Share(VOLCANO, cards, cores, percent, memory, VGPU_MEMORY)
+class _Refused(Exception):
+    """A request this module cannot charge; the text completes "pod X ..."."""
 
 
-def _hami(merged: Mapping[str, Any], policy: Policy) -> Share | str:
-    cards = _whole(HAMI_GPU, merged[HAMI_GPU])
-    if isinstance(cards, str):
-        return cards
-    percent = _percent(merged, HAMI_MEMORY_PERCENT)
-    cores = _percent(merged, HAMI_CORES) if HAMI_CORES in merged else Fraction(policy.hami_default_cores)
-    for value in (percent, cores):
-        if isinstance(value, str):
-            return value
-    assert not isinstance(percent, str) and not isinstance(cores, str)
-    memory = _amount(merged, HAMI_MEMORY)
-    if isinstance(memory, str):
-        return memory
-    if not memory and not percent:  # HAMi's scheduler.defaultMem: 0 means the whole card
+def _per_device(
+    system: str,
+    merged: Mapping[str, Any],
+    number: tuple[str, Any],
+    fields: tuple[str, str, str],
+    cores: Fraction,
+) -> Share:
+    """Volcano vGPU and HAMi alike: ``number`` vGPUs, each asking (memory MiB, memory %, cores %)
+    through ``fields``; ``cores`` when the pod asks none."""
+    memory_field, percent_field, cores_field = fields
+    return Share(
+        system,
+        _whole(*number),
+        _percent(merged, cores_field) if cores_field in merged else cores,
+        _percent(merged, percent_field),
+        _amount(merged, memory_field),
+        memory_field,
+    )
+
+
+def _volcano(merged: Mapping[str, Any]) -> Share:
+    number = (VGPU_NUMBER, merged.get(VGPU_NUMBER, 1))  # vgpu-memory alone: one vGPU
+    share = _per_device(VOLCANO, merged, number, (VGPU_MEMORY, VGPU_MEMORY_PERCENT, VGPU_CORES), Fraction(0))
+    if not share.memory_mib and not share.memory_percent:  # the device plugin's default: the whole card
+        share = replace(share, memory_percent=Fraction(100))
+    return share
+
+
+def _hami(merged: Mapping[str, Any], policy: Policy) -> Share:
+    fields = (HAMI_MEMORY, HAMI_MEMORY_PERCENT, HAMI_CORES)
+    share = _per_device(
+        HAMI, merged, (HAMI_GPU, merged[HAMI_GPU]), fields, Fraction(policy.hami_default_cores)
+    )
+    if not share.memory_mib and not share.memory_percent:  # HAMi's scheduler.defaultMem; 0: the whole card
         default = policy.hami_default_memory_mib
-        memory, percent = (Fraction(default), Fraction(0)) if default else (Fraction(0), Fraction(100))
-    return Share(HAMI, cards, cores, percent, memory, HAMI_MEMORY)
+        share = (
+            replace(share, memory_mib=Fraction(default))
+            if default
+            else replace(share, memory_percent=Fraction(100))
+        )
+    return share
 
 
-def _koordinator(merged: Mapping[str, Any], prefix: str) -> Share | str:
+def _koordinator(merged: Mapping[str, Any], prefix: str) -> Share:
     core = merged.get(prefix + KOORD_CORE)
     ratio = merged.get(prefix + KOORD_MEMORY_RATIO)
     if prefix + KOORD_GPU in merged:  # the combined resource: core and memory ratio at once
@@ -154,49 +165,47 @@ def _koordinator(merged: Mapping[str, Any], prefix: str) -> Share | str:
     fields = [(prefix + KOORD_CORE, core), (prefix + KOORD_MEMORY_RATIO, ratio)]
     totals = []
     for field, value in fields:
-        if value is None:
-            totals.append(Fraction(0))
-            continue
-        if value < 0 or (value > 100 and value % 100):
-            return f"asks {field}={_number(value)}: above 100 it must be a multiple of 100 (whole cards)"
-        totals.append(Fraction(value))
-    memory_bytes = merged.get(prefix + KOORD_MEMORY, 0)
-    if memory_bytes < 0:
-        return f"asks {prefix + KOORD_MEMORY}={_number(memory_bytes)}: not a memory size"
+        if value is not None and (value < 0 or (value > 100 and value % 100)):
+            raise _Refused(
+                f"asks {field}={_number(value)}: above 100 it must be a multiple of 100 (whole cards)"
+            )
+        totals.append(Fraction(value or 0))
+    memory_bytes = _amount(merged, prefix + KOORD_MEMORY)
     shared = merged.get(prefix + KOORD_SHARED)
-    if shared is not None:
-        cards = _whole(prefix + KOORD_SHARED, shared)
-    else:
-        cards = max(1, math.ceil(max(totals) / 100))
-    if isinstance(cards, str):
-        return cards
+    cards = (
+        _whole(prefix + KOORD_SHARED, shared) if shared is not None else max(1, math.ceil(max(totals) / 100))
+    )
     core_each, ratio_each = (t / cards for t in totals)
     for (field, _), each in zip(fields, (core_each, ratio_each), strict=True):
         if each > 100:
-            return f"asks {field}={_number(each * cards)} over {cards} GPU(s): more than 100 per card"
-    memory_mib = Fraction(memory_bytes) / (1024 * 1024) / cards
+            raise _Refused(
+                f"asks {field}={_number(each * cards)} over {cards} GPU(s): more than 100 per card"
+            )
+    memory_mib = memory_bytes / (1024 * 1024) / cards
     if not core_each and not ratio_each and not memory_mib:
         ratio_each = Fraction(100)  # nothing asked: no share to count but the card
     return Share(KOORDINATOR, cards, core_each, ratio_each, memory_mib, prefix + KOORD_MEMORY)
 
 
-def _whole(field: str, value: Any) -> int | str:
+def _whole(field: str, value: Any) -> int:
     if value != int(value) or value < 1:
-        return f"asks {field}={_number(value)}: the number of GPUs must be a whole number of at least 1"
+        raise _Refused(
+            f"asks {field}={_number(value)}: the number of GPUs must be a whole number of at least 1"
+        )
     return int(value)
 
 
-def _percent(merged: Mapping[str, Any], field: str) -> Fraction | str:
+def _percent(merged: Mapping[str, Any], field: str) -> Fraction:
     value = merged.get(field, 0)
     if value < 0 or value > 100:
-        return f"asks {field}={_number(value)}: a percentage of one card must be from 0 to 100"
+        raise _Refused(f"asks {field}={_number(value)}: a percentage of one card must be from 0 to 100")
     return Fraction(value)
 
 
-def _amount(merged: Mapping[str, Any], field: str) -> Fraction | str:
+def _amount(merged: Mapping[str, Any], field: str) -> Fraction:
     value = merged.get(field, 0)
     if value < 0:
-        return f"asks {field}={_number(value)}: not a memory size"
+        raise _Refused(f"asks {field}={_number(value)}: not a memory size")
     return Fraction(value)
 
 
