@@ -46,6 +46,24 @@ KOORD_GPU = "gpu"  # core and memory ratio at once
 
 VOLCANO, HAMI, KOORDINATOR = "Volcano vGPU", "HAMi", "Koordinator"
 
+# Every pod resource that makes a request a share (``nvidia.com/gpu`` alone is a whole card).
+_POD_RESOURCES = frozenset(
+    {
+        VGPU_NUMBER,
+        VGPU_MEMORY,
+        VGPU_MEMORY_PERCENT,
+        VGPU_CORES,
+        HAMI_MEMORY,
+        HAMI_MEMORY_PERCENT,
+        HAMI_CORES,
+        *(
+            prefix + name
+            for prefix in KOORD_PREFIXES
+            for name in (KOORD_SHARED, KOORD_CORE, KOORD_MEMORY_RATIO, KOORD_MEMORY, KOORD_GPU)
+        ),
+    }
+)
+
 # Node resources through which a node shares its cards, by system.
 NODE_RESOURCES = {
     VGPU_NUMBER: VOLCANO,
@@ -86,6 +104,8 @@ class Share:
 def share_of(limits: Mapping[str, Any], requests: Mapping[str, Any], policy: Policy) -> Share | str | None:
     """The pod's share through Volcano vGPU, HAMi or Koordinator; a reason string if it is malformed;
     None when it uses none of them. ``limits``/``requests``: the pod's effective parsed amounts."""
+    if limits.keys().isdisjoint(_POD_RESOURCES) and requests.keys().isdisjoint(_POD_RESOURCES):
+        return None  # nearly every pod: one look at its few resources
     merged = {**requests, **limits}  # limits first
     try:
         if VGPU_NUMBER in merged or VGPU_MEMORY in merged:
@@ -103,11 +123,7 @@ def share_of(limits: Mapping[str, Any], requests: Mapping[str, Any], policy: Pol
 
 def uses_sharing(resources: Iterable[str]) -> bool:
     """Whether any resource name is one of the sharing systems' (a pod that names no card)."""
-    return any(
-        name in (VGPU_NUMBER, VGPU_MEMORY, HAMI_MEMORY, HAMI_MEMORY_PERCENT, HAMI_CORES)
-        or (name.startswith(KOORD_PREFIXES) and name.partition("/")[2].startswith("gpu"))
-        for name in resources
-    )
+    return not _POD_RESOURCES.isdisjoint(resources)
 
 
 class _Refused(Exception):
