@@ -395,3 +395,31 @@ def test_a_shared_pod_is_confined_to_its_model_and_an_a_or_b_share_is_assigned_t
     assert mutation.hold.per_pod == 330  # 33 % of the compute, above 20 of 141 GiB
     admission.admit(state, request(flexible), mutation, 0.0)
     assert queue_usage(state, "q").card(H200).in_flight == 330
+
+
+def test_a_pod_of_a_shared_a_or_b_scale_up_takes_the_scale_ups_hold_over_on_the_model_it_gets() -> None:
+    import jsonpatch
+
+    from tests.builders import deployment, replicaset, scale_request
+
+    limits = {"volcano.sh/vgpu-number": 1, "volcano.sh/vgpu-memory": 40960}  # H200 0.284, H800 0.5
+    spec = f"{H200}|{H800}"
+    dep, rs = deployment("emb", 0, card=spec), replicaset("emb-1", 0, "emb", card=spec)
+    for workload in (dep, rs):
+        workload["spec"]["template"]["spec"] = shared(limits)
+    state = cluster(*NODES, queue("q", '{"NVIDIA-H200": 1, "NVIDIA-H800": 1}'), dep, rs)
+    scale = scale_request("emb", 0, 1)
+    decision = admission.validate(state, scale, 0.0)
+    assert isinstance(decision, Allowed), decision
+    admission.admit(state, scale, decision, 0.0)
+    obj = pod("emb-1-x", spec, None, spec=shared(limits), owner=owner("ReplicaSet", "emb-1", "uid-rs-emb-1"))
+    mutation = admission.mutate(state, request(obj))
+    assert isinstance(mutation, Allowed) and mutation.card == H200
+    admission.admit(state, request(obj), mutation, 0.0)
+    patched = jsonpatch.apply_patch(obj, [dict(op) for op in mutation.patch])
+    validation = admission.validate(state, request(patched), 0.0)
+    assert isinstance(validation, Allowed), validation
+    admission.admit(state, request(patched), validation, 0.0)
+    usage = queue_usage(state, "q")
+    assert sum(g.pods for g in usage.groups if g.origin == "in flight") == 0  # the scale-up's pod is this one
+    assert usage.card(H200).in_flight == 284 and usage.card(H800).in_flight == 0

@@ -121,7 +121,8 @@ def covering(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Cover | 
     if workload is not None:
         key = scale_key(workload)
         entry = state.ledger.get(key)
-        if entry and entry.pods > 0 and entry.spec == demand.asked and entry.per_pod == demand.count:
+        asked = demand.asked_count(state.inventory)
+        if entry and entry.pods > 0 and entry.spec == demand.asked and entry.per_pod == asked:
             return Cover(entry.spec, entry.per_pod, 1, "in flight", key)
     return None
 

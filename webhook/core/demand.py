@@ -52,6 +52,13 @@ class PodDemand:
         units = self.share.units(inventory.memory_mib(product_of(card)))
         return units if isinstance(units, int) else self.count
 
+    def asked_count(self, inventory: Inventory) -> int:
+        """The units the workload's own template asks per pod (what its scale-up is held at): for a
+        share assigned one model of an ``A|B`` spec, the largest over the spec's models."""
+        if self.share is None or self.origin is None:
+            return self.count
+        return max(self.count_on(card, inventory) for card in self.origin.cards)
+
     @property
     def asked(self) -> CardSpec:
         """The spec the workload asked for: what scale-up holds and PodGroup requests are keyed by."""
