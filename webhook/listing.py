@@ -22,7 +22,8 @@ import orjson
 
 from webhook.core import objects, shapes
 from webhook.core.compact import KEPT_ANNOTATIONS, Pool
-from webhook.core.objects import OwnerRef, PodRecord, PodTemplate, Resources
+from webhook.core.objects import OwnerRef, PodRecord, PodTemplate
+from webhook.core.resources import Resources, resources_of
 
 NULL = msgspec.Raw(b"null")
 # orjson refuses a whole page with an integer outside 64 bits: so does the fast path, for the fields
@@ -215,7 +216,7 @@ class PodReader:
 
 
 def _read_resources(containers: Any, init: Any, overhead: msgspec.Raw) -> Resources | None:
-    """The ordinary reading (shape check, then ``objects.resources_of``) of the fields kept raw."""
+    """The ordinary reading (shape check, then ``resources.resources_of``) of the fields kept raw."""
     try:
         spec = {
             "containers": [
@@ -232,4 +233,4 @@ def _read_resources(containers: Any, init: Any, overhead: msgspec.Raw) -> Resour
         return None
     if shapes.POD_SPEC(spec) is not None:
         return None
-    return objects.resources_of(spec)
+    return resources_of(spec)

@@ -10,9 +10,10 @@ from hypothesis import strategies as st
 from tests.builders import H200, cluster, deployment, node, pod, queue, request, scale_request
 from webhook.core import admission
 from webhook.core.capability import cpu_text, memory_text
-from webhook.core.objects import compute_requests, pod_record
+from webhook.core.objects import pod_record
 from webhook.core.policy import Policy
 from webhook.core.report import cluster_status, status_table
+from webhook.core.resources import compute_requests
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed, Denied
 

@@ -28,7 +28,7 @@ def test_replicas_share_one_template_owner_and_charge_and_keep_only_what_decisio
 def test_a_shared_value_goes_when_its_last_pod_goes() -> None:
     state = cluster(node("h0", H200), queue("q", '{"NVIDIA-H200": 8}'))
     state.upsert_pod(replica(0))
-    pool = state._pool
+    pool = state.pool
     assert len(pool._templates) == 1 and len(pool._values) == 2  # the owner and the charge
     state.delete_pod("uid-ns-web-0")
     gc.collect()

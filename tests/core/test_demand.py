@@ -5,7 +5,7 @@ import pytest
 from tests.builders import H200, R4090
 from webhook.core.cards import units
 from webhook.core.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
-from webhook.core.nodes import Inventory
+from webhook.core.inventory import Inventory
 from webhook.core.objects import pod_template_of
 from webhook.core.policy import Policy
 

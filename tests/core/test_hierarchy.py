@@ -14,7 +14,8 @@ from webhook.core import admission
 from webhook.core.cards import units
 from webhook.core.objects import pod_record, queue_record
 from webhook.core.policy import Policy
-from webhook.core.state import ClusterState, Tally
+from webhook.core.state import ClusterState
+from webhook.core.tally import Tally
 from webhook.core.usage import queue_usage, tree_usage
 from webhook.core.verdicts import Allowed, Denied
 

@@ -14,7 +14,7 @@ def _rule(group: str, version: str, resources: list[str], operations: list[str])
 VALIDATING_RULES = [
     _rule("", "v1", ["pods"], ["CREATE"]),
     _rule("apps", "v1", [f"{r}/scale" for r in APPS], ["UPDATE"]),
-    _rule("apps", "v1", APPS, ["UPDATE"]),
+    _rule("apps", "v1", APPS, ["CREATE", "UPDATE"]),
     _rule("scheduling.volcano.sh", "v1beta1", ["queues"], ["CREATE", "UPDATE"]),
     _rule("batch.volcano.sh", "v1alpha1", ["jobs"], ["CREATE", "UPDATE"]),
 ]

@@ -283,6 +283,84 @@ def test_every_pod_the_webhook_admits_runs_within_quota_under_the_real_scheduler
     scenario(tenant)
 
 
+# ---- what kubectl apply says ----------------------------------------------------------------------
+
+
+def kubectl_apply(t: Tenant, obj: dict[str, Any]) -> str:
+    """``kubectl apply`` of one object into the tenant's namespace: kubectl's own stderr."""
+    done = t.plane.kubectl("apply", "-n", t.ns, "-f", "-", stdin=json.dumps(obj))
+    return done.stderr
+
+
+def busy(t: Tenant, spec: str, replicas: int) -> None:
+    """Cards of the queue in use by a Deployment of its own, bound before the test goes on."""
+    t.plane.apply(flex_deployment("busy", replicas, spec, t.queue), namespace=t.ns)
+    t.wait_settled(replicas)
+
+
+def test_kubectl_apply_of_an_oversized_deployment_warns_and_exactly_the_pods_that_fit_run(
+    tenant: Tenant,
+) -> None:
+    tenant.set_quota({H200: 4})
+    busy(tenant, H200, 2)
+    stderr = kubectl_apply(tenant, flex_deployment("chat", 3, H200, tenant.queue))
+    assert (
+        f"Warning: deployment {tenant.ns}/chat asks 3 replicas of 1 {H200} each; only 2 fit now:"
+        f' queue "{tenant.queue}" has 2 {H200} left (quota 4: 2 running); the other 1 will be refused'
+        " until cards free up"
+    ) in stderr, stderr
+    tenant.wait_settled(4)
+    tenant.check_agreement()
+    never = kubectl_apply(tenant, flex_deployment("huge", 5, H200, tenant.queue))
+    assert f'the whole quota of queue "{tenant.queue}" (4 {H200}) holds at most 4 of them' in never, never
+
+
+def test_kubectl_apply_of_an_oversized_multi_card_deployment_warns_per_model(tenant: Tenant) -> None:
+    tenant.set_quota({R4090: 2, R4090D: 1})
+    busy(tenant, R4090, 1)
+    stderr = kubectl_apply(tenant, flex_deployment("chat", 3, FLEX, tenant.queue))
+    assert (
+        f"Warning: deployment {tenant.ns}/chat asks 3 replicas of 1 {FLEX} each; only 2 fit now:"
+        f' queue "{tenant.queue}" has 1 {R4090} left (quota 2: 1 running) and 1 {R4090D} left (quota 1);'
+        " the other 1 will be refused until cards free up"
+    ) in stderr, stderr
+    tenant.wait_settled(3)
+    tenant.check_agreement()
+
+
+def test_kubectl_apply_of_an_oversized_volcano_job_warns_and_its_pods_come_when_all_fit(
+    tenant: Tenant,
+) -> None:
+    """The PodGroup's card.request counts every replica, so the real plugin enqueues the job whole:
+    the pods that fit now are none of its own until all fit, and then all of them."""
+    tenant.set_quota({H200: 4})
+    busy(tenant, H200, 2)
+    job = volcano_job("train", 3, H200, tenant.queue)
+    job["spec"]["minAvailable"] = 1
+    stderr = kubectl_apply(tenant, job)
+    assert (
+        f"Warning: volcano job {tenant.ns}/train needs all 3 of its pods at once (its card.request counts"
+        " every replica, and Volcano enqueues the job whole); only 2 fit now:"
+        f' queue "{tenant.queue}" has 2 {H200} left (quota 4: 2 running); it waits in the queue with'
+        " none of its pods created until cards free up"
+    ) in stderr, stderr
+    time.sleep(10)  # the scheduler's sessions run every second: it had every chance to enqueue it
+    tenant.wait_settled(2)
+    assert not [p for p in tenant.pods(finished=True) if p["metadata"]["name"].startswith("train-")]
+    tenant.plane.kubectl("scale", "-n", tenant.ns, "deployment/busy", "--replicas=1")
+
+    def bound_train_pods() -> list[str]:  # kwok runs them to completion: count finished ones too
+        pods = tenant.pods(finished=True)
+        return [
+            p["metadata"]["name"]
+            for p in pods
+            if p["metadata"]["name"].startswith("train-") and p["spec"].get("nodeName")
+        ]
+
+    wait_for("the job's 3 pods, all bound", lambda: len(bound_train_pods()) == 3, timeout=90)
+    tenant.check_agreement()
+
+
 # ---- the randomized soak ------------------------------------------------------------------------
 
 CAPACITY = {R4090: 4, R4090D: 2, H200: 7, H800: 6}  # whole cards the kwok nodes carry

@@ -1,7 +1,7 @@
 """The two entry points every front (CLI, server) calls: ``validate`` and ``mutate``, and
 ``admit`` to record what was really admitted. Routing by resource lives here and nowhere else."""
 
-from webhook.core import decisions, patches, shapes, writes
+from webhook.core import decisions, patches, scaling, shapes, writes
 from webhook.core.ledger import Entry
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed, Decision, Denied, Request
@@ -23,10 +23,10 @@ def validate(state: ClusterState, request: Request, now: float) -> Decision:
     resource, sub = request.resource, request.sub_resource
     if resource == "pods" and not sub and request.operation == "CREATE":
         return decisions.decide_pod_create(state, request, now)
-    if resource in decisions.SCALABLE and sub == "scale" and request.operation == "UPDATE":
-        return decisions.decide_scale(state, request)
-    if resource in decisions.SCALABLE and not sub and request.operation in ("CREATE", "UPDATE"):
-        return decisions.validate_workload(state, request)
+    if resource in scaling.SCALABLE and sub == "scale" and request.operation == "UPDATE":
+        return scaling.decide_scale(state, request)
+    if resource in scaling.SCALABLE and not sub and request.operation in ("CREATE", "UPDATE"):
+        return scaling.validate_workload(state, request)
     if resource == "jobs" and request.group == VOLCANO_BATCH and request.operation in ("CREATE", "UPDATE"):
         return writes.decide_volcano_job(state, request)
     if (

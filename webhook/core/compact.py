@@ -14,7 +14,8 @@ from typing import Any, TypeVar
 from weakref import WeakValueDictionary
 
 from webhook.core import keys
-from webhook.core.objects import OwnerRef, PodRecord, PodTemplate, Resources
+from webhook.core.objects import OwnerRef, PodRecord, PodTemplate
+from webhook.core.resources import Resources
 
 KEPT_ANNOTATIONS = (keys.CARD_NAME, keys.QUEUE_NAME, keys.GROUP_NAME, keys.CARD_SPEC, keys.TASK_SPEC)
 T = TypeVar("T")

@@ -9,14 +9,13 @@ from webhook.core.constraints import contradiction
 from webhook.core.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
 from webhook.core.feasibility import TooComplex
 from webhook.core.ledger import Cover
-from webhook.core.objects import PodRecord, PodTemplate, pod_record, workload_record
+from webhook.core.objects import PodRecord, PodTemplate, pod_record
 from webhook.core.quota import AnnotationError, parse_card_request
 from webhook.core.state import ClusterState, scale_key
 from webhook.core.usage import queue_usage, tree_has_room, tree_usage
 from webhook.core.verdicts import TOO_COMPLEX, Allowed, Decision, Denied, Hold, Request
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
-SCALABLE = {"deployments": "Deployment", "statefulsets": "StatefulSet", "replicasets": "ReplicaSet"}
 
 
 def decide_pod_create(state: ClusterState, request: Request, now: float) -> Decision:
@@ -28,7 +27,7 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
     demand = pod_demand(pod.template, state.inventory, state.policy)
     match demand:
         case NotCardPod():
-            return _compute_only(state, pod.template, state.queue_of_pod(pod), what, pod.uid)
+            return compute_only(state, pod.template, state.queue_of_pod(pod), what, pod.uid)
         case UnnamedCardPod(resource, count):
             return _unnamed(state, what, resource, count)
         case BadDemand(reason):
@@ -71,7 +70,7 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
     try:
         fits = usage.fits(demand.spec, demand.count, 1)
     except TooComplex as error:
-        return replace(_too_complex(queue, what, demand.spec, demand.count, 1, error), release=release)
+        return replace(too_complex(queue, what, demand.spec, demand.count, 1, error), release=release)
     if fits:
         above = ancestors_refuse(state, queue, demand.spec, demand.count, 1, what, taken)
         if above is not None:
@@ -127,7 +126,7 @@ def covering(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Cover | 
     return None
 
 
-def _compute_only(
+def compute_only(
     state: ClusterState,
     template: PodTemplate,
     queue: str,
@@ -148,7 +147,7 @@ def _compute_only(
     return Allowed("fits the queue's capability", hold=hold, queue=queue)
 
 
-def _too_complex(queue: str, what: str, spec: CardSpec, per_pod: int, pods: int, error: TooComplex) -> Denied:
+def too_complex(queue: str, what: str, spec: CardSpec, per_pod: int, pods: int, error: TooComplex) -> Denied:
     """The exact check gave up at its guard: fail closed, and say so."""
     each = f"{amount(per_pod)} {spec.text}"
     need = f"{pods} pods of {each} each" if pods > 1 else each
@@ -206,64 +205,6 @@ def _covered_by_podgroup(state: ClusterState, pod: PodRecord, demand: PodDemand)
     return asked - others >= demand.count
 
 
-def decide_scale(state: ClusterState, request: Request) -> Decision:
-    kind = SCALABLE[request.resource]
-    # A Scale leaves out replicas 0 (omitempty); a workload without replicas has 1.
-    absent = 0 if request.sub_resource == "scale" else 1
-    new = _replicas(request.obj, absent)
-    old = _replicas(request.old_obj, absent)
-    if request.sub_resource == "scale":
-        workload = state.workload(kind, request.namespace, request.name)
-        if workload is None:
-            return Allowed(
-                f"{kind.lower()} {request.target} not in cache yet; its pods are checked one by one"
-            )
-    else:
-        workload = workload_record({**request.obj, "kind": kind})
-        workload = replace(workload, namespace=workload.namespace or request.namespace)
-        cached = state.workload(kind, request.namespace, request.name)
-        workload = replace(workload, uid=cached.uid) if cached else workload
-    if new is None or old is None or new <= old:
-        return Allowed("not a scale-up")
-    if workload.kind == "ReplicaSet" and workload.owner is not None and workload.owner.kind == "Deployment":
-        return Allowed(
-            f"replicas of deployment {workload.namespace}/{workload.owner.name} are checked on the deployment"
-        )
-    pods = new - max(old, 0)
-    pods = max(pods, new - state.live_pods_of(workload))
-    if pods <= 0:
-        return Allowed("enough live pods already")
-    template = workload.tasks[0].template
-    demand = pod_demand(template, state.inventory, state.policy)
-    what = f"scale-up of {kind.lower()} {workload.key} from {old} to {new} replicas"
-    queue = template.annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
-    if not isinstance(demand, PodDemand):
-        if isinstance(demand, BadDemand):
-            return Denied(f"{what}: its pod template {demand.reason}")
-        return _compute_only(state, template, queue, what, scale_key(workload), pods, "not a card workload")
-    refused = queue_refuses(state, queue, what, demand.spec, demand.count * pods)
-    if refused is not None:
-        return refused
-    usage = queue_usage(state, queue, exclude_ledger=scale_key(workload))
-    cpu, memory = state.compute_charged(template) or (0, 0)
-    hold = Hold(scale_key(workload), queue, demand.spec, demand.count, pods, cpu=cpu, memory=memory)
-    try:
-        fits = usage.fits(demand.spec, demand.count, pods)
-    except TooComplex as error:
-        return _too_complex(queue, what, demand.spec, demand.count, pods, error)
-    if fits:
-        above = ancestors_refuse(state, queue, demand.spec, demand.count, pods, what, scale_key(workload))
-        if above is not None:
-            return above
-        over = capability.refuses(state, queue, what, cpu, memory, pods, scale_key(workload))
-        if over is not None:
-            return replace(over, card=demand.spec.text)
-        return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
-    return Denied(
-        messages.no_room(usage, demand.spec, what, demand.count, pods), queue=queue, card=demand.spec.text
-    )
-
-
 def ancestors_refuse(
     state: ClusterState,
     queue: str,
@@ -290,31 +231,11 @@ def ancestors_refuse(
         try:
             fits = usage.fits(spec, per_pod, pods)
         except TooComplex as error:
-            return _too_complex(ancestor, what, spec, per_pod, pods, error)
+            return too_complex(ancestor, what, spec, per_pod, pods, error)
         if not fits:
             message = messages.no_room(usage, spec, what, per_pod, pods, below=queue)
             return Denied(message, queue=ancestor, card=spec.text)
     return None
-
-
-def _replicas(obj: object, absent: int) -> int | None:
-    if not isinstance(obj, dict) or not obj:
-        return None
-    value = (obj.get("spec") or {}).get("replicas", absent)
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def validate_workload(state: ClusterState, request: Request) -> Decision:
-    """Deployment / StatefulSet / ReplicaSet writes: well-formed card annotations, then scale-ups."""
-    kind = SCALABLE[request.resource]
-    what = f"{kind.lower()} {request.target}"
-    workload = workload_record({**request.obj, "kind": kind})
-    problem = annotation_problem(state, workload.annotations, [t.template for t in workload.tasks], what)
-    if problem:
-        return Denied(problem)
-    if request.operation == "UPDATE":
-        return decide_scale(state, request)
-    return Allowed("well-formed")
 
 
 def annotation_problem(

@@ -11,7 +11,7 @@ from webhook.core.cards import (
     product_of,
     units,
 )
-from webhook.core.nodes import Inventory
+from webhook.core.inventory import Inventory
 from webhook.core.objects import PodTemplate
 from webhook.core.policy import Policy
 from webhook.core.quantity import QuantityError, ceil_quantity

@@ -69,6 +69,10 @@ class Ledger:
         self._assignments.pop((queue, card, per_pod), None)
         return ""
 
+    def drop(self, key: str) -> None:
+        """Stop holding an entry at once, whatever it still holds."""
+        self._entries.pop(key, None)
+
     def get(self, key: str) -> Entry | None:
         return self._entries.get(key)
 

@@ -5,7 +5,8 @@ from typing import Any
 from webhook.core.capability import cpu_text, memory_text
 from webhook.core.cards import CardName, amount, figure
 from webhook.core.messages import breakdown
-from webhook.core.state import ClusterState, quota_sums
+from webhook.core.queues import quota_sums
+from webhook.core.state import ClusterState
 from webhook.core.usage import queue_usage, tree_usage
 
 

@@ -6,7 +6,8 @@ from collections.abc import Iterable, Mapping
 from webhook.core.cards import CardName, CardSpec
 from webhook.core.feasibility import Group, Placement, backlog, fits, place
 from webhook.core.ledger import Cover
-from webhook.core.state import ClusterState, Tally
+from webhook.core.state import ClusterState
+from webhook.core.tally import Tally
 from webhook.core.values import value_class
 
 

@@ -1,16 +1,22 @@
 """Validation of quota and job writes: Queue and Volcano Job CREATE/UPDATE (SPEC §6)."""
 
+import math
 from collections import Counter
+from contextlib import ExitStack
+from functools import partial
 
-from webhook.core import keys
+from webhook.core import fitting, keys
 from webhook.core.cards import UNIT, CardName, CardSpec, amount
 from webhook.core.decisions import annotation_problem
 from webhook.core.demand import PodDemand, pod_demand
 from webhook.core.feasibility import Group, TooComplex, assign
+from webhook.core.ledger import Entry
 from webhook.core.messages import breakdown
-from webhook.core.objects import Task, queue_record, workload_record
+from webhook.core.objects import Task, WorkloadRecord, queue_record, workload_record
+from webhook.core.queues import quota_sums
 from webhook.core.quota import AnnotationError, parse_card_request, parse_quota
-from webhook.core.state import ClusterState, quota_sums
+from webhook.core.scaling import check_pods
+from webhook.core.state import ClusterState
 from webhook.core.usage import queue_usage
 from webhook.core.verdicts import Allowed, Decision, Denied, Request
 
@@ -154,7 +160,47 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
                 queue=ancestor,
                 card="|".join(named),
             )
-    return Allowed("can run within the queue's whole quota; queueing is Volcano's job", queue=queue)
+    warnings = _unfit_tasks(state, job, what) if request.operation == "CREATE" else ()
+    return Allowed(
+        "can run within the queue's whole quota; queueing is Volcano's job", warnings=warnings, queue=queue
+    )
+
+
+def _unfit_tasks(state: ClusterState, job: WorkloadRecord, what: str) -> tuple[str, ...]:
+    """Warnings when the job's pods do not all fit now. Without its own ``card.request`` the job's
+    PodGroup gets one counting every replica (§12), and the capacity-card plugin enqueues it whole:
+    nothing is created until all fit, and one warning says the job waits. With its own, each card
+    task whose pods do not all fit gets a warning, counted after the pods of the tasks before it
+    that fit (the controller creates them all at once)."""
+    whole = keys.CARD_REQUEST not in job.annotations
+    total = sum(task.replicas for task in job.tasks)
+    fits, warnings, first = total, [], None
+    with ExitStack() as held:
+        for task in job.tasks:
+            demand = pod_demand(task.template, state.inventory, state.policy)
+            if not isinstance(demand, PodDemand) or task.replicas <= 0:
+                continue
+            queue = task.template.annotations.get(keys.QUEUE_NAME) or job.queue or keys.DEFAULT_QUEUE
+            key = f"fitting:{job.key}/{task.name}"
+            named = f"{what} task {task.name or '-'}" if len(job.tasks) > 1 else what
+            check = partial(check_pods, state, key, queue, task.template, demand, what=named)
+            fit, refusal = fitting.fitting_now(check, task.replicas)
+            fits -= task.replicas - fit
+            if refusal is not None:
+                if first is None:
+                    short = fitting.limit_of(state, queue, demand, fit, refusal)[1]
+                    first = (refusal, queue, demand.spec, short)
+                warnings.append(
+                    fitting.warning(state, named, queue, demand, task.replicas, task.replicas, fit, refusal)
+                )
+            cpu, memory = state.compute_charged(task.template) or (0, 0)
+            entry = Entry(queue, demand.spec, demand.count, fit, math.inf, cpu, memory)
+            held.enter_context(fitting.holding(state, key, entry))
+    if whole and first is not None:
+        refusal, queue, spec, short = first  # figures without the job's own pods held
+        text = fitting.figures(state, refusal.queue, queue, spec) if short else refusal.message
+        return (fitting.whole_job_waits(what, total, fits, text, short),)
+    return tuple(warnings)
 
 
 def _never_enqueued(quota: dict[CardName, int], groups: list[Group]) -> tuple[CardSpec, int] | None:
