@@ -11,7 +11,7 @@ IMAGE  ?= cardquota:0.1.0
 BASE   ?=
 BUILD_ARGS := $(if $(BASE),--build-arg BASE=$(BASE))
 
-.PHONY: run examples test lint bench install clean e2e-bin e2e cluster cluster-down certs dev-certs image lock
+.PHONY: run examples test lint bench install clean e2e-bin e2e cluster cluster-down certs dev-certs image lock plugin-archive
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -41,6 +41,15 @@ examples: $(STAMP)
 ## test: lint, type-check, layer contracts and the whole test suite (end-to-end included)
 test: $(STAMP) lint e2e-bin
 	$(BIN)/pytest -q
+
+## plugin-archive: the kubectl plugin's release archive (wheel + launcher) and its sha256, for plugins/cardquota.yaml
+PLUGIN_OUT ?= out/plugin
+plugin-archive: $(STAMP)
+	rm -rf $(PLUGIN_OUT) && mkdir -p $(PLUGIN_OUT)/archive
+	$(BIN)/pip wheel --no-deps --quiet --disable-pip-version-check -w $(PLUGIN_OUT)/archive .
+	cp plugins/kubectl-cardquota $(PLUGIN_OUT)/archive/
+	tar -C $(PLUGIN_OUT)/archive -czf $(PLUGIN_OUT)/kubectl-cardquota.tar.gz .
+	sha256sum $(PLUGIN_OUT)/kubectl-cardquota.tar.gz
 
 ## e2e-bin: build the control-plane binaries once per machine (cached outside the repository)
 e2e-bin: $(STAMP)

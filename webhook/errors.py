@@ -2,7 +2,7 @@
 
     CardquotaError
     ├── BadReview      the AdmissionReview cannot be answered     → HTTP 400 / CLI exit 2
-    ├── NotReady       the cache has not synced yet               → HTTP 503
+    ├── NotReady       the cache has not synced yet               → HTTP 503 / kubectl-cardquota exit 3
     └── ConfigError    bad settings or certificates               → fail at start / CLI exit 2
         └── SnapshotError  a snapshot file or document is malformed (names file and document)
 

@@ -30,12 +30,15 @@ class KubeTransport:
         self.api = api
 
     @classmethod
-    async def connect(cls, kubeconfig: Path | None) -> "KubeTransport":
-        """From a kubeconfig file, else from the pod's service account (in-cluster)."""
+    async def connect(cls, kubeconfig: Path | str | None, context: str | None = None) -> "KubeTransport":
+        """From a kubeconfig file (or a ``KUBECONFIG``-style list of them) and its current context or
+        ``context``, else from the pod's service account (in-cluster)."""
         try:
             if kubeconfig is not None:
                 configuration = client.Configuration()
-                await config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+                await config.load_kube_config(
+                    config_file=str(kubeconfig), context=context, client_configuration=configuration
+                )
             else:
                 configuration = client.Configuration()
                 config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]

@@ -20,7 +20,7 @@ from aiohttp import web
 from webhook import logs, server
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
-from webhook.errors import ConfigError
+from webhook.errors import ConfigError, NotReady
 from webhook.lease import LeaderElector
 from webhook.metrics import Metrics
 from webhook.settings import ServeSettings
@@ -75,13 +75,16 @@ def _elector(settings: ServeSettings) -> Callable[[Any], LeaderElector]:
     return elect
 
 
-def live_state(kubeconfig: Path | None, policy: Policy, timeout: float = 60.0) -> ClusterState:
-    """List every kind once from the cluster (``cardquota status --kubeconfig``) and stop."""
+def live_state(
+    kubeconfig: Path | str | None, policy: Policy, timeout: float = 60.0, context: str | None = None
+) -> ClusterState:
+    """List every kind once from the cluster (``cardquota status --kubeconfig``, ``kubectl
+    cardquota``) and stop; ``context``: a kubeconfig context other than the current one."""
 
     from webhook.kube import KubeTransport
 
     async def sync() -> ClusterState:
-        source = LiveSource(lambda: KubeTransport.connect(kubeconfig), policy)
+        source = LiveSource(lambda: KubeTransport.connect(kubeconfig, context), policy)
         task = asyncio.create_task(source.run())
         deadline = asyncio.get_running_loop().time() + timeout
         try:
@@ -89,7 +92,7 @@ def live_state(kubeconfig: Path | None, policy: Policy, timeout: float = 60.0) -
                 if task.done():
                     task.result()
                 if asyncio.get_running_loop().time() > deadline:
-                    raise ConfigError(f"the cluster's objects were not all listed within {timeout:.0f} s")
+                    raise NotReady(f"the cluster's objects were not all listed within {timeout:g} s")
                 await asyncio.sleep(0.1)
             return source.state
         finally:

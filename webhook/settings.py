@@ -169,7 +169,9 @@ def _pairs(text: str) -> dict[str, str]:
     return pairs
 
 
-def add_flags(parser: argparse.ArgumentParser, model: type[PolicySettings] = ServeSettings) -> None:
+def add_flags(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, model: type[PolicySettings] = ServeSettings
+) -> None:
     """One ``--flag`` per setting; unset flags stay None so the environment and defaults apply."""
     for name, field in model.model_fields.items():
         flag = "--" + name.replace("_", "-")
