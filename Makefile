@@ -76,8 +76,9 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## bench: the server under wrk next to a floor handler (1k/10k/100k pods), the decision core alone, a pod create against the commit before, the multi-card check
-bench: $(STAMP)
+## bench: pod creates and scale-ups through the local API server with and without the webhooks, then the server under wrk next to a floor handler (1k/10k/100k pods), the decision core alone, a pod create against the commit before, the multi-card check
+bench: $(STAMP) e2e-bin
+	$(BIN)/python -m tests.bench.apiserver
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; } || \
 		{ echo "make bench needs wrk (Debian package wrk)"; exit 1; }
 	$(BIN)/python -m tests.bench.serve
