@@ -154,7 +154,7 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
     assert rules == {
         ("", "pods", ("CREATE",)),
         *{("apps", f"{w}/scale", ("UPDATE",)) for w in ("deployments", "statefulsets", "replicasets")},
-        *{("apps", w, ("UPDATE",)) for w in ("deployments", "statefulsets", "replicasets")},
+        *{("apps", w, ("CREATE", "UPDATE")) for w in ("deployments", "statefulsets", "replicasets")},
         ("scheduling.volcano.sh", "queues", ("CREATE", "UPDATE")),
         ("scheduling.volcano.sh", "podgroups", ("CREATE",)),
         ("batch.volcano.sh", "jobs", ("CREATE", "UPDATE")),
