@@ -2,6 +2,7 @@
 
 import copy
 import json
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from tests.builders import (
     queue,
     replicaset,
     request,
+    scale_request,
     template,
     vcjob,
 )
@@ -224,3 +226,28 @@ def test_a_volcano_job_enqueued_whole_says_it_waits_with_no_pod_created() -> Non
         " 6 running); it waits in the queue with none of its pods created until"
         " cards free up",
     )
+
+
+@pytest.mark.parametrize("replicas", [2**31 - 1, 10**18])
+def test_a_huge_multi_card_workload_is_answered_without_memory_in_proportion_to_its_replicas(
+    replicas: int,
+) -> None:
+    """The exact check's subset sums once shifted a bit set by pods x size before masking it: a
+    scale-up of 10**12 A|B pods took 18 GB. Replicas are int32 in the API, not in a hostile review."""
+    state = cluster(
+        node("r", R4090, gpus=4),
+        node("rd", R4090D, gpus=4),
+        queue("q", json.dumps({R4090: 2, R4090D: 3})),
+        pod("busy", MULTI),
+        deployment("chat", 1, card=MULTI),
+    )
+    tracemalloc.start()
+    try:
+        decision = create(state, deployment("chat", replicas, card=MULTI))
+        scale = admission.validate(state, scale_request("chat", 1, replicas), 0.0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert "holds at most 5 of them" in decision.warnings[0]
+    assert isinstance(scale, Denied) and "none of" in scale.message
+    assert peak < 20 * 2**20, peak

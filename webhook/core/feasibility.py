@@ -233,7 +233,8 @@ def _fillable(room: int, pods: tuple[tuple[int, int], ...]) -> int:
         step = 1
         while count > 0:  # counts in binary pieces: 1, 2, 4, ... pods at a time
             take = min(step, count)
-            made = (made | (made << (size * take))) & window
+            if size * take <= room:  # a piece past the room adds nothing (and would shift far out)
+                made = (made | (made << (size * take))) & window
             count -= take
             step *= 2
     return made.bit_length() - 1
