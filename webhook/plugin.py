@@ -112,14 +112,25 @@ def context_namespace(kubeconfig: str, context: str | None) -> str:
     """The namespace the kubeconfig's context (the current one unless named) sets, else default."""
     from kubernetes_asyncio.config import ConfigException, list_kube_config_contexts
 
+    paths = [p for p in kubeconfig.split(os.pathsep) if p]
+    if not any(Path(p).expanduser().is_file() for p in paths):
+        raise ConfigError(f"no kubeconfig file at {kubeconfig} (set KUBECONFIG or --kubeconfig)")
     try:
         contexts, current = list_kube_config_contexts(kubeconfig)
-    except (ConfigException, OSError, AssertionError, TypeError) as exc:
-        raise ConfigError(f"cannot read kubeconfig {kubeconfig}: {exc or type(exc).__name__}") from exc
-    chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
-    if chosen is None:
-        raise ConfigError(f'context "{context}" is not in kubeconfig {kubeconfig}')
-    return str((chosen.get("context") or {}).get("namespace") or "default")
+        chosen = next((c for c in contexts if c.get("name") == context), None) if context else current
+        if chosen is None:
+            raise ConfigError(f'context "{context}" is not in kubeconfig {kubeconfig}')
+        namespace = (chosen.get("context") or {}).get("namespace") or "default"
+    except ConfigError:
+        raise
+    except ConfigException as exc:
+        raise ConfigError(f"cannot read kubeconfig {kubeconfig}: {exc}") from exc
+    except (yaml.YAMLError, OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read kubeconfig {kubeconfig}: {type(exc).__name__}: {exc}") from exc
+    except (AssertionError, TypeError, AttributeError, KeyError, IndexError, ValueError) as exc:
+        # the client library reads the document without checking its shape first
+        raise ConfigError(f"cannot read kubeconfig {kubeconfig}: not a kubeconfig ({exc!r})") from exc
+    return str(namespace)
 
 
 def _whatif(args: argparse.Namespace, state: ClusterState, namespace: str) -> int:
