@@ -3,15 +3,17 @@
     python -m tests.bench.apiserver [--rounds 5] [--batch 200] [--concurrency 1,8] [--pods 0]
 
 A local control plane (the same binaries as the end-to-end tests) and ``cardquota serve`` on its live
-cache, both webhooks registered for one namespace (``on``), the floor handler (tests/bench/floor.py:
-parse the review, answer allowed) registered the same way for a second (``floor``), and nothing for a
-third (``off``). Each round sends, to each namespace in turn (each goes first in turn, so the
+cache, both webhooks registered for one namespace (``on``); the same server with every decision a
+constant ``Allowed`` (tests/bench/stubbed.py) registered the same way for a second (``stubbed``); the
+floor handler (tests/bench/floor.py: parse the review, answer allowed) for a third (``floor``); and
+nothing for a fourth (``off``). Each round sends, to each namespace in turn (each goes first in turn, so the
 machine's noise falls on all alike): ``batch`` card pod creates (mutated, then validated, then stored), and ``batch`` scale-ups
 of a Deployment (``deployments/scale`` from 0 to 1 as a server-side dry run: validated like any
 scale-up, and nothing for the controllers to act on). At concurrency 1 the figures are latencies
 per request; at the highest concurrency, the API server's throughput. Reported per kind: p50 and
 p99 of each namespace, what our webhooks add (on - off), and the throughput ratio on / off; the
-floor shows what any Python webhook pair adds on the same machine.
+floor shows what any Python webhook pair adds on the same machine, the stubbed server what ours
+adds around its decisions.
 ``--pods N`` first creates N card pods in a third namespace the webhook caches, so that the
 decisions run on a cluster of that size.
 """
@@ -36,10 +38,11 @@ from tests.e2e.cluster import ControlPlane, free_port, wait_for
 from tests.e2e.conftest import serving_webhook
 from tests.e2e.objects import SELECTOR, card_queue
 from tests.e2e.registration import configurations
+from tests.edges.serving import Process
 
 H200 = "NVIDIA-H200"
 QUEUE = "bench"
-FLOOR = {"cardquota-bench-floor": "true"}
+LABEL = "cardquota-bench"  # the namespaces of the stubbed and floor arms: their webhooks only
 SERIAL = itertools.count()  # pod names, unique in the run
 
 
@@ -126,7 +129,8 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-ARMS = ("on", "floor", "off")  # our webhooks, the floor handler registered the same way, none
+# our webhooks; the same server with its decisions stubbed out; the floor handler; none
+ARMS = ("on", "stubbed", "floor", "off")
 
 
 async def measure(
@@ -140,7 +144,7 @@ async def measure(
             for arm in ARMS:
                 await batch(send, f"bench-{arm}", 20, concurrency)  # warm every path (connections, caches)
             for turn in range(rounds):
-                for arm in ARMS[turn % 3 :] + ARMS[: turn % 3]:  # each arm goes first in turn
+                for arm in ARMS[turn % len(ARMS) :] + ARMS[: turn % len(ARMS)]:  # each goes first in turn
                     latencies, wall = await batch(send, f"bench-{arm}", size, concurrency)
                     figures[arm]["lat"] += latencies
                     figures[arm]["wall"].append(wall)
@@ -162,47 +166,79 @@ async def populate(plane: ControlPlane, pods: int) -> None:
 
 def table(rows: list[dict[str, Any]]) -> str:
     """Per request kind and concurrency: p50, p99 and rate without webhooks (off), with the floor
-    handler (floor) and with ours (on); what ours adds to off, and the on/off throughput ratio."""
-    head = (
-        f"{'request':<19}{'conc':>5}  {'p50 off':>7}{'floor':>7}{'on':>7}{'added':>7}"
-        f"  {'p99 off':>7}{'floor':>7}{'on':>7}{'added':>7}  {'/s off':>7}{'floor':>7}{'on':>7}{'on/off':>7}"
-    )
+    handler, with our server whose decisions are stubbed out, and with ours (on); what ours adds to
+    off, and the on/off throughput ratio."""
+    cols = ("off", "floor", "stubbed", "on")
+    head = f"{'request':<19}{'conc':>5}"
+    for figure in ("p50", "p99", "/s"):
+        head += (
+            "  "
+            + "".join(f"{f'{figure} {c}':>13}" for c in cols)
+            + (f"{'added':>7}" if figure != "/s" else f"{'on/off':>7}")
+        )
     lines = [head]
     for r in rows:
-        lines.append(
-            f"{r['kind']:<19}{r['concurrency']:>5}  {r['p50_off']:>7.2f}{r['p50_floor']:>7.2f}{r['p50_on']:>7.2f}"
-            f"{r['p50_on'] - r['p50_off']:>7.2f}  {r['p99_off']:>7.2f}{r['p99_floor']:>7.2f}{r['p99_on']:>7.2f}"
-            f"{r['p99_on'] - r['p99_off']:>7.2f}  {r['rate_off']:>7.0f}{r['rate_floor']:>7.0f}{r['rate_on']:>7.0f}"
-            f"{r['rate_on'] / r['rate_off']:>7.2f}"
+        line = f"{r['kind']:<19}{r['concurrency']:>5}"
+        for figure in ("p50", "p99"):
+            line += (
+                "  "
+                + "".join(f"{r[f'{figure}_{c}']:>13.2f}" for c in cols)
+                + f"{r[f'{figure}_on'] - r[f'{figure}_off']:>7.2f}"
+            )
+        line += (
+            "  " + "".join(f"{r[f'rate_{c}']:>13.0f}" for c in cols) + f"{r['rate_on'] / r['rate_off']:>7.2f}"
         )
+        lines.append(line)
     return "\n".join(lines) + "\n(latencies in ms; /s: requests per second through the API server)"
 
 
 @contextlib.contextmanager
-def floor_webhook(plane: ControlPlane, certs: Path, log: Path) -> Iterator[None]:
-    """The floor handler (tests/bench/floor.py) registered like ours, for the ``bench-floor`` namespace."""
+def registered(plane: ControlPlane, url: str, ca: Path, arm: str) -> Iterator[None]:
+    """Both webhook configurations, pointing at ``url``, for the namespace of ``arm`` only."""
+    configs = configurations(url, ca, {LABEL: arm}, prefix=f"bench-{arm}")
+    plane.apply(*configs)
+    try:
+        yield
+    finally:
+        for config in configs:
+            plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
+
+
+@contextlib.contextmanager
+def floor_server(certs: Path, log: Path) -> Iterator[str]:
+    """The floor handler (tests/bench/floor.py) on a free port; yields its URL."""
     port = free_port()
     argv = [sys.executable, "-m", "tests.bench.floor", "--port", str(port), "--cert-dir", str(certs)]
     with log.open("wb") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-    registered = configurations(f"https://127.0.0.1:{port}", certs / "ca.crt", FLOOR, prefix="bench-floor")
+    context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
+
+    def answers() -> bool:
+        try:
+            return httpx.get(f"https://127.0.0.1:{port}/readyz", verify=context).status_code == 200
+        except httpx.TransportError:
+            return False
+
     try:
-        context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
-
-        def answers() -> bool:
-            try:
-                return httpx.get(f"https://127.0.0.1:{port}/readyz", verify=context).status_code == 200
-            except httpx.TransportError:
-                return False
-
         wait_for("the floor handler", answers, timeout=30)
-        plane.apply(*registered)
-        yield
+        yield f"https://127.0.0.1:{port}"
     finally:
-        for config in registered:
-            plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
         proc.terminate()
         proc.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def stubbed_server(plane: ControlPlane, tmp: Path) -> Iterator[Process]:
+    """``cardquota serve`` on the live cache with every decision a constant ``Allowed``
+    (tests/bench/stubbed.py): the server's own cost through the API server."""
+    flags = ("--kubeconfig", str(plane.kubeconfig), "--drain-seconds", "0")
+    program = (sys.executable, "-m", "tests.bench.stubbed")
+    process = Process(tmp / "certs", tmp / "server.log", *flags, cluster=None, program=program)
+    try:
+        process.wait_ready(timeout=60)
+        yield process
+    finally:
+        process.stop()
 
 
 def main() -> None:
@@ -219,12 +255,8 @@ def main() -> None:
         plane = ControlPlane(Path(tmp) / "plane").start()
         try:
             plane.apply(card_queue(QUEUE, {H200: 10_000_000}))
-            namespaces = (
-                ("bench-on", SELECTOR),
-                ("bench-off", {}),
-                ("bench-floor", FLOOR),
-                ("bench-fill", SELECTOR),
-            )
+            namespaces = [("bench-on", SELECTOR), ("bench-off", {}), ("bench-fill", SELECTOR)]
+            namespaces += [(f"bench-{arm}", {LABEL: arm}) for arm in ("stubbed", "floor")]
             for name, labels in namespaces:
                 plane.apply(
                     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": labels}}
@@ -233,7 +265,10 @@ def main() -> None:
                 plane.apply(deployment("chat"), namespace=f"bench-{arm}")
             with (
                 serving_webhook(plane, Path(tmp) / "webhook") as ours,
-                floor_webhook(plane, ours.certs, Path(tmp) / "floor.log"),
+                stubbed_server(plane, Path(tmp) / "stubbed") as stubbed,
+                registered(plane, stubbed.url, stubbed.certs / "ca.crt", "stubbed"),
+                floor_server(ours.certs, Path(tmp) / "floor.log") as floor,
+                registered(plane, floor, ours.certs / "ca.crt", "floor"),
             ):
                 if args.pods:
                     asyncio.run(populate(plane, args.pods))
