@@ -71,3 +71,65 @@ def test_help_shows_examples_and_exit_codes(capsys: pytest.CaptureFixture[str]) 
     text = capsys.readouterr().out
     assert "kubectl cardquota headroom deployment/chat -n team-a" in text
     assert "3  the cluster did not answer in time" in text
+
+
+@pytest.fixture
+def example_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
+    """The plugin on the bundled example cluster instead of a live one; returns a kubeconfig whose
+    current context's namespace is team-a."""
+    from webhook import main as main_module
+    from webhook import snapshot
+
+    def example(kubeconfig: object, policy: object, timeout: float, context: str | None = None) -> object:
+        CONTEXTS.append(context)
+        return snapshot.load_snapshot(ROOT / "examples" / "cluster", policy)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(main_module, "live_state", example)
+    path = tmp_path / "config"
+    path.write_text(yaml.safe_dump(GOOD))
+    return path
+
+
+ROOT = Path(__file__).resolve().parents[2]
+CONTEXTS: list[str | None] = []  # the contexts the plugin asked the cluster for
+POD = """apiVersion: v1
+kind: Pod
+metadata: {name: eval-%d, annotations: {volcano.sh/card.name: NVIDIA-H200, scheduling.volcano.sh/queue-name: cr-queue1}}
+spec: {containers: [{name: c, image: i, resources: {limits: {nvidia.com/gpu: "1"}}}]}
+"""
+
+
+def test_whatif_exits_1_when_something_would_be_denied_and_puts_names_in_the_contexts_namespace(
+    example_cluster: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    one, two = tmp_path / "one.yaml", tmp_path / "two.yaml"
+    one.write_text(POD % 0)
+    two.write_text(POD % 0 + "---\n" + POD % 1)  # cr-queue1 has 1 NVIDIA-H200 left
+    assert plugin.main(["whatif", "-f", str(one), "--kubeconfig", str(example_cluster)]) == 0
+    assert "pod team-a/eval-0 (CREATE): ALLOWED" in capsys.readouterr().out
+    assert (
+        plugin.main(
+            ["whatif", "-f", str(two), "--kubeconfig", str(example_cluster), "-n", "team-b", "-o", "yaml"]
+        )
+        == 1
+    )
+    answers = yaml.safe_load(capsys.readouterr().out)
+    assert [(a["object"], a["allowed"]) for a in answers] == [
+        ("pod team-b/eval-0", True),
+        ("pod team-b/eval-1", False),
+    ]
+
+
+def test_headroom_and_status_answer_with_the_exit_codes_documented(
+    example_cluster: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kc = ["--kubeconfig", str(example_cluster)]
+    assert plugin.main(["headroom", "deployment/chat", *kc, "-o", "json"]) == 0  # team-a, from the context
+    assert '"workload": "deployment team-a/chat"' in capsys.readouterr().out
+    assert plugin.main(["headroom", "deployment/chat", *kc, "-n", "nowhere"]) == 2
+    assert "deployment nowhere/chat is not in the cluster" in capsys.readouterr().err
+    assert plugin.main(["headroom", "chat", *kc]) == 2
+    assert "expected KIND/NAME" in capsys.readouterr().err
+    assert plugin.main(["status", *kc, "--context", "other"]) == 0
+    assert "cr-queue1" in capsys.readouterr().out
+    assert CONTEXTS[-1] == "other"
