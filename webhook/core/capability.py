@@ -34,7 +34,7 @@ def refuses(
     info = state.queues.get(queue)
     if info is None:
         return None
-    used = state.compute_used.get(queue, (0, 0))
+    used = state.compute_used(queue)
     held = state.ledger.held_compute(queue, exclude)
     for index, (name, need, capability, text) in enumerate(
         (("cpu", cpu, info.cpu, cpu_text), ("memory", memory, info.memory, memory_text))

@@ -1,131 +1,134 @@
 """What each live pod counts against its queue, and the indexes that find a pod's charge again.
 
-Indexing a pod charges its queue (and the queues above it), the node's free cards when it is bound,
-and its PodGroup's demand; unindexing takes exactly that back. The CPU/memory check's charge is
-kept beside the card charge.
+``pod_charge`` works out a pod's ``Charge`` (pure). ``PodIndex`` owns every per-pod index: the
+charges by pod uid, the pods of each PodGroup, node and owner, each PodGroup's existing demand, and
+the CPU/memory check's charges. Adding a pod counts its charge in the queue tree and in its node's
+free cards; removing it takes exactly that back. Both answer the PodGroup whose demand changed, so
+the state can refresh that group's reservation.
 """
 
-from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from collections import Counter, defaultdict
+from collections.abc import Set
 
-from webhook.core import reservations
-from webhook.core.cards import CardName
-from webhook.core.demand import Demand, NotCardPod, PodDemand, pod_demand
-from webhook.core.objects import TERMINAL_PHASES, PodRecord, PodTemplate
+from webhook.core.cards import CardName, CardSpec
+from webhook.core.demand import NotCardPod, PodDemand, pod_demand
+from webhook.core.freecards import FreeCards
+from webhook.core.inventory import Inventory
+from webhook.core.nodes import NodeCards
+from webhook.core.objects import PodRecord, PodTemplate
+from webhook.core.policy import Policy
+from webhook.core.queues import QueueTree
 from webhook.core.tally import Charge, ComputeCharge
 
-if TYPE_CHECKING:
-    from webhook.core.state import ClusterState
+NOTHING: Set[str] = frozenset()
 
 
-def index_pod(state: "ClusterState", pod: PodRecord) -> None:
-    if pod.group_name:
-        state.group_pods[f"{pod.namespace}/{pod.group_name}"].add(pod.uid)
-    if pod.node_name:
-        state.node_pods[pod.node_name].add(pod.uid)
-    if pod.owner is not None:
-        state.owner_pods[pod.owner.uid].add(pod.uid)
-    if state.policy.cpu_memory_check:
-        _index_compute(state, pod)
-    charge = charge_of(state, pod)
-    if charge is None:
-        return
-    state.charges[pod.uid] = charge
-    state.tree.count(charge.queue, charge=charge, sign=+1)
-    if charge.bound and charge.card is not None:
-        state.free.use(pod.node_name, charge.card, charge.count)
-    if charge.group:
-        state.group_cards[charge.group][charge.spec] += charge.count
-        reservations.refresh(state, charge.group)
-
-
-def unindex_pod(state: "ClusterState", uid: str) -> None:
-    pod = state.pods.get(uid)
-    if pod is None:
-        return
-    if pod.group_name:
-        state.group_pods[f"{pod.namespace}/{pod.group_name}"].discard(uid)
-    state.node_pods[pod.node_name].discard(uid)
-    if pod.owner is not None:
-        state.owner_pods[pod.owner.uid].discard(uid)
-    compute = state.compute.pop(uid, None)
-    if compute is not None:
-        used = state.compute_used[compute.queue]
-        used[0] -= compute.cpu
-        used[1] -= compute.memory
-    charge = state.charges.pop(uid, None)
-    if charge is None:
-        return
-    state.tree.count(charge.queue, charge=charge, sign=-1)
-    if charge.bound and charge.card is not None:
-        state.free.use(pod.node_name, charge.card, -charge.count)
-    if charge.group:
-        state.group_cards[charge.group][charge.spec] -= charge.count
-        reservations.refresh(state, charge.group)
-
-
-def recharge(state: "ClusterState", uids: Iterable[str]) -> None:
-    """Charge these pods again: their node, queue, PodGroup or owner changed."""
-    for uid in uids:
-        pod = state.pods.get(uid)
-        if pod is not None:
-            unindex_pod(state, uid)
-            index_pod(state, pod)
-
-
-def charge_of(state: "ClusterState", pod: PodRecord) -> Charge | None:
+def pod_charge(pod: PodRecord, demand: PodDemand, queue: str, node: NodeCards | None) -> Charge | None:
     """The card charge of a live pod: fixed to a card, or flexible over its ``A|B`` spec until it is
-    bound; None for a finished pod or one that uses no card."""
+    bound (then charged to the alternative its node has); None for a finished pod."""
     if pod.phase in ("Succeeded", "Failed"):
         return None
-    memo = state.memo
-    demand: Demand | None = None if memo is None else memo.get(id(pod.template))
-    if demand is None:
-        demand = pod_demand(pod.template, state.inventory, state.policy)
-        if memo is not None:
-            memo[id(pod.template)] = demand
-    if not isinstance(demand, PodDemand):
-        return None
     group = f"{pod.namespace}/{pod.group_name}" if pod.group_name else ""
-    queue = state.queue_of_pod(pod)
     card: CardName | None = demand.spec.cards[0] if not demand.spec.is_multi else None
     if pod.node_name and card is None:
-        on_node = state.nodes.get(pod.node_name)
-        names = on_node.card_names() if on_node else frozenset()
+        names = node.card_names() if node else frozenset()
         card = next((c for c in demand.spec.cards if c in names), None)
     bound = bool(pod.node_name) and card is not None
-    if memo is None:
-        return state.pool.share(Charge(queue, bound, card, demand.asked, demand.count, group))
-    key = (id(demand), queue, bound, card, group)
-    if (charge := memo.get(key)) is None:
-        charge = memo[key] = state.pool.share(Charge(queue, bound, card, demand.asked, demand.count, group))
-    return charge
+    return Charge(queue, bound, card, demand.asked, demand.count, group)
 
 
-def _index_compute(state: "ClusterState", pod: PodRecord) -> None:
-    if pod.phase in TERMINAL_PHASES:
-        return
-    charged = compute_charged(state, pod.template)
-    if charged is None:
-        return
-    compute = state.pool.share(ComputeCharge(state.queue_of_pod(pod), *charged))
-    state.compute[pod.uid] = compute
-    used = state.compute_used[compute.queue]
-    used[0] += compute.cpu
-    used[1] += compute.memory
-
-
-def compute_charged(state: "ClusterState", template: PodTemplate) -> tuple[int, int] | None:
+def compute_charged(template: PodTemplate, inventory: Inventory, policy: Policy) -> tuple[int, int] | None:
     """CPU (millicores) and memory (bytes) the CPU/memory check charges one pod of ``template``:
     None when the check is off, the pod is not Volcano's to schedule, requests neither, or uses
     cards while card pods are unlimited."""
-    policy = state.policy
     if not policy.cpu_memory_check or template.scheduler not in policy.volcano_schedulers:
         return None
     cpu, memory = template.resources.cpu, template.resources.memory
     if not cpu and not memory:
         return None
-    unlimited = policy.card_unlimited_cpu_memory
-    if unlimited and not isinstance(pod_demand(template, state.inventory, policy), NotCardPod):
+    if policy.card_unlimited_cpu_memory and not isinstance(
+        pod_demand(template, inventory, policy), NotCardPod
+    ):
         return None  # a pod that uses cards
     return cpu, memory
+
+
+class PodIndex:
+    """The live pods' charges, and the pods of each PodGroup, node and owner."""
+
+    def __init__(self, tree: QueueTree, free: FreeCards) -> None:
+        self._tree, self._free = tree, free
+        self._charges: dict[str, Charge] = {}
+        self._compute: dict[str, ComputeCharge] = {}
+        self._compute_used: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        self._by_group: dict[str, set[str]] = defaultdict(set)
+        self._by_node: dict[str, set[str]] = defaultdict(set)
+        self._by_owner: dict[str, set[str]] = defaultdict(set)
+        self._group_cards: dict[str, Counter[CardSpec]] = defaultdict(Counter)
+
+    def add(self, pod: PodRecord, charge: Charge | None, compute: ComputeCharge | None) -> str:
+        """Index ``pod`` with its charges; returns its PodGroup's key when the group's demand
+        changed, else ""."""
+        if pod.group_name:
+            self._by_group[f"{pod.namespace}/{pod.group_name}"].add(pod.uid)
+        if pod.node_name:
+            self._by_node[pod.node_name].add(pod.uid)
+        if pod.owner is not None:
+            self._by_owner[pod.owner.uid].add(pod.uid)
+        if compute is not None:
+            self._compute[pod.uid] = compute
+            used = self._compute_used[compute.queue]
+            used[0] += compute.cpu
+            used[1] += compute.memory
+        if charge is None:
+            return ""
+        self._charges[pod.uid] = charge
+        self._count(pod, charge, +1)
+        return charge.group
+
+    def remove(self, pod: PodRecord) -> str:
+        """Take back everything ``add`` did for ``pod``; returns the PodGroup whose demand changed."""
+        uid = pod.uid
+        if pod.group_name:
+            self._by_group[f"{pod.namespace}/{pod.group_name}"].discard(uid)
+        self._by_node[pod.node_name].discard(uid)
+        if pod.owner is not None:
+            self._by_owner[pod.owner.uid].discard(uid)
+        compute = self._compute.pop(uid, None)
+        if compute is not None:
+            used = self._compute_used[compute.queue]
+            used[0] -= compute.cpu
+            used[1] -= compute.memory
+        charge = self._charges.pop(uid, None)
+        if charge is None:
+            return ""
+        self._count(pod, charge, -1)
+        return charge.group
+
+    def _count(self, pod: PodRecord, charge: Charge, sign: int) -> None:
+        self._tree.count(charge.queue, charge=charge, sign=sign)
+        if charge.bound and charge.card is not None:
+            self._free.use(pod.node_name, charge.card, sign * charge.count)
+        if charge.group:
+            self._group_cards[charge.group][charge.spec] += sign * charge.count
+
+    def charge(self, uid: str) -> Charge | None:
+        return self._charges.get(uid)
+
+    def compute_used(self, queue: str) -> tuple[int, int]:
+        """CPU (millicores) and memory (bytes) the live pods of ``queue`` are charged."""
+        used = self._compute_used.get(queue)
+        return (used[0], used[1]) if used else (0, 0)
+
+    def in_group(self, key: str) -> Set[str]:
+        return self._by_group.get(key, NOTHING)
+
+    def on_node(self, node: str) -> Set[str]:
+        return self._by_node.get(node, NOTHING)
+
+    def owned_by(self, uid: str) -> Set[str]:
+        return self._by_owner.get(uid, NOTHING)
+
+    def group_demand(self, key: str) -> Counter[CardSpec]:
+        """What a PodGroup's existing pods charge, per card spec."""
+        return self._group_cards.get(key) or Counter()

@@ -47,9 +47,9 @@ def upsert(state: ClusterState, obj: Mapping[str, Any]) -> str:
         return f"{obj.get('kind', '?')} is not used"
     problem = shapes.problem(RESOURCES[where], "", obj)
     if problem:
-        state.skipped[key(obj)] = problem
+        state.skip(key(obj), problem)
         return problem
-    state.skipped.pop(key(obj), None)
+    state.skip(key(obj), "")
     _apply(state, where, obj)
     return ""
 
@@ -57,7 +57,7 @@ def upsert(state: ClusterState, obj: Mapping[str, Any]) -> str:
 def remove(state: ClusterState, obj: Mapping[str, Any]) -> None:
     """Forget ``obj`` (only its identity is read: a DELETED event may carry an old body)."""
     where = bucket(obj)
-    state.skipped.pop(key(obj), None)
+    state.skip(key(obj), "")
     if where is None or shapes.problem(RESOURCES[where], "", {"metadata": obj.get("metadata")}):
         return
     meta = obj.get("metadata") or {}

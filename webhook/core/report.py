@@ -73,7 +73,7 @@ def _capability(state: ClusterState, warnings: list[str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in sorted(state.queues):
         info = state.queues[name]
-        used = state.compute_used.get(name, (0, 0))
+        used = state.compute_used(name)
         held = state.ledger.held_compute(name)
         out[name] = {}
         for i, (resource, limit, text) in enumerate(

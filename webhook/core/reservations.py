@@ -1,68 +1,68 @@
 """What an Inqueue or Running PodGroup holds for the pods it has not created yet.
 
 A PodGroup asks for ``card.request`` (else the card resource of its ``minResources``); what its
-existing pods already charge is taken off, and the rest is reserved in its queue's tally. Each pod
-indexed or unindexed in the group refreshes the reservation.
+existing pods already charge is taken off, and the rest is reserved in its queue's tally.
+``Reservations`` owns the reservation of every group and counts it in the queue tree; the state
+calls ``refresh`` whenever a group, its owner or the demand of its pods changes.
 """
 
 from collections import Counter
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
 
 from webhook.core import keys
 from webhook.core.cards import UNIT, CardName, CardSpec, units
 from webhook.core.demand import PodDemand, pod_demand
-from webhook.core.objects import PodGroupRecord
+from webhook.core.inventory import Inventory
+from webhook.core.objects import PodGroupRecord, WorkloadRecord
+from webhook.core.policy import Policy
 from webhook.core.quantity import QuantityError, ceil_quantity
+from webhook.core.queues import QueueTree
 from webhook.core.quota import AnnotationError, parse_card_request
 from webhook.core.tally import FlexKey, Reservation
-
-if TYPE_CHECKING:
-    from webhook.core.state import ClusterState
 
 RESERVING_PHASES = frozenset({"Inqueue", "Running"})
 
 
-def refresh(state: "ClusterState", key: str) -> None:
-    """Take back the PodGroup's old reservation, if any, and count its current one."""
-    old = state.reservations.pop(key, None)
-    if old is not None:
-        state.tree.count(old.queue, reservation=old, sign=-1)
-    new = _reservation(state, key)
-    if new is not None and (new.fixed or new.flex):
-        state.reservations[key] = new
-        state.tree.count(new.queue, reservation=new, sign=+1)
+class Reservations:
+    """Each reserving PodGroup's reservation, by PodGroup key, counted in the queue tree."""
+
+    def __init__(self, tree: QueueTree) -> None:
+        self._tree = tree
+        self._held: dict[str, Reservation] = {}
+
+    def refresh(
+        self,
+        key: str,
+        group: PodGroupRecord | None,
+        asked: Mapping[CardSpec, int],
+        existing: Counter[CardSpec],
+    ) -> None:
+        """Take back the group's old reservation, if any, and count the one it holds now: ``asked``
+        less ``existing`` (what its pods charge already)."""
+        old = self._held.pop(key, None)
+        if old is not None:
+            self._tree.count(old.queue, reservation=old, sign=-1)
+        new = reservation(group, asked, existing) if group is not None else None
+        if new is not None and (new.fixed or new.flex):
+            self._held[key] = new
+            self._tree.count(new.queue, reservation=new, sign=+1)
+
+    def get(self, key: str) -> Reservation | None:
+        return self._held.get(key)
+
+    def __len__(self) -> int:
+        return len(self._held)
 
 
-def group_request(state: "ClusterState", group: PodGroupRecord) -> dict[CardSpec, int]:
-    """What a PodGroup asks for: ``card.request``, else ``minResources`` of its card resource."""
-    text = group.annotations.get(keys.CARD_REQUEST)
-    if text:
-        try:
-            return dict(parse_card_request(keys.CARD_REQUEST, text).counts)
-        except AnnotationError:
-            return {}
-    owner = state.workloads_by_uid.get(group.owner.uid) if group.owner else None
-    if owner is None:
-        return {}
-    asked: dict[CardSpec, int] = {}
-    for task in owner.tasks:
-        demand = pod_demand(task.template, state.inventory, state.policy)
-        if isinstance(demand, PodDemand) and demand.resource in group.min_resources:
-            try:
-                asked[demand.spec] = units(ceil_quantity(group.min_resources[demand.resource]))
-            except QuantityError:
-                continue
-    return asked
-
-
-def _reservation(state: "ClusterState", key: str) -> Reservation | None:
-    group = state.podgroups.get(key)
-    if group is None or group.phase not in RESERVING_PHASES:
+def reservation(
+    group: PodGroupRecord, asked: Mapping[CardSpec, int], existing: Counter[CardSpec]
+) -> Reservation | None:
+    """What ``group`` reserves beyond its existing pods' demand; None unless Inqueue or Running."""
+    if group.phase not in RESERVING_PHASES:
         return None
-    existing = state.group_cards.get(key, Counter())
     fixed: Counter[CardName] = Counter()
     flex: Counter[FlexKey] = Counter()
-    for spec, count in group_request(state, group).items():
+    for spec, count in asked.items():
         rest = count - existing.get(spec, 0)
         if rest <= 0:
             continue
@@ -71,3 +71,27 @@ def _reservation(state: "ClusterState", key: str) -> Reservation | None:
         else:
             fixed[spec.cards[0]] += rest
     return Reservation(group.queue or keys.DEFAULT_QUEUE, fixed, flex)
+
+
+def group_request(
+    group: PodGroupRecord, owner: WorkloadRecord | None, inventory: Inventory, policy: Policy
+) -> dict[CardSpec, int]:
+    """What a PodGroup asks for: ``card.request``, else ``minResources`` of its card resource, the
+    card read from its ``owner``'s pod templates."""
+    text = group.annotations.get(keys.CARD_REQUEST)
+    if text:
+        try:
+            return dict(parse_card_request(keys.CARD_REQUEST, text).counts)
+        except AnnotationError:
+            return {}
+    if owner is None:
+        return {}
+    asked: dict[CardSpec, int] = {}
+    for task in owner.tasks:
+        demand = pod_demand(task.template, inventory, policy)
+        if isinstance(demand, PodDemand) and demand.resource in group.min_resources:
+            try:
+                asked[demand.spec] = units(ceil_quantity(group.min_resources[demand.resource]))
+            except QuantityError:
+                continue
+    return asked

@@ -1,9 +1,11 @@
 """The in-memory cluster state both fronts decide from: every index, behind one façade.
 
-Each update rule lives with its concept: the queue tree and its tallies in ``queues``, a pod's charge
-in ``charges``, a PodGroup's reservation in ``reservations``. This class holds the indexes, routes
-each update to its rule, and answers the questions decisions ask (a queue's tally, a pod's queue, a
-workload's live pods), so a decision reads a queue's tally (cards × groups) and never walks pods.
+Each index is an object that owns its data: the queue tree and its tallies (``queues.QueueTree``),
+the live pods' charges (``charges.PodIndex``), the PodGroups' reservations
+(``reservations.Reservations``), free cards per node (``freecards.FreeCards``), the in-flight ledger.
+This class composes them, forwards each update to the owners it concerns, and answers the questions
+decisions ask (a queue's tally, a pod's queue, a workload's live pods), so a decision reads a
+queue's tally (cards × groups) and never walks pods.
 """
 
 import heapq
@@ -11,15 +13,25 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from webhook.core import charges, compact, keys, reservations
+from webhook.core import compact, keys
 from webhook.core.cards import CardName, CardSpec
+from webhook.core.charges import PodIndex, compute_charged, pod_charge
+from webhook.core.demand import Demand, PodDemand, pod_demand
 from webhook.core.freecards import FreeCards
 from webhook.core.inventory import Inventory
 from webhook.core.ledger import Ledger
 from webhook.core.nodes import NodeCards
-from webhook.core.objects import PodGroupRecord, PodRecord, PodTemplate, QueueRecord, WorkloadRecord
+from webhook.core.objects import (
+    TERMINAL_PHASES,
+    PodGroupRecord,
+    PodRecord,
+    PodTemplate,
+    QueueRecord,
+    WorkloadRecord,
+)
 from webhook.core.policy import Policy
 from webhook.core.queues import QueueInfo, QueueTree
+from webhook.core.reservations import Reservations, group_request
 from webhook.core.tally import Charge, ComputeCharge, Reservation, Tally
 
 
@@ -37,24 +49,22 @@ class ClusterState:
         self.workloads: dict[tuple[str, str], WorkloadRecord] = {}  # (kind, ns/name)
         self.workloads_by_uid: dict[str, WorkloadRecord] = {}
         self.ledger = Ledger()
-        # CPU/memory check: millicores and bytes charged per queue by its live pods.
-        self.compute_used: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+        self.charged = PodIndex(self.tree, self.free)
+        self.reserved = Reservations(self.tree)
         self.notes: list[str] = []
         self.skipped: dict[str, str] = {}  # kind/namespace/name -> why its shape cannot be read
-        # The indexes the update rules keep (charges, reservations): by pod uid, PodGroup key, node
-        # and owner uid.
-        self.charges: dict[str, Charge] = {}
-        self.compute: dict[str, ComputeCharge] = {}
-        self.reservations: dict[str, Reservation] = {}
-        self.group_pods: dict[str, set[str]] = defaultdict(set)
-        self.group_cards: dict[str, Counter[CardSpec]] = defaultdict(Counter)
-        self.node_pods: dict[str, set[str]] = defaultdict(set)
-        self.owner_pods: dict[str, set[str]] = defaultdict(set)
-        self.owner_groups: dict[str, set[str]] = defaultdict(set)
-        self.children: dict[str, set[str]] = defaultdict(set)  # owner uid -> workload uids
-        self.memo: dict[Any, Any] | None = None  # only while ``upsert_pods`` runs
+        self._owner_groups: dict[str, set[str]] = defaultdict(set)  # owner uid -> PodGroup keys
+        self._children: dict[str, set[str]] = defaultdict(set)  # owner uid -> workload uids
+        self._memo: dict[Any, Any] | None = None  # only while ``upsert_pods`` runs
         self._deadlines: list[tuple[float, str]] = []
         self._pool = compact.Pool()
+
+    def skip(self, key: str, problem: str) -> None:
+        """Remember why the object ``key`` (kind/namespace/name) is left out; "" forgets it."""
+        if problem:
+            self.skipped[key] = problem
+        else:
+            self.skipped.pop(key, None)
 
     # ---- the queue tree (``queues``) ----------------------------------------------------
     @property
@@ -101,9 +111,9 @@ class ClusterState:
 
     def _after_node_change(self, node: str, moved: set[CardName]) -> None:
         if moved:
-            charges.recharge(self, list(self.pods))  # a card's resource name moved: rare, walk all
+            self._recharge(list(self.pods))  # a card's resource name moved: rare, walk all
         else:
-            charges.recharge(self, list(self.node_pods.get(node, ())))
+            self._recharge(list(self.charged.on_node(node)))
 
     # ---- pods (``charges``) --------------------------------------------------------------
     @property
@@ -116,7 +126,7 @@ class ClusterState:
         if not pooled:
             pod = self._pool.pod(pod)
         old = self.pods.get(pod.uid)
-        charges.unindex_pod(self, pod.uid)
+        self._unindex(pod.uid)
         self.pods[pod.uid] = pod
         if old is None:
             # A pod admitted here holds its own entry (taken from its scale-up's at admission);
@@ -127,22 +137,22 @@ class ClusterState:
                 self.ledger.settle(scale_key(workload))
         if pod.deletion_deadline is not None:
             heapq.heappush(self._deadlines, (pod.deletion_deadline, pod.uid))
-        charges.index_pod(self, pod)
+        self._index(pod)
 
     def upsert_pods(self, pods: Iterable[PodRecord]) -> None:
         """Many pods at once (a list), their records built from ``self.pool``: the demand and the
         charge of each template are worked out once for all its pods (nodes and queues do not
         change meanwhile)."""
-        self.memo = {}  # id(template) -> demand, (id(demand), queue, ...) -> charge: alive meanwhile
+        self._memo = {}  # id(template) -> demand, (id(demand), queue, ...) -> charge: alive meanwhile
         try:
             for pod in pods:
                 self.upsert_pod(pod, pooled=True)
         finally:
-            self.memo = None
+            self._memo = None
 
     def delete_pod(self, uid: str) -> None:
         if uid in self.pods:
-            charges.unindex_pod(self, uid)
+            self._unindex(uid)
             del self.pods[uid]
 
     def expire(self, now: float) -> None:
@@ -151,14 +161,69 @@ class ClusterState:
             _, uid = heapq.heappop(self._deadlines)
             pod = self.pods.get(uid)
             if pod is not None and pod.is_terminal(now):
-                charges.unindex_pod(self, uid)
+                self._unindex(uid)
         self.ledger.expire(now)
 
     def charge_of(self, uid: str) -> Charge | None:
-        return self.charges.get(uid)
+        return self.charged.charge(uid)
+
+    def compute_used(self, queue: str) -> tuple[int, int]:
+        """CPU (millicores) and memory (bytes) charged to ``queue`` by its live pods."""
+        return self.charged.compute_used(queue)
 
     def compute_charged(self, template: PodTemplate) -> tuple[int, int] | None:
-        return charges.compute_charged(self, template)
+        return compute_charged(template, self.inventory, self.policy)
+
+    def _index(self, pod: PodRecord) -> None:
+        group = self.charged.add(pod, self._card_charge(pod), self._compute_charge(pod))
+        if group:
+            self._refresh_reservation(group)
+
+    def _unindex(self, uid: str) -> None:
+        pod = self.pods.get(uid)
+        if pod is not None and (group := self.charged.remove(pod)):
+            self._refresh_reservation(group)
+
+    def _recharge(self, uids: Iterable[str]) -> None:
+        """Charge these pods again: their node, queue, PodGroup or owner changed."""
+        for uid in uids:
+            pod = self.pods.get(uid)
+            if pod is not None:
+                self._unindex(uid)
+                self._index(pod)
+
+    def _card_charge(self, pod: PodRecord) -> Charge | None:
+        """The pod's charge, pooled; while many pods are loaded, worked out once per template."""
+        if pod.phase in TERMINAL_PHASES:
+            return None
+        memo = self._memo
+        demand: Demand | None = None if memo is None else memo.get(id(pod.template))
+        if demand is None:
+            demand = pod_demand(pod.template, self.inventory, self.policy)
+            if memo is not None:
+                memo[id(pod.template)] = demand
+        if not isinstance(demand, PodDemand):
+            return None
+        queue = self.queue_of_pod(pod)
+        if memo is None:
+            charge = pod_charge(pod, demand, queue, self.nodes.get(pod.node_name))
+            return self._pool.share(charge) if charge is not None else None
+        where = (
+            pod.node_name if demand.spec.is_multi else bool(pod.node_name)
+        )  # what its card and bound depend on
+        key = (id(demand), queue, where, pod.namespace, pod.group_name)
+        if (charge := memo.get(key)) is None:
+            made = pod_charge(pod, demand, queue, self.nodes.get(pod.node_name))
+            charge = memo[key] = self._pool.share(made) if made is not None else None
+        return charge
+
+    def _compute_charge(self, pod: PodRecord) -> ComputeCharge | None:
+        if not self.policy.cpu_memory_check or pod.phase in TERMINAL_PHASES:
+            return None
+        charged = self.compute_charged(pod.template)
+        if charged is None:
+            return None
+        return self._pool.share(ComputeCharge(self.queue_of_pod(pod), *charged))
 
     # ---- queue resolution and ownership --------------------------------------------------
     def queue_of_pod(self, pod: PodRecord) -> str:
@@ -183,15 +248,15 @@ class ClusterState:
         return owner
 
     def live_pods_of(self, workload: WorkloadRecord) -> int:
-        uids = set(self.owner_pods.get(workload.uid, ()))
-        for child in self.children.get(workload.uid, ()):
-            uids |= self.owner_pods.get(child, set())
+        uids = set(self.charged.owned_by(workload.uid))
+        for child in self._children.get(workload.uid, ()):
+            uids |= self.charged.owned_by(child)
         return sum(
             1 for uid in uids if uid in self.pods and self.pods[uid].phase not in ("Succeeded", "Failed")
         )
 
     def pods_owned_by(self, uid: str) -> list[PodRecord]:
-        return [self.pods[p] for p in self.owner_pods.get(uid, ()) if p in self.pods]
+        return [self.pods[p] for p in self.charged.owned_by(uid) if p in self.pods]
 
     # ---- workloads ---------------------------------------------------------------------
     def upsert_workload(self, workload: WorkloadRecord) -> None:
@@ -199,9 +264,9 @@ class ClusterState:
         if old is not None:
             self.workloads.pop((old.kind, old.key), None)
             if old.owner is not None:
-                self.children[old.owner.uid].discard(old.uid)
+                self._children[old.owner.uid].discard(old.uid)
         if workload.owner is not None:
-            self.children[workload.owner.uid].add(workload.uid)
+            self._children[workload.owner.uid].add(workload.uid)
         self.workloads[(workload.kind, workload.key)] = workload
         self.workloads_by_uid[workload.uid] = workload
         self._after_owner_change(workload.uid)
@@ -211,47 +276,53 @@ class ClusterState:
         if workload is not None:
             self.workloads_by_uid.pop(workload.uid, None)
             if workload.owner is not None:
-                self.children[workload.owner.uid].discard(workload.uid)
+                self._children[workload.owner.uid].discard(workload.uid)
             self._after_owner_change(workload.uid)
 
     def workload(self, kind: str, namespace: str, name: str) -> WorkloadRecord | None:
         return self.workloads.get((kind, f"{namespace}/{name}"))
 
     def _after_owner_change(self, uid: str) -> None:
-        charges.recharge(self, list(self.owner_pods.get(uid, ())))
-        for group in list(self.owner_groups.get(uid, ())):
-            reservations.refresh(self, group)
+        self._recharge(list(self.charged.owned_by(uid)))
+        for group in list(self._owner_groups.get(uid, ())):
+            self._refresh_reservation(group)
 
     # ---- PodGroups (``reservations``) ----------------------------------------------------
     def upsert_podgroup(self, group: PodGroupRecord) -> None:
         old = self.podgroups.get(group.key)
         if old is not None and old.owner is not None:
-            self.owner_groups[old.owner.uid].discard(group.key)
+            self._owner_groups[old.owner.uid].discard(group.key)
         self.podgroups[group.key] = group
         if group.owner is not None:
-            self.owner_groups[group.owner.uid].add(group.key)
+            self._owner_groups[group.owner.uid].add(group.key)
         if old is None or old.queue != group.queue:
-            charges.recharge(self, list(self.group_pods.get(group.key, ())))
-        reservations.refresh(self, group.key)
+            self._recharge(list(self.charged.in_group(group.key)))
+        self._refresh_reservation(group.key)
 
     def delete_podgroup(self, key: str) -> None:
         group = self.podgroups.pop(key, None)
         if group is None:
             return
         if group.owner is not None:
-            self.owner_groups[group.owner.uid].discard(key)
-        reservations.refresh(self, key)
-        charges.recharge(self, list(self.group_pods.get(key, ())))
+            self._owner_groups[group.owner.uid].discard(key)
+        self._refresh_reservation(key)
+        self._recharge(list(self.charged.in_group(key)))
 
     def reservation_of(self, key: str) -> Reservation | None:
-        return self.reservations.get(key)
+        return self.reserved.get(key)
 
     def group_request(self, group: PodGroupRecord) -> dict[CardSpec, int]:
-        return reservations.group_request(self, group)
+        owner = self.workloads_by_uid.get(group.owner.uid) if group.owner else None
+        return group_request(group, owner, self.inventory, self.policy)
 
     def group_demand(self, group: str) -> Counter[CardSpec]:
         """What a PodGroup's existing pods charge, per card spec."""
-        return self.group_cards.get(group, Counter())
+        return self.charged.group_demand(group)
+
+    def _refresh_reservation(self, key: str) -> None:
+        group = self.podgroups.get(key)
+        asked = self.group_request(group) if group is not None else {}
+        self.reserved.refresh(key, group, asked, self.charged.group_demand(key))
 
 
 def scale_key(workload: WorkloadRecord) -> str:
