@@ -74,6 +74,8 @@ def admit(state: ClusterState, request: Request, decision: Decision, now: float)
     if isinstance(decision, Denied):
         for key in decision.release:
             state.ledger.settle(key)
+        if decision.join is not None:
+            state.wait(decision.join.uid, now, decision.join.priority)
         return
     hold = decision.hold
     if hold is None:

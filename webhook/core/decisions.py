@@ -2,8 +2,9 @@
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from typing import Any
 
-from webhook.core import capability, keys, messages
+from webhook.core import capability, keys, line, messages
 from webhook.core.cards import UNIT, CardSpec, amount
 from webhook.core.constraints import contradiction
 from webhook.core.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
@@ -13,9 +14,10 @@ from webhook.core.objects import PodRecord, PodTemplate, pod_record
 from webhook.core.quota import AnnotationError, parse_card_request
 from webhook.core.state import ClusterState, scale_key
 from webhook.core.usage import queue_usage, tree_has_room, tree_usage
-from webhook.core.verdicts import TOO_COMPLEX, Allowed, Decision, Denied, Hold, Request
+from webhook.core.verdicts import TOO_COMPLEX, Allowed, Decision, Denied, Hold, Join, Request
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
+WAITING_KINDS = frozenset({"ReplicaSet", "StatefulSet"})  # controllers that wait in line (deny mode)
 
 
 def decide_pod_create(state: ClusterState, request: Request, now: float) -> Decision:
@@ -66,7 +68,9 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         return Allowed(
             "admitted under its workload's scale-up", hold=hold, queue=queue, card=demand.spec.text
         )
-    usage = queue_usage(state, queue, exclude_ledger=taken)
+    place = _place(state, pod, request.obj, now)
+    ahead = state.line.ahead(queue, place)
+    usage = queue_usage(state, queue, exclude_ledger=taken, ahead=ahead)
     try:
         fits = usage.fits(demand.spec, demand.count, 1)
     except TooComplex as error:
@@ -79,18 +83,53 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         if over is not None:
             return replace(over, card=demand.spec.text, release=release)
         return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
-    message = messages.no_room(usage, demand.spec, what, demand.count)
+    message = messages.no_room(usage, demand.spec, what, demand.count) + messages.ahead_in_line(ahead)
+    join = _joins(state, pod, queue, demand, place)
+    if join is not None:
+        message += messages.joins_line(len(ahead) + 1, _surge_of(state, pod))
+    return Denied(message, queue=queue, card=demand.spec.text, release=release, join=join)
+
+
+def _place(state: ClusterState, pod: PodRecord, obj: Mapping[str, Any], now: float) -> line.Place:
+    """Where a pod create stands: its controller's place when that waits, else behind every waiter
+    of its priority or higher that came before it."""
+    waiter = state.line.get(pod.owner.uid) if pod.owner is not None else None
+    if waiter is not None:
+        return waiter.place
+    return line.place_of(pod_priority(obj), now)
+
+
+def pod_priority(obj: Mapping[str, Any]) -> int:
+    """The pod's ``spec.priority`` (set from its PriorityClass before any webhook runs), else 0."""
+    spec = obj.get("spec")
+    value = spec.get("priority") if isinstance(spec, Mapping) else None
+    return value if type(value) is int else 0
+
+
+def _joins(
+    state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand, place: line.Place
+) -> Join | None:
+    """Deny mode: a ReplicaSet's or StatefulSet's refused pod puts its controller in the line, unless
+    its pods could never fit the queue's whole quota (waiting would be forever)."""
+    if state.over_quota(queue) != "deny" or pod.owner is None:
+        return None
+    owner = state.workloads_by_uid.get(pod.owner.uid)
+    if owner is None or owner.kind not in WAITING_KINDS:
+        return None
+    for name in (queue, *state.ancestors.get(queue, ())):
+        quota = state.queues[name].quota or {}
+        limits = name == queue or all(card in quota for card in demand.spec.cards)
+        if limits and all(quota.get(card, 0) < demand.count for card in demand.spec.cards):
+            return None
+    return Join(owner.uid, -place[0])
+
+
+def _surge_of(state: ClusterState, pod: PodRecord) -> str:
+    """The Deployment whose rolling update the pod is a surge pod of, or ""."""
     workload = state.workload_of(pod)
-    if (
-        workload is not None
-        and workload.kind == "Deployment"
-        and state.live_pods_of(workload) >= workload.replicas
-    ):
-        message += (
-            f"; it is a rolling-update surge pod of deployment {workload.key}: at a full quota use"
-            " strategy maxSurge: 0, maxUnavailable: 1"
-        )
-    return Denied(message, queue=queue, card=demand.spec.text, release=release)
+    if workload is None or workload.kind != "Deployment":
+        return ""
+    return workload.key if state.live_pods_of(workload) >= workload.replicas else ""
 
 
 def volcano_task(state: ClusterState, pod: PodRecord) -> tuple[str, int] | None:

@@ -13,6 +13,13 @@ TASK_SPEC: Final = "volcano.sh/task-spec"  # set by the Volcano controller on a 
 # Ours: the card spec a multi-card pod asked for, kept when the pod mutation assigns it one model
 # (SPEC §5b); the pod's card.name then names that model.
 CARD_SPEC: Final = "cardquota.volcano.sh/card.spec"
+# Ours: a workload in the waiting line (deny mode), so a restarted or new leader rebuilds the line:
+# {"since": "<RFC 3339 time its controller was first refused>", "priority": <the pod's priority>}.
+WAITING: Final = "cardquota.volcano.sh/waiting"
+# Ours: written when a waiting workload is called, so its controller retries its creates at once.
+CALLED: Final = "cardquota.volcano.sh/called"
+# Ours, on a Queue: "deny" or "wait", what happens to a controller's pod that does not fit now.
+OVER_QUOTA: Final = "cardquota.volcano.sh/over-quota"
 
 MPS_REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
 MIG_PREFIX: Final = "nvidia.com/mig-"

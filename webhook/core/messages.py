@@ -1,8 +1,11 @@
 """The one-line texts people read in kubectl, ReplicaSet and HPA events. Only the target queue's
 numbers ever appear: never another tenant's."""
 
+from collections.abc import Sequence
+
 from webhook.core.cards import CardName, CardSpec, amount
 from webhook.core.feasibility import TooComplex
+from webhook.core.line import Waiter, ordinal
 from webhook.core.usage import CardUse, QueueUsage
 
 
@@ -14,6 +17,7 @@ def breakdown(use: CardUse) -> str:
             (use.pending, "pending"),
             (use.reserved, "reserved by PodGroups"),
             (use.in_flight, "admitted, not yet seen"),
+            (use.waiting, "waiting ahead in line"),
         )
         if n
     ]
@@ -35,6 +39,8 @@ def no_room(
     """Why ``pods`` pods of ``spec`` do not fit; ``what`` names the object; ``below`` names the
     queue it asked for when ``usage`` is an ancestor's (its whole subtree's)."""
     text = _no_room(usage, spec, what, per_pod, pods, below)
+    if usage.has_line:
+        return text  # the line's own remark says what waits
     try:
         waiting = usage.backlog(spec)
     except TooComplex:
@@ -85,4 +91,27 @@ def too_complex(queue: str, what: str, need: str, error: TooComplex) -> str:
         f'{what} needs {need}, but the flexible card demand of queue "{queue}" ({error}) is too'
         " tangled to check exactly in time, so it is denied to be safe; fewer distinct pod sizes or"
         " card alternatives in the queue avoid this"
+    )
+
+
+def ahead_in_line(ahead: Sequence[Waiter]) -> str:
+    """``; 2 wait ahead of it in the line (first: replicaset ns/a, 1 pod of 1 NVIDIA-H200)``."""
+    if not ahead:
+        return ""
+    first = ahead[0]
+    pods = f"{first.pods} pod{'s' if first.pods != 1 else ''} of {amount(first.per_pod)} {first.spec.text}"
+    count = f"{len(ahead)} wait" if len(ahead) != 1 else "1 waits"
+    return f"; {count} ahead of it in the queue's line (first: {first.what}, {pods})"
+
+
+def joins_line(place: int, surge_of: str) -> str:
+    """What a refused controller's pod is told in deny mode: its controller waits, and is called."""
+    if surge_of:
+        return (
+            f"; it is a rolling-update surge pod of deployment {surge_of}: its ReplicaSet waits"
+            f" {ordinal(place)} in the queue's line and creates it the moment an old pod frees its card"
+        )
+    return (
+        f"; its controller waits {ordinal(place)} in the queue's line and is told to retry the moment"
+        " its cards free"
     )

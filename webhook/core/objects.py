@@ -4,9 +4,11 @@ The snapshot loader and the live cache both build these with the same functions,
 offline answer and the live one agree.
 """
 
+import json
+import math
 from collections.abc import Mapping
 from dataclasses import field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from webhook.core import keys
@@ -55,6 +57,11 @@ class PodRecord:
     def group_name(self) -> str:
         return self.template.annotations.get(keys.GROUP_NAME, "")
 
+    @property
+    def is_live(self) -> bool:
+        """Counted by its controller: not finished and not being deleted."""
+        return self.phase not in TERMINAL_PHASES and self.deletion_deadline is None
+
     def is_terminal(self, now: float) -> bool:
         if self.phase in TERMINAL_PHASES:
             return True
@@ -82,6 +89,7 @@ class WorkloadRecord:
     owner: OwnerRef | None = None
     queue: str = ""
     min_available: int = 0
+    waiting: tuple[float, int] | None = None  # (since, priority) from our mark, in the waiting line
 
     @property
     def key(self) -> str:
@@ -205,18 +213,42 @@ def workload_record(obj: Raw) -> WorkloadRecord:
     else:
         tasks = (Task("", _int(spec.get("replicas"), 1), pod_template_of(spec.get("template") or {})),)
         replicas = _int(spec.get("replicas"), 1)
+    annotations = _strings(meta.get("annotations"))
     return WorkloadRecord(
         kind=kind,
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta.get("name") or ""),
         uid=str(meta.get("uid") or f"{kind}/{meta.get('namespace')}/{meta.get('name')}"),
         replicas=replicas,
-        annotations=_strings(meta.get("annotations")),
+        annotations=annotations,
         tasks=tasks,
         owner=controller_of(obj),
         queue=str(spec.get("queue") or ""),
         min_available=_int(spec.get("minAvailable"), 0),
+        waiting=waiting_mark(annotations.get(keys.WAITING)),
     )
+
+
+def waiting_mark(text: str | None) -> tuple[float, int] | None:
+    """``(since, priority)`` from a workload's waiting mark; None when absent or unreadable (a
+    mark is ours, but anyone may edit it: an odd one is ignored, never fatal)."""
+    if not text:
+        return None
+    try:
+        mark = json.loads(text)
+        since = _timestamp(mark["since"])
+        priority = mark.get("priority", 0)
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+        return None
+    if since is None or type(priority) is not int or not math.isfinite(since):
+        return None
+    return since, max(-(2**31), min(priority, 2**31))
+
+
+def mark_text(since: float, priority: int) -> str:
+    """The waiting mark a workload carries: its first refusal, to the millisecond, and priority."""
+    moment = datetime.fromtimestamp(since, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return json.dumps({"since": moment, "priority": priority}, separators=(",", ":"))
 
 
 def podgroup_record(obj: Raw) -> PodGroupRecord:

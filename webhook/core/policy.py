@@ -39,5 +39,9 @@ class Policy:
     # the whole card) or no compute (percent) is given, so what it is charged.
     hami_default_memory_mib: int = 0
     hami_default_cores: int = 0
+    # What happens to a controller's card pod that does not fit now (SPEC §5c), unless its queue's
+    # cardquota.volcano.sh/over-quota annotation says otherwise: "deny" (refused; its controller
+    # waits in line and is told to retry when its cards free) or "wait" (admitted under a gate).
+    over_quota: str = "deny"
     # The schedulers whose pods a queue's capability limits (spec.schedulerName).
     volcano_schedulers: frozenset[str] = frozenset({"volcano"})

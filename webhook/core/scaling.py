@@ -15,6 +15,7 @@ from webhook.core.decisions import (
 )
 from webhook.core.demand import BadDemand, PodDemand, pod_demand
 from webhook.core.feasibility import TooComplex
+from webhook.core.line import LAST
 from webhook.core.objects import PodTemplate, WorkloadRecord, workload_record
 from webhook.core.state import ClusterState, scale_key
 from webhook.core.usage import queue_usage
@@ -68,7 +69,8 @@ def check_pods(
     refused = queue_refuses(state, queue, what, demand.spec, demand.count * pods)
     if refused is not None:
         return refused
-    usage = queue_usage(state, queue, exclude_ledger=key)
+    ahead = state.line.ahead(queue, LAST, skip_hold=key)  # every waiter comes before a new scale-up
+    usage = queue_usage(state, queue, exclude_ledger=key, ahead=ahead)
     cpu, memory = state.compute_charged(template) or (0, 0)
     hold = Hold(key, queue, demand.spec, demand.count, pods, cpu=cpu, memory=memory)
     try:
@@ -83,9 +85,8 @@ def check_pods(
         if over is not None:
             return replace(over, card=demand.spec.text)
         return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
-    return Denied(
-        messages.no_room(usage, demand.spec, what, demand.count, pods), queue=queue, card=demand.spec.text
-    )
+    message = messages.no_room(usage, demand.spec, what, demand.count, pods) + messages.ahead_in_line(ahead)
+    return Denied(message, queue=queue, card=demand.spec.text)
 
 
 def _replicas(obj: object, absent: int) -> int | None:

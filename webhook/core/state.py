@@ -20,6 +20,7 @@ from webhook.core.demand import Demand, PodDemand, pod_demand
 from webhook.core.freecards import FreeCards
 from webhook.core.inventory import Inventory
 from webhook.core.ledger import Ledger
+from webhook.core.line import Waiter, WaitingLine, workload_waiter
 from webhook.core.nodes import NodeCards
 from webhook.core.objects import (
     TERMINAL_PHASES,
@@ -51,6 +52,10 @@ class ClusterState:
         self.ledger = Ledger()
         self.charged = PodIndex(self.tree, self.free)
         self.reserved = Reservations(self.tree)
+        self.line = WaitingLine()
+        # Refused workloads (deny mode): uid -> (since, priority), from refusals and their marks.
+        self._waiting: dict[str, tuple[float, int]] = {}
+        self._marked: set[str] = set()  # workloads whose record carries a waiting mark
         self.notes: list[str] = []
         self.skipped: dict[str, str] = {}  # kind/namespace/name -> why its shape cannot be read
         self._owner_groups: dict[str, set[str]] = defaultdict(set)  # owner uid -> PodGroup keys
@@ -178,11 +183,17 @@ class ClusterState:
         group = self.charged.add(pod, self._card_charge(pod), self._compute_charge(pod))
         if group:
             self._refresh_reservation(group)
+        if pod.owner is not None and pod.owner.uid in self._waiting:
+            self._rewait(pod.owner.uid)
 
     def _unindex(self, uid: str) -> None:
         pod = self.pods.get(uid)
-        if pod is not None and (group := self.charged.remove(pod)):
+        if pod is None:
+            return
+        if group := self.charged.remove(pod):
             self._refresh_reservation(group)
+        if pod.owner is not None and pod.owner.uid in self._waiting:
+            self._rewait(pod.owner.uid, leaving=uid)
 
     def _recharge(self, uids: Iterable[str]) -> None:
         """Charge these pods again: their node, queue, PodGroup or owner changed."""
@@ -243,9 +254,7 @@ class ClusterState:
         if pod.owner is None:
             return None
         owner = self.workloads_by_uid.get(pod.owner.uid)
-        if owner is not None and owner.kind == "ReplicaSet" and owner.owner is not None:
-            return self.workloads_by_uid.get(owner.owner.uid, owner)
-        return owner
+        return self._scalable(owner) if owner is not None else None
 
     def live_pods_of(self, workload: WorkloadRecord) -> int:
         uids = set(self.charged.owned_by(workload.uid))
@@ -269,7 +278,14 @@ class ClusterState:
             self._children[workload.owner.uid].add(workload.uid)
         self.workloads[(workload.kind, workload.key)] = workload
         self.workloads_by_uid[workload.uid] = workload
+        if workload.waiting is None:
+            self._marked.discard(workload.uid)
+        else:
+            self._marked.add(workload.uid)
+            self._waiting.setdefault(workload.uid, workload.waiting)  # rebuilt from its mark
         self._after_owner_change(workload.uid)
+        if workload.uid in self._waiting:
+            self._rewait(workload.uid)
 
     def delete_workload(self, kind: str, key: str) -> None:
         workload = self.workloads.pop((kind, key), None)
@@ -278,6 +294,9 @@ class ClusterState:
             if workload.owner is not None:
                 self._children[workload.owner.uid].discard(workload.uid)
             self._after_owner_change(workload.uid)
+            self._marked.discard(workload.uid)
+            if self._waiting.pop(workload.uid, None) is not None:
+                self.line.remove(workload.uid)
 
     def workload(self, kind: str, namespace: str, name: str) -> WorkloadRecord | None:
         return self.workloads.get((kind, f"{namespace}/{name}"))
@@ -286,6 +305,60 @@ class ClusterState:
         self._recharge(list(self.charged.owned_by(uid)))
         for group in list(self._owner_groups.get(uid, ())):
             self._refresh_reservation(group)
+
+    # ---- the waiting line (``line``) -------------------------------------------------------
+    def wait(self, uid: str, since: float, priority: int) -> None:
+        """The workload ``uid``, whose controller was just refused a pod, takes its place in its
+        queue's line; one already there keeps its place (its first refusal, its highest priority)."""
+        known = self._waiting.get(uid)
+        if known is not None:
+            since, priority = min(known[0], since), max(known[1], priority)
+        self._waiting[uid] = (since, priority)
+        self._rewait(uid)
+
+    def over_quota(self, queue: str) -> str:
+        """ "deny" or "wait": the queue's own choice (its over-quota annotation), else the policy's."""
+        info = self.tree.queues.get(queue)
+        chosen = info.record.annotations.get(keys.OVER_QUOTA, "") if info is not None else ""
+        return chosen if chosen in ("deny", "wait") else self.policy.over_quota
+
+    def marked(self) -> set[str]:
+        """Workloads that wait in line or carry a waiting mark (``calls.marks`` reconciles them)."""
+        return set(self._waiting) | self._marked
+
+    def waiting_pods(self, waiter: Waiter) -> int:
+        """The pods ``waiter`` still waits for: those not called yet (held in the ledger)."""
+        entry = self.ledger.get(waiter.hold)
+        return max(0, waiter.pods - (entry.pods if entry is not None else 0))
+
+    def _rewait(self, uid: str, leaving: str = "") -> None:
+        """Bring a refused workload's place up to date; it leaves the line once it has every pod it
+        wants (or is gone, or uses no card). ``leaving``: a pod being taken out, not counted."""
+        workload = self.workloads_by_uid.get(uid)
+        since, priority = self._waiting[uid]
+        waiter = None
+        if workload is not None and workload.tasks:
+            demand = pod_demand(workload.tasks[0].template, self.inventory, self.policy)
+            if isinstance(demand, PodDemand):
+                scalable = self._scalable(workload)
+                live = self._live_owned(uid, leaving)
+                waiter = workload_waiter(workload, demand, live, since, priority, scale_key(scalable))
+        if waiter is None:
+            del self._waiting[uid]
+            self.line.remove(uid)
+        else:
+            self.line.put(waiter)
+
+    def _live_owned(self, uid: str, leaving: str = "") -> int:
+        """Pods of the owner ``uid`` its controller counts (``leaving`` aside)."""
+        pods = self.pods
+        return sum(1 for p in self.charged.owned_by(uid) if p != leaving and p in pods and pods[p].is_live)
+
+    def _scalable(self, workload: WorkloadRecord) -> WorkloadRecord:
+        """The workload whose replicas a user scales: a ReplicaSet's Deployment when it has one."""
+        if workload.kind == "ReplicaSet" and workload.owner is not None:
+            return self.workloads_by_uid.get(workload.owner.uid, workload)
+        return workload
 
     # ---- PodGroups (``reservations``) ----------------------------------------------------
     def upsert_podgroup(self, group: PodGroupRecord) -> None:

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping
 from webhook.core.cards import CardName, CardSpec
 from webhook.core.feasibility import Group, Placement, backlog, fits, place
 from webhook.core.ledger import Cover
+from webhook.core.line import Waiter
 from webhook.core.state import ClusterState
 from webhook.core.tally import Tally
 from webhook.core.values import value_class
@@ -18,10 +19,11 @@ class CardUse:
     pending: int = 0
     reserved: int = 0
     in_flight: int = 0
+    waiting: int = 0  # waiting ahead of the request in the queue's line
 
     @property
     def used(self) -> int:
-        return self.bound + self.pending + self.reserved + self.in_flight
+        return self.bound + self.pending + self.reserved + self.in_flight + self.waiting
 
     @property
     def left(self) -> int:
@@ -53,7 +55,19 @@ class QueueUsage:
             if placed_card == card:
                 parts[self.groups[index].origin] += cards
         return CardUse(
-            self.quota.get(card, 0), parts["bound"], parts["pending"], parts["reserved"], parts["in flight"]
+            self.quota.get(card, 0),
+            parts["bound"],
+            parts["pending"],
+            parts["reserved"],
+            parts["in flight"],
+            parts["waiting"],
+        )
+
+    @property
+    def has_line(self) -> bool:
+        """Whether demand waiting ahead in the queue's line is counted."""
+        return any("waiting" in parts for parts in self.fixed.values()) or any(
+            g.origin == "waiting" for g in self.groups
         )
 
     def backlog(self, spec: CardSpec) -> bool:
@@ -69,10 +83,30 @@ class QueueUsage:
         return QueueUsage(self.queue, self.quota, self.fixed, _less(self.groups, covers))
 
 
-def queue_usage(state: ClusterState, queue: str, exclude_ledger: str = "") -> QueueUsage:
-    """The usage of ``queue`` from the state's tallies and in-flight ledger (cost: cards × groups)."""
+def queue_usage(
+    state: ClusterState, queue: str, exclude_ledger: str = "", ahead: Iterable[Waiter] = ()
+) -> QueueUsage:
+    """The usage of ``queue`` from the state's tallies and in-flight ledger (cost: cards × groups),
+    with the pods of ``ahead`` (waiters before the request in its line) counted as "waiting"."""
     tally = state.tallies.get(queue)
-    return _usage(state, queue, [tally] if tally is not None else [], frozenset((queue,)), exclude_ledger)
+    usage = _usage(state, queue, [tally] if tally is not None else [], frozenset((queue,)), exclude_ledger)
+    return after(state, usage, ahead) if ahead else usage
+
+
+def after(state: ClusterState, usage: QueueUsage, ahead: Iterable[Waiter]) -> QueueUsage:
+    """``usage`` with the pods ``ahead`` still wait for counted, as "waiting"."""
+    fixed = {card: dict(parts) for card, parts in usage.fixed.items()}
+    groups = list(usage.groups)
+    for waiter in ahead:
+        pods = state.waiting_pods(waiter)
+        if pods <= 0:
+            continue
+        if waiter.spec.is_multi:
+            groups.append(Group(waiter.spec.cards, waiter.per_pod, pods, "waiting"))
+        else:
+            slot = fixed.setdefault(waiter.spec.cards[0], {})
+            slot["waiting"] = slot.get("waiting", 0) + waiter.per_pod * pods
+    return QueueUsage(usage.queue, usage.quota, fixed, tuple(groups))
 
 
 def tree_usage(state: ClusterState, queue: str, exclude_ledger: str = "") -> QueueUsage:

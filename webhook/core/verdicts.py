@@ -37,6 +37,14 @@ class Allowed:
     card: str = ""
 
 
+@value_class
+class Join:
+    """A refused controller (deny mode) that takes its place in its queue's waiting line."""
+
+    uid: str  # the ReplicaSet or StatefulSet
+    priority: int  # its refused pod's
+
+
 TOO_COMPLEX = "too complex"  # a denial because the exact check gave up at its guard (fail closed)
 
 
@@ -48,6 +56,7 @@ class Denied:
     card: str = ""
     cause: str = ""  # "" for a quota or shape denial; TOO_COMPLEX when the check gave up
     release: tuple[str, ...] = ()  # ledger entries the denied request had held (its assignment)
+    join: Join | None = None  # the controller that waits in line for its cards (deny mode)
 
 
 Decision = Allowed | Denied

@@ -1,0 +1,219 @@
+"""The waiting line (SPEC §5c), deny mode: refused controllers wait in order and are called the
+moment their cards free; nobody overtakes what waits ahead."""
+
+from typing import Any
+
+import pytest
+
+from tests.builders import H200, R4090, cluster, node, owner, pod, queue, replicaset, request, scale_request
+from tests.builders import deployment as deployment_obj
+from webhook.core import admission, calls
+from webhook.core.objects import mark_text, pod_record, queue_record, workload_record
+from webhook.core.state import ClusterState
+from webhook.core.verdicts import Allowed, Denied
+
+NODES = [node("h200", H200), node("r4090", R4090)]
+
+
+def rs(name: str, replicas: int, card: str = H200, priority: int = 0, mark: str = "") -> dict[str, Any]:
+    obj = replicaset(name, replicas, name, card)
+    obj["spec"]["template"]["spec"]["priority"] = priority
+    if mark:
+        obj["metadata"]["annotations"] = {"cardquota.volcano.sh/waiting": mark}
+    return obj
+
+
+def controller_pod(
+    rs_name: str, index: int, card: str = H200, priority: int = 0, **kw: Any
+) -> dict[str, Any]:
+    ref = owner("ReplicaSet", rs_name, f"uid-rs-{rs_name}")
+    return pod(f"{rs_name}-{index}", card=card, owner=ref, spec={"priority": priority}, **kw)
+
+
+def running(name: str, card: str = H200) -> dict[str, Any]:
+    return pod(name, card=card, node_name="h200" if card == H200 else "r4090", phase="Running")
+
+
+def create(state: ClusterState, obj: dict[str, Any], now: float, dry_run: bool = False) -> Allowed | Denied:
+    """What the API server does with a pod create: validate, record, and (admitted) the cache sees it."""
+    review = request(obj, dry_run=dry_run)
+    decision = admission.validate(state, review, now)
+    admission.admit(state, review, decision, now)
+    if isinstance(decision, Allowed) and not dry_run:
+        state.upsert_pod(pod_record(obj))
+    return decision
+
+
+def order(state: ClusterState, queue_name: str = "q") -> list[tuple[str, int]]:
+    return [(w.what, w.pods) for w in state.line.line(queue_name)]
+
+
+def full_queue(*extra: dict[str, Any], quota: int = 2) -> ClusterState:
+    return cluster(
+        *NODES,
+        queue("q", f'{{"{H200}": {quota}, "{R4090}": 2}}'),
+        *[running(f"occupant-{i}") for i in range(quota)],
+        *extra,
+    )
+
+
+def test_a_refused_replicaset_takes_its_place_in_the_line_and_is_told_so() -> None:
+    state = full_queue(rs("web", 2))
+    decision = create(state, controller_pod("web", 0), now=100.0)
+    assert isinstance(decision, Denied)
+    assert decision.message == (
+        'queue "q" has 0 NVIDIA-H200 left (quota 2: 2 running); pod ns/web-0 needs 1; its controller'
+        " waits 1st in the queue's line and is told to retry the moment its cards free"
+    )
+    assert order(state) == [("replicaset ns/web", 2)]
+
+
+def test_a_dry_run_refusal_leaves_the_line_alone() -> None:
+    state = full_queue(rs("web", 2))
+    assert isinstance(create(state, controller_pod("web", 0), now=100.0, dry_run=True), Denied)
+    assert order(state) == []
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pytest.param(pod("bare"), id="a bare pod"),
+        pytest.param(controller_pod("web", 0, count=3), id="a pod larger than the queue's whole quota"),
+    ],
+)
+def test_who_never_joins_the_line(obj: dict[str, Any]) -> None:
+    state = full_queue(rs("web", 1))
+    assert isinstance(create(state, obj, now=100.0), Denied)
+    assert order(state) == []
+
+
+def test_wait_mode_queues_do_not_line_up_refused_controllers() -> None:
+    waiting = queue("q", f'{{"{H200}": 1}}')
+    waiting["metadata"]["annotations"]["cardquota.volcano.sh/over-quota"] = "wait"
+    state = cluster(*NODES, waiting)
+    state.upsert_pod(pod_record(running("occupant")))
+    state.upsert_workload(workload_record(rs("web", 1)))
+    assert isinstance(create(state, controller_pod("web", 0), now=1.0), Denied)
+    assert order(state) == []
+
+
+def test_waiters_are_called_by_priority_then_arrival_one_card_at_a_time() -> None:
+    state = full_queue(rs("a", 1, priority=0), rs("b", 1, priority=0), rs("c", 1, priority=100), quota=3)
+    for now, name, prio in ((10.0, "a", 0), (20.0, "b", 0), (30.0, "c", 100)):
+        assert isinstance(create(state, controller_pod(name, 0, priority=prio), now), Denied)
+    assert order(state) == [("replicaset ns/c", 1), ("replicaset ns/a", 1), ("replicaset ns/b", 1)]
+    served = []
+    for index in range(3):
+        state.delete_pod(f"uid-ns-occupant-{index}")
+        called = calls.call_next(state, now=40.0 + index)
+        assert [(c.waiter.what, c.pods) for c in called] == [(order(state)[0][0], 1)]
+        name = called[0].waiter.what.split("/")[1]
+        assert isinstance(
+            create(state, controller_pod(name, 0, priority=100 if name == "c" else 0), 41.0 + index), Allowed
+        )
+        served.append(name)
+    assert served == ["c", "a", "b"]
+    assert order(state) == []
+
+
+def test_a_called_workload_holds_its_cards_against_any_other_create() -> None:
+    state = full_queue(rs("web", 1), rs("late", 1))
+    assert isinstance(create(state, controller_pod("web", 0), now=10.0), Denied)
+    state.delete_pod("uid-ns-occupant-0")
+    assert [c.pods for c in calls.call_next(state, now=20.0)] == [1]
+    late = create(state, controller_pod("late", 0), now=21.0)
+    assert isinstance(late, Denied)
+    assert "1 admitted, not yet seen" in late.message
+    assert isinstance(create(state, controller_pod("web", 0), now=22.0), Allowed)
+    assert order(state) == [("replicaset ns/late", 1)]
+
+
+def test_a_new_pod_does_not_take_the_cards_freed_for_what_waits_ahead() -> None:
+    state = full_queue(rs("web", 2), rs("other", 1))
+    assert isinstance(create(state, controller_pod("web", 0), now=10.0), Denied)
+    state.delete_pod("uid-ns-occupant-0")  # freed; nobody has called the line yet
+    decision = create(state, controller_pod("other", 0), now=11.0)
+    assert isinstance(decision, Denied)
+    assert decision.message.startswith(
+        'queue "q" has 0 NVIDIA-H200 left (quota 2: 1 running, 2 waiting ahead in line); pod ns/other-0'
+        " needs 1; 1 waits ahead of it in the queue's line (first: replicaset ns/web, 2 pods of 1 NVIDIA-H200)"
+    )
+
+
+def test_the_waiter_itself_is_not_kept_out_by_its_own_place() -> None:
+    state = full_queue(rs("web", 2))
+    assert isinstance(create(state, controller_pod("web", 0), now=10.0), Denied)
+    state.delete_pod("uid-ns-occupant-0")
+    assert isinstance(create(state, controller_pod("web", 0), now=11.0), Allowed)  # its controller's retry
+    assert order(state) == [("replicaset ns/web", 1)]
+
+
+def test_a_waiter_on_another_card_is_called_past_a_head_that_does_not_fit() -> None:
+    state = full_queue(rs("big", 1), rs("small", 1, card=R4090))
+    state.upsert_pod(pod_record(running("r-0", R4090)))
+    state.upsert_pod(pod_record(running("r-1", R4090)))
+    assert isinstance(create(state, controller_pod("big", 0), now=10.0), Denied)
+    assert isinstance(create(state, controller_pod("small", 0, card=R4090), now=11.0), Denied)
+    state.delete_pod("uid-ns-r-0")
+    assert [c.waiter.what for c in calls.call_next(state, now=12.0)] == ["replicaset ns/small"]
+
+
+def test_a_scale_up_while_pods_wait_is_refused_naming_what_waits_ahead() -> None:
+    state = full_queue(rs("web", 1), deployment_obj("chat", 1), quota=3)
+    state.delete_pod("uid-ns-occupant-2")
+    assert isinstance(create(state, controller_pod("web", 0), now=10.0), Allowed)  # takes the free card
+    state.upsert_workload(workload_record(rs("web", 2)))
+    assert isinstance(create(state, controller_pod("web", 1), now=11.0), Denied)
+    state.delete_pod("uid-ns-occupant-1")
+    decision = admission.validate(state, scale_request("chat", 1, 2), now=12.0)
+    assert isinstance(decision, Denied)
+    assert decision.message == (
+        "scale-up of deployment ns/chat from 1 to 2 replicas needs 2 NVIDIA-H200 (1 per pod); queue"
+        ' "q" has 0 left (quota 3: 1 running, 1 pending, 1 waiting ahead in line); 1 waits ahead of it'
+        " in the queue's line (first: replicaset ns/web, 1 pod of 1 NVIDIA-H200)"
+    )
+
+
+def test_a_closed_queue_keeps_its_line_and_calls_nobody() -> None:
+    state = full_queue(rs("web", 1))
+    assert isinstance(create(state, controller_pod("web", 0), now=10.0), Denied)
+    closed = queue("q", f'{{"{H200}": 2}}', state="Closed")
+    state.upsert_queue(queue_record(closed))
+    state.delete_pod("uid-ns-occupant-0")
+    assert calls.call_next(state, now=11.0) == ()
+    assert order(state) == [("replicaset ns/web", 1)]
+
+
+def test_a_raised_quota_calls_the_line() -> None:
+    state = full_queue(rs("web", 3))
+    assert isinstance(create(state, controller_pod("web", 0), now=10.0), Denied)
+    state.upsert_queue(queue_record(queue("q", f'{{"{H200}": 4}}')))
+    assert [c.pods for c in calls.call_next(state, now=11.0)] == [2]
+
+
+def test_a_deleted_or_complete_workload_leaves_the_line() -> None:
+    state = full_queue(rs("web", 1), rs("gone", 1))
+    for name in ("web", "gone"):
+        assert isinstance(create(state, controller_pod(name, 0), now=10.0), Denied)
+    state.delete_workload("ReplicaSet", "ns/gone")
+    state.upsert_workload(workload_record(rs("web", 0)))  # scaled down to what it has
+    assert order(state) == []
+
+
+def test_the_line_is_marked_on_its_workloads_and_rebuilt_from_the_marks() -> None:
+    state = full_queue(rs("a", 2), rs("b", 1, priority=5))
+    assert isinstance(create(state, controller_pod("a", 0), now=10.0), Denied)
+    assert isinstance(create(state, controller_pod("b", 0, priority=5), now=20.0), Denied)
+    marks = {m.name: m.text for m in calls.marks(state)}
+    assert marks == {"a": mark_text(10.0, 0), "b": mark_text(20.0, 5)}
+    assert marks["b"] == '{"since":"1970-01-01T00:00:20.000Z","priority":5}'
+    rebuilt = full_queue(rs("a", 2, mark=marks["a"] or ""), rs("b", 1, priority=5, mark=marks["b"] or ""))
+    assert order(rebuilt) == order(state) == [("replicaset ns/b", 1), ("replicaset ns/a", 2)]
+    assert calls.marks(rebuilt) == ()
+    rebuilt.upsert_workload(workload_record(rs("b", 0, priority=5, mark=marks["b"] or "")))
+    assert [(m.name, m.text) for m in calls.marks(rebuilt)] == [("b", None)]
+
+
+def test_an_unreadable_mark_is_ignored() -> None:
+    state = full_queue(rs("web", 1, mark="{not json"))
+    assert order(state) == []
