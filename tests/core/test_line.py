@@ -217,3 +217,16 @@ def test_the_line_is_marked_on_its_workloads_and_rebuilt_from_the_marks() -> Non
 def test_an_unreadable_mark_is_ignored() -> None:
     state = full_queue(rs("web", 1, mark="{not json"))
     assert order(state) == []
+
+
+def test_a_smaller_waiter_does_not_overtake_a_larger_head_on_the_same_card() -> None:
+    state = full_queue(rs("big", 1), rs("small", 1), quota=3)
+    big = replicaset("big", 1, "big", H200)
+    big["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+    state.upsert_workload(workload_record(big))
+    assert isinstance(create(state, controller_pod("big", 0, count=2), now=10.0), Denied)
+    assert isinstance(create(state, controller_pod("small", 0), now=11.0), Denied)
+    state.delete_pod("uid-ns-occupant-0")  # one card free: not enough for the head
+    assert calls.call_next(state, now=12.0) == ()
+    state.delete_pod("uid-ns-occupant-1")  # two: the head first
+    assert [(c.waiter.what, c.pods) for c in calls.call_next(state, now=13.0)] == [("replicaset ns/big", 1)]

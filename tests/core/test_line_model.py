@@ -166,7 +166,7 @@ def check_head_not_starved(model: Model) -> None:
             room -= waiting * waiter.per_pod
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     quota=st.integers(0, 4),
     priorities=st.tuples(*(st.sampled_from((0, 0, 10)) for _ in WORKLOADS)),
