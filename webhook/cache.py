@@ -80,6 +80,16 @@ class Transport(Protocol):
     async def warn_queue(self, queue: str, reason: str, message: str) -> None:
         """Record a Warning Event on a Queue."""
 
+    async def record_event(
+        self, namespace: str, involved: dict[str, str], reason: str, message: str, kind: str = "Normal"
+    ) -> None:
+        """Record an Event about ``involved`` (apiVersion, kind, name, uid) in ``namespace``."""
+
+    async def annotate(
+        self, kind: Kind, namespace: str, name: str, annotations: dict[str, str | None]
+    ) -> bool:
+        """Merge ``annotations`` into one object's (None removes one); False when it does not exist."""
+
 
 @dataclass
 class Backoff:
@@ -207,7 +217,7 @@ class Informer:
             ingest.remove(self.state, stub)
         prefix = f"{self.kind.name}/"
         for key in [k for k in self.state.skipped if k.startswith(prefix) and k not in ordinary]:
-            del self.state.skipped[key]  # gone, or fine now (the fast path takes no odd object)
+            self.state.skip(key, "")  # gone, or fine now (the fast path takes no odd object)
         self.version, self.synced = version, True
         self.relists += 1
         self._healthy()

@@ -21,6 +21,7 @@ from webhook.errors import ConfigError
 from webhook.lease import SERVING_LABEL, LeaseConflict, LeaseUnavailable
 
 LIST_TIMEOUT = 60.0
+WRITE_TIMEOUT = 5.0  # an Event, a mark or a call: small writes off the review path
 EVENT_NAMESPACE = "default"  # Events about cluster-scoped objects (Queues) live here
 WATCH_SECONDS = 300  # the server ends each watch after this; the informer resumes it
 
@@ -110,15 +111,24 @@ class KubeTransport:
             raise Unavailable(f"{collection}: {exc!r}") from exc
 
     async def warn_queue(self, queue: str, reason: str, message: str) -> None:
+        involved = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "name": queue}
+        await self.record_event(EVENT_NAMESPACE, involved, reason, message, "Warning")
+
+    async def record_event(
+        self, namespace: str, involved: dict[str, str], reason: str, message: str, kind: str = "Normal"
+    ) -> None:
+        """An Event about ``involved`` (apiVersion, kind, name, and uid where known) in ``namespace``."""
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{queue}.", "namespace": EVENT_NAMESPACE},
-            "involvedObject": {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "name": queue},
+            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
+            "involvedObject": {**involved, "namespace": namespace}
+            if namespace != EVENT_NAMESPACE
+            else involved,
             "reason": reason,
             "message": message,
-            "type": "Warning",
+            "type": kind,
             "source": {"component": "cardquota"},
             "reportingComponent": "cardquota",
             "reportingInstance": socket.gethostname(),
@@ -126,23 +136,35 @@ class KubeTransport:
             "lastTimestamp": now,
             "count": 1,
         }
-        path = f"/api/v1/namespaces/{EVENT_NAMESPACE}/events"
+        await self._send("POST", f"/api/v1/namespaces/{namespace}/events", event, "application/json")
+
+    async def annotate(
+        self, kind: Kind, namespace: str, name: str, annotations: dict[str, str | None]
+    ) -> bool:
+        """Merge ``annotations`` into an object's (None removes one); False when it is gone."""
+        body = {"metadata": {"annotations": annotations}}
+        path = kind.object_path(namespace, name)
+        return await self._send("PATCH", path, body, "application/merge-patch+json")
+
+    async def _send(self, method: str, path: str, body: dict[str, Any], content_type: str) -> bool:
         try:
             response = await self.api.call_api(
                 path,
-                "POST",
-                body=event,
-                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                method,
+                body=body,
+                header_params={"Content-Type": content_type, "Accept": "application/json"},
                 auth_settings=["BearerToken"],
                 _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=LIST_TIMEOUT),
+                _request_timeout=aiohttp.ClientTimeout(total=WRITE_TIMEOUT),
             )
-            status = response.status
-            response.release()
+            status, text = response.status, (await response.read())[:300].decode(errors="replace")
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:
             raise Unavailable(f"{path}: {exc!r}") from exc
+        if status == 404:
+            return False
         if status not in (200, 201):
-            raise Unavailable(f"{path}: HTTP {status}")
+            raise Unavailable(f"{path}: HTTP {status}: {text}")
+        return True
 
     async def list(self, kind: Kind, limit: int, cont: str) -> bytes:
         query: list[tuple[str, Any]] = [("limit", limit)]

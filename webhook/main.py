@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def build_source(settings: ServeSettings) -> StateSource:
+def build_source(settings: ServeSettings, metrics: Metrics | None = None) -> StateSource:
     """The snapshot directory if given; else the cluster from a kubeconfig or, in a pod, in-cluster."""
     if settings.cluster is not None:
         return SnapshotSource(settings.cluster, settings.policy())
@@ -50,6 +50,8 @@ def build_source(settings: ServeSettings) -> StateSource:
         audit_seconds=settings.audit_seconds,
         elect=_elector(settings) if settings.leader_elect else None,
         label_pod=_pod_label() if settings.leader_elect and settings.label_leader_pod else None,
+        call_seconds=settings.call_seconds,
+        on_call=metrics.observe_call if metrics is not None else lambda waiter, waited: None,
     )
 
 
@@ -140,7 +142,7 @@ def _background(
 async def serve(settings: ServeSettings) -> int:
     metrics, health = Metrics(), server.Health()
     store = CertStore(settings.cert_dir, settings.client_ca, on_reload=metrics.cert_reloads.inc)
-    source = build_source(settings)
+    source = build_source(settings, metrics)
     metrics.cert_expiry.set_function(lambda: store.expires)
     stopped: asyncio.Future[int] = asyncio.get_running_loop().create_future()
     app = server.make_app(source, metrics, health, settings.max_body_bytes)

@@ -4,6 +4,7 @@ The per-queue, per-card gauges are computed from the state when Prometheus scrap
 never pays for them.
 """
 
+import time
 from collections import Counter as Tally
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,9 +14,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from webhook.core.line import Waiter
 from webhook.core.report import cluster_status
 from webhook.core.state import ClusterState
 
+WAIT_BUCKETS = (1.0, 5.0, 15.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0, 4 * 3600.0)
 LATENCY_BUCKETS = (0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 KINDS = frozenset({"Pod", "Scale", "Deployment", "StatefulSet", "ReplicaSet", "Job", "Queue", "PodGroup"})
 OPERATIONS = frozenset({"CREATE", "UPDATE", "DELETE", "CONNECT"})
@@ -75,6 +78,13 @@ class Metrics:
             ["webhook"],
             registry=self.registry,
         )
+        self.waited = Histogram(
+            "cardquota_line_wait_seconds",
+            "how long a waiter stood in its queue's line before its cards freed and it was called",
+            ["queue"],
+            buckets=WAIT_BUCKETS,
+            registry=self.registry,
+        )
         self.cert_reloads = Counter(
             "cardquota_certificate_reloads", "serving certificate reloads", registry=self.registry
         )
@@ -100,6 +110,9 @@ class Metrics:
             self._children[key] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def observe_call(self, waiter: Waiter, waited: float) -> None:
+        self.waited.labels(waiter.queue).observe(waited)
 
     def watch_state(self, state: Callable[[], ClusterState | None]) -> None:
         self.registry.register(_StateCollector(state))
@@ -144,6 +157,7 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "cardquota_in_flight_holds", "in-flight ledger entries", value=len(state.ledger)
         )
+        yield from _line_families(state, time.time())
         objects = GaugeMetricFamily(
             "cardquota_objects_skipped",
             "objects the cluster holds in a shape that cannot be read (see cardquota status)",
@@ -152,3 +166,22 @@ class _StateCollector(Collector):
         for kind, n in sorted(Tally(key.split("/", 1)[0] for key in state.skipped).items()):
             objects.add_metric([kind], n)
         yield objects
+
+
+def _line_families(state: ClusterState, now: float) -> Iterator[GaugeMetricFamily]:
+    """Per queue: what waits in its line (workloads or pods, and their pods) and the oldest wait."""
+    waiters = GaugeMetricFamily("cardquota_line_waiters", "waiters in the queue's line", labels=["queue"])
+    pods = GaugeMetricFamily(
+        "cardquota_line_waiting_pods", "pods the queue's waiters still wait for", labels=["queue"]
+    )
+    oldest = GaugeMetricFamily(
+        "cardquota_line_oldest_wait_seconds",
+        "how long the queue's longest waiter has waited",
+        labels=["queue"],
+    )
+    for queue in state.line.queues():
+        line = state.line.line(queue)
+        waiters.add_metric([queue], len(line))
+        pods.add_metric([queue], sum(state.waiting_pods(w) for w in line))
+        oldest.add_metric([queue], max(0.0, now - min(w.since for w in line)))
+    yield from (waiters, pods, oldest)

@@ -28,6 +28,12 @@ class PolicySettings(BaseSettings):
     unnamed_card_pods: Literal["deny", "warn"] = Field(
         "deny", description="a pod requesting a card resource without volcano.sh/card.name: deny or warn"
     )
+    over_quota: Literal["deny", "wait"] = Field(
+        "deny",
+        description="a controller's card pod that does not fit now: deny (its controller waits in the "
+        "queue's line and is told to retry when its cards free) or wait (admitted under a scheduling "
+        "gate, released when they free); a Queue's cardquota.volcano.sh/over-quota annotation overrides it",
+    )
     in_flight_ttl_seconds: float = Field(
         30.0, gt=0, description="how long admitted demand is held before the cache shows it"
     )
@@ -94,6 +100,7 @@ class PolicySettings(BaseSettings):
             service_type_by_kind=MappingProxyType(_pairs(self.service_types)),
             preemptable_by_service_type=MappingProxyType(_pairs(self.preemptable)),
             in_flight_ttl=self.in_flight_ttl_seconds,
+            over_quota=self.over_quota,
             hierarchical_queues=self.hierarchical_queues,
             cpu_memory_check=self.cpu_memory_check,
             card_unlimited_cpu_memory=self.card_unlimited_cpu_memory,
@@ -131,6 +138,9 @@ class ServeSettings(PolicySettings):
     )
     audit_seconds: float = Field(
         30.0, gt=0, description="how often the live cache looks for queues above their quota"
+    )
+    call_seconds: float = Field(
+        0.25, gt=0, le=10, description="how often the serving replica calls the next in the waiting lines"
     )
     leader_elect: bool = Field(False, description="several replicas: only the holder of a Lease serves")
     label_leader_pod: bool = Field(

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from webhook import cache, snapshot
+from webhook.caller import LineCaller
 from webhook.core import report
+from webhook.core.line import Waiter
 from webhook.core.objects import OwnerRef
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
@@ -109,8 +111,13 @@ class LiveSource:
         audit_seconds: float = 30.0,
         elect: Callable[[cache.Transport], LeaderElector] | None = None,
         label_pod: Callable[[cache.Transport], PodLabelClient] | None = None,
+        call_seconds: float | None = None,
+        on_call: Callable[[Waiter, float], None] = lambda waiter, waited: None,
     ) -> None:
+        """``call_seconds``: how often the waiting lines are called while this replica serves;
+        None for a source that only reads (``cardquota status``)."""
         self.elect, self.label_pod = elect, label_pod
+        self.call_seconds, self.on_call = call_seconds, on_call
         self.elector: LeaderElector | None = None
         self.labeler: ServingLabel | None = None
         self.connect, self.broken_after, self.clock = connect, broken_after, clock
@@ -228,6 +235,11 @@ class LiveSource:
             settle_heap()
             log.info("cache synced", extra={"pods": len(self._state.pods), "nodes": len(self._state.nodes)})
             tasks.append(asyncio.create_task(self._audit(transport), name="auditor"))
+            if self.call_seconds is not None:
+                caller = LineCaller(
+                    self._state, transport, lambda: self.ready, self.call_seconds, on_call=self.on_call
+                )
+                tasks.append(asyncio.create_task(caller.run(), name="line caller"))
             await asyncio.gather(*tasks)
         finally:
             for task in tasks:

@@ -86,6 +86,12 @@ def test_a_card_resource_without_card_name_is_flagged(resource: str) -> None:
     [
         pytest.param(NAMED, containers({"limits": {"cpu": 1}}), "requests 0 nvidia.com/gpu", id="zero count"),
         pytest.param(
+            NAMED,
+            containers({"limits": {"nvidia.com/gpu": "-1"}}),
+            "requests -1 nvidia.com/gpu: a quantity is never negative",
+            id="negative count (the exact check once shifted by it)",
+        ),
+        pytest.param(
             {"volcano.sh/card.name": f"{R4090}|NVIDIA-H20/mig-1g.24gb-mixed"},
             containers({"limits": {"nvidia.com/gpu": 1, "nvidia.com/mig-1g.24gb": 1}}),
             "different resources",

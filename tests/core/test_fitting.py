@@ -53,14 +53,14 @@ def create(state: ClusterState, obj: dict[str, Any], resource: str = "deployment
             inference(6),
             deployment("chat", 5),
             'deployment ns/chat asks 5 replicas of 1 NVIDIA-H200 each; only 2 fit now: queue "q" has'
-            " 2 NVIDIA-H200 left (quota 8: 6 running); the other 3 will be refused until cards free up",
+            " 2 NVIDIA-H200 left (quota 8: 6 running); the other 3 will be refused until cards free up, then created at once (its controller waits in the queue's line)",
             id="over what is left",
         ),
         pytest.param(
             inference(8),
             deployment("chat", 2),
             'deployment ns/chat asks 2 replicas of 1 NVIDIA-H200 each; none fit now: queue "q" has'
-            " 0 NVIDIA-H200 left (quota 8: 8 running); the other 2 will be refused until cards free up",
+            " 0 NVIDIA-H200 left (quota 8: 8 running); the other 2 will be refused until cards free up, then created at once (its controller waits in the queue's line)",
             id="nothing left",
         ),
         pytest.param(
@@ -80,7 +80,7 @@ def create(state: ClusterState, obj: dict[str, Any], resource: str = "deployment
             deployment("chat", 5, card=MULTI),
             f'deployment ns/chat asks 5 replicas of 1 {MULTI} each; only 4 fit now: queue "q" has'
             f" 1 {R4090} left (quota 2: 1 running) and 3 {R4090D} left (quota 3); the other 1 will be"
-            " refused until cards free up",
+            " refused until cards free up, then created at once (its controller waits in the queue's line)",
             id="multi-card: per model",
         ),
         pytest.param(
@@ -94,7 +94,7 @@ def create(state: ClusterState, obj: dict[str, Any], resource: str = "deployment
             deployment("chat", 3),
             'deployment ns/chat asks 3 replicas of 1 NVIDIA-H200 each; only 1 fits now: queue "org"'
             ' (above "q", counting all its queues) has 1 NVIDIA-H200 left (quota 4: 3 running); the'
-            " other 2 will be refused until cards free up",
+            " other 2 will be refused until cards free up, then created at once (its controller waits in the queue's line)",
             id="an ancestor limits it",
         ),
         pytest.param(
@@ -150,7 +150,7 @@ def test_an_update_that_is_not_a_scale_up_warns_about_replicas_without_pods() ->
     assert decision.warnings == (
         "deployment ns/chat asks 4 replicas of 1 NVIDIA-H200 each (2 have pods); only 1 more fits now:"
         ' queue "q" has 1 NVIDIA-H200 left (quota 4: 3 running); the other 1 will be refused until cards'
-        " free up",
+        " free up, then created at once (its controller waits in the queue's line)",
     )
 
 

@@ -37,6 +37,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+KWOK_DELETE_DELAY = """  delay:
+    durationMilliseconds: 0
+    durationFrom:
+      expressionFrom: '.metadata.annotations["pod-delete.stage.kwok.x-k8s.io/delay"]'
+"""
+SHUTDOWN = "pod-delete.stage.kwok.x-k8s.io/delay"  # a pod annotated "20s" takes 20 s to stop on kwok
+
+
 class ComponentDied(RuntimeError):
     """A control-plane process exited: waiting longer cannot help."""
 
@@ -166,7 +174,7 @@ class ControlPlane:
                 str(self.kubeconfig),
                 "--manage-all-nodes=false",
                 "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
-                f"--config={self.bin / 'kwok-stages.yaml'}",
+                f"--config={self._stages()}",
             ],
         )
         if self.volcano is None:
@@ -222,6 +230,18 @@ class ControlPlane:
         )
         time.sleep(2)
         self._check_alive()
+
+    def _stages(self) -> Path:
+        """kwok's stages, with a shutdown time: a pod annotated ``pod-delete.stage.kwok.x-k8s.io/delay:
+        "20s"`` stays Terminating (holding its card) that long after its deletion, as a real pod with a
+        20 s shutdown does; others go at once, as before."""
+        documents = (self.bin / "kwok-stages.yaml").read_text().split("\n---\n")
+        for index, document in enumerate(documents):
+            if "name: pod-delete" in document:
+                documents[index] = document.replace("\nspec:\n", "\nspec:\n" + KWOK_DELETE_DELAY, 1)
+        target = self.workdir / "kwok-stages.yaml"
+        target.write_text("\n---\n".join(documents))
+        return target
 
     def _etcd(self) -> None:
         client, peer = free_port(), free_port()

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.build import NO_VOLCANO, ensure_volcano
 from tests.e2e.cluster import ROOT, ControlPlane, wait_for
 from tests.e2e.objects import SELECTOR, card_queue
 from tests.e2e.recorder import Recorder
@@ -136,6 +137,18 @@ def serving_webhook(plane: ControlPlane, tmp: Path, *extra: str) -> Iterator[Pro
         for config in registered:
             plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def volcano(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    built = ensure_volcano()
+    if built is None:
+        pytest.skip(NO_VOLCANO)
+    plane = ControlPlane(tmp_path_factory.mktemp("volcano-plane"), volcano=built)
+    try:
+        yield plane.start()
+    finally:
+        plane.stop()
 
 
 @pytest.fixture(scope="module")

@@ -181,7 +181,7 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
         )
 
 
-def test_rbac_grants_reads_of_what_the_cache_watches_and_writes_only_leases_and_events(
+def test_rbac_grants_reads_of_what_the_cache_watches_and_writes_only_leases_events_and_line_marks(
     control_plane: ControlPlane,
 ) -> None:
     rendered = render(control_plane, "card-quota")
@@ -196,14 +196,21 @@ def test_rbac_grants_reads_of_what_the_cache_watches_and_writes_only_leases_and_
     for role in (o for o in objects if o["kind"] in ("ClusterRole", "Role")):
         for rule in role["rules"]:
             written = writes & set(rule["verbs"])
-            if written:
-                allowed = ((["leases"], "Role"), (["events"], "Role"), (["pods"], "Role"))
-                assert (rule["resources"], role["kind"]) in allowed, rule
-                assert written <= (
-                    {"patch"} if rule["resources"] == ["pods"] else {"create", "update", "patch"}
-                )
+            if not written:
+                continue
+            if role["kind"] == "ClusterRole":  # the waiting line: marks and calls, Events where it calls
+                assert (rule["resources"], written) in (
+                    (["statefulsets", "replicasets"], {"patch"}),
+                    (["events"], {"create"}),
+                ), rule
+                continue
+            allowed = ((["leases"], "Role"), (["events"], "Role"), (["pods"], "Role"))
+            assert (rule["resources"], role["kind"]) in allowed, rule
+            assert written <= ({"patch"} if rule["resources"] == ["pods"] else {"create", "update", "patch"})
     cluster_role = of_kind(objects, "ClusterRole")
-    readable = {res for rule in cluster_role["rules"] for res in rule["resources"]}
+    readable = {
+        res for rule in cluster_role["rules"] if "watch" in rule["verbs"] for res in rule["resources"]
+    }
     assert readable == {
         "nodes",
         "pods",
@@ -247,7 +254,7 @@ def test_the_decision_values_reach_the_server_as_settings_it_accepts(
     flags = ["--set", "podGroups.serviceType=true", "--set", "podGroups.serviceTypes.StatefulSet=training"]
     flags += ["--set", "podGroups.preemptable.training=false", "--set", "hierarchicalQueues=false"]
     flags += ["--set", "cpuMemoryCheck.enabled=true", "--set", "cpuMemoryCheck.cardUnlimitedCpuMemory=true"]
-    flags += ["--set", "cpuMemoryCheck.schedulerNames={volcano,kai}"]
+    flags += ["--set", "cpuMemoryCheck.schedulerNames={volcano,kai}", "--set", "overQuota=wait"]
     (container,) = of_kind(render(control_plane, "ops", *flags), "Deployment")["spec"]["template"]["spec"][
         "containers"
     ]
@@ -260,6 +267,7 @@ def test_the_decision_values_reach_the_server_as_settings_it_accepts(
     assert policy.service_type_by_kind["ReplicaSet"] == "inference"
     assert dict(policy.preemptable_by_service_type) == {"inference": "false", "training": "false"}
     assert not policy.hierarchical_queues
+    assert policy.over_quota == "wait"
     assert policy.cpu_memory_check and policy.card_unlimited_cpu_memory
     assert policy.volcano_schedulers == {"volcano", "kai"}
     wrong = helm(

@@ -10,46 +10,27 @@ import json
 import os
 import random
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 
-from tests.e2e.build import NO_VOLCANO, ensure_volcano
+from tests.e2e.agreement import (
+    H200,
+    H800,
+    MIG,
+    MPS,
+    R4090,
+    R4090D,
+    Tenant,
+    flex_deployment,
+    volcano_job,
+)
 from tests.e2e.cluster import ControlPlane, wait_for
 from tests.e2e.conftest import serving_webhook
-from tests.e2e.objects import SELECTOR, card_queue, deployment_of, hpa
+from tests.e2e.objects import card_queue, hpa
 from tests.edges.serving import Process
-
-H200, H800 = "NVIDIA-H200", "NVIDIA-H800"
-R4090, R4090D = "NVIDIA-GeForce-RTX-4090", "NVIDIA-GeForce-RTX-4090-D"
-MIG = "NVIDIA-H200/mig-1g.18gb-mixed"
-MPS = "NVIDIA-H800/mps-80g*1/2"
-# The test's own knowledge of the kwok nodes (tests/e2e/cluster.gpu_nodes): which model a pod on a
-# node uses through each resource. Independent of the webhook's discovery code.
-NODE_MODELS = {
-    ("h200-mig-0", "nvidia.com/gpu"): H200,
-    ("h200-mig-0", "nvidia.com/mig-1g.18gb"): MIG,
-    ("h800-mps-0", "nvidia.com/gpu"): H800,
-    ("h800-mps-0", "nvidia.com/gpu.shared"): MPS,
-    ("rtx4090-0", "nvidia.com/gpu"): R4090,
-    ("rtx4090d-0", "nvidia.com/gpu"): R4090D,
-}
-RESOURCE = {MIG: "nvidia.com/mig-1g.18gb", MPS: "nvidia.com/gpu.shared"}
-
-
-@pytest.fixture(scope="module")
-def volcano(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    built = ensure_volcano()
-    if built is None:
-        pytest.skip(NO_VOLCANO)
-    plane = ControlPlane(tmp_path_factory.mktemp("volcano-plane"), volcano=built)
-    try:
-        yield plane.start()
-    finally:
-        plane.stop()
 
 
 @pytest.fixture(scope="module")
@@ -58,129 +39,11 @@ def front(volcano: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> It
         yield process
 
 
-class Tenant:
-    """One test's namespace and queue on the real-scheduler control plane."""
-
-    def __init__(self, plane: ControlPlane) -> None:
-        self.plane = plane
-        self.ns = f"agree-{uuid.uuid4().hex[:8]}"
-        self.queue = f"q-{self.ns}"
-        self.quota: dict[str, int] = {}
-        self.queues = [self.queue]  # deleted last, child first
-        plane.apply(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns, "labels": SELECTOR}}
-        )
-
-    def set_quota(self, quota: dict[str, int], parent: str = "") -> None:
-        self.quota = quota
-        queue = card_queue(self.queue, quota)
-        if parent:
-            queue["spec"]["parent"] = parent
-        self.plane.kubectl("apply", "-f", "-", stdin=json.dumps(queue))
-        wait_for(f"queue {self.queue} to be Open", lambda: self._queue_state() == "Open", timeout=30)
-
-    def _queue_state(self) -> str:
-        queue = self.plane.get("queue", self.queue)
-        return str((queue.get("status") or {}).get("state") or "")
-
-    def pods(self, finished: bool = False) -> list[dict[str, Any]]:
-        """The tenant's live pods (``finished``: those that ran to the end too)."""
-        return [
-            p
-            for p in self.plane.get("pods", namespace=self.ns)["items"]
-            if (finished or (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
-            and not p["metadata"].get("deletionTimestamp")
-        ]
-
-    def use(self, finished: bool = False) -> Counter[str]:
-        """Cards in use per model by this tenant's bound pods, from the nodes they are bound to."""
-        used: Counter[str] = Counter()
-        for pod in self.pods(finished):
-            node = pod["spec"].get("nodeName")
-            if not node:
-                continue
-            for container in pod["spec"]["containers"]:
-                for resource, value in (container.get("resources") or {}).get("limits", {}).items():
-                    if (node, resource) in NODE_MODELS:
-                        used[NODE_MODELS[(node, resource)]] += int(value)
-        return used
-
-    def settled(self, pods: int) -> bool:
-        self.plane._check_alive()  # a dead scheduler binds nothing: say so at once, with its log
-        found = self.pods()
-        return len(found) == pods and all(p["spec"].get("nodeName") for p in found)
-
-    def wait_settled(self, pods: int, timeout: float = 90) -> None:
-        wait_for(f"{pods} pods of {self.ns}, every one bound", lambda: self.settled(pods), timeout=timeout)
-        time.sleep(2)  # nothing more arrives: a denied pod would have been created by now
-        assert self.settled(pods), [p["metadata"]["name"] for p in self.pods()]
-
-    def check_agreement(self) -> None:
-        """Every pod bound, no model over the quota, every assigned pod on its own model."""
-        pods = self.pods()
-        assert all(p["spec"].get("nodeName") for p in pods), "pods left Pending"
-        use = self.use()
-        over = {card: n for card, n in use.items() if n > self.quota.get(card, 0)}
-        assert not over, f"over quota {self.quota}: {dict(use)}"
-        for pod in pods:
-            card = pod["metadata"]["annotations"]["volcano.sh/card.name"]
-            assert "|" not in card, f"pod {pod['metadata']['name']} was left with {card}"
-
-    def denials(self) -> list[str]:
-        events = self.plane.get("events", namespace=self.ns)["items"]
-        return [e["message"] for e in events if e.get("reason") in ("FailedCreate", "FailedRescale")]
-
-    def delete(self) -> None:
-        """The namespace, then its queue: the real scheduler dies on a PodGroup (even of a finished
-        job) whose queue is gone (a nil queue in its session's status update), so the queue goes
-        only after everything in the namespace has."""
-        self.plane.kubectl("delete", "namespace", self.ns, "--wait=false", check=False)
-        gone = lambda: "NotFound" in self.plane.kubectl("get", "namespace", self.ns, check=False).stderr  # noqa: E731
-        wait_for(f"namespace {self.ns} to go", gone, timeout=120)
-        for queue in self.queues:
-            self.plane.kubectl("delete", "queue", queue, "--ignore-not-found", check=False)
-
-
 @pytest.fixture
 def tenant(volcano: ControlPlane, front: Process) -> Iterator[Tenant]:
     made = Tenant(volcano)
     yield made
     made.delete()
-
-
-def card_template(spec: str, queue: str, gpus: int = 1) -> dict[str, Any]:
-    first = spec.split("|")[0].strip()
-    resource = RESOURCE.get(first, "nvidia.com/gpu")
-    container = {
-        "name": "main",
-        "image": "registry.example/app:1",
-        "resources": {"limits": {resource: str(gpus)}, "requests": {"cpu": "100m"}},
-    }
-    annotations = {"volcano.sh/card.name": spec, "scheduling.volcano.sh/queue-name": queue}
-    return {
-        "metadata": {"annotations": annotations},
-        "spec": {"schedulerName": "volcano", "containers": [container]},
-    }
-
-
-def flex_deployment(name: str, replicas: int, spec: str, queue: str, gpus: int = 1) -> dict[str, Any]:
-    return deployment_of(name, replicas, card_template(spec, queue, gpus))
-
-
-def volcano_job(name: str, replicas: int, spec: str, queue: str) -> dict[str, Any]:
-    template = card_template(spec, queue)
-    template["spec"]["restartPolicy"] = "Never"
-    return {
-        "apiVersion": "batch.volcano.sh/v1alpha1",
-        "kind": "Job",
-        "metadata": {"name": name},
-        "spec": {
-            "schedulerName": "volcano",
-            "queue": queue,
-            "minAvailable": replicas,
-            "tasks": [{"name": "w", "replicas": replicas, "template": template}],
-        },
-    }
 
 
 FLEX = f"{R4090}|{R4090D}"

@@ -139,6 +139,11 @@ def pod_demand(template: PodTemplate, inventory: Inventory, policy: Policy) -> D
     if share is not None:
         return _shared(spec, resource, share, inventory, _origin(template, spec))
     count = quantity_of(template, resource)
+    if count is not None and count < 0:
+        return BadDemand(
+            f"names card {spec.text} but requests {count} {resource}: a quantity is never negative; set"
+            f" resources.limits[{resource!r}] to the number of cards per pod"
+        )
     if not count:
         return BadDemand(
             f"names card {spec.text} but requests {count or 0} {resource}: set"

@@ -43,9 +43,10 @@ def unfit(
     state: ClusterState, what: str, queue: str, demand: PodDemand, replicas: int, missing: int, check: Check
 ) -> tuple[int, str]:
     """How many of ``what``'s ``missing`` replicas (of ``replicas``) without a pod fit now, and the
-    warning saying so and what limits them ("" when all fit)."""
+    warning saying so and what limits them ("" when all fit). Its pods' controller (a ReplicaSet or
+    StatefulSet) waits in the queue's line for the rest in deny mode."""
     fit, refusal = fitting_now(check, missing)
-    return fit, warning(state, what, queue, demand, replicas, missing, fit, refusal)
+    return fit, warning(state, what, queue, demand, replicas, missing, fit, refusal, lines_up=True)
 
 
 def warning(
@@ -57,8 +58,10 @@ def warning(
     missing: int,
     fit: int,
     refusal: Denied | None,
+    lines_up: bool = False,
 ) -> str:
-    """The warning for ``fit`` of ``missing`` replicas fitting now, ``refusal`` refusing one more."""
+    """The warning for ``fit`` of ``missing`` replicas fitting now, ``refusal`` refusing one more;
+    ``lines_up``: the pods' controller waits in the queue's line when refused (deny mode)."""
     if refusal is None:
         return ""
     each = f"{amount(demand.count)} {demand.spec.text}"
@@ -78,6 +81,8 @@ def warning(
         )
     limit, short = limit_of(state, queue, demand, fit, refusal)
     rest = f"the other {missing - fit} will be refused" + (" until cards free up" if short else "")
+    if short and lines_up and state.over_quota(queue) == "deny":
+        rest += ", then created at once (its controller waits in the queue's line)"
     return f"{lead}; {_fits(fit, more, 'only ')} now: {limit}; {rest}"
 
 

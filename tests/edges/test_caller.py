@@ -1,0 +1,118 @@
+"""The serving replica's line caller against a scripted API: a called workload gets our annotation
+and an Event, its cards stay held; a write that fails gives them back; the waiting marks follow the
+line; nothing is written while the replica does not serve."""
+
+import asyncio
+
+import pytest
+
+from tests.builders import H200, cluster, node, owner, pod, queue, replicaset, request
+from webhook.cache import Kind, Unavailable
+from webhook.caller import LineCaller
+from webhook.core import admission, keys
+from webhook.core.state import ClusterState
+from webhook.core.verdicts import Denied
+
+
+class Api:
+    """Records annotate and record_event calls; ``fail`` makes annotate raise, ``gone`` 404."""
+
+    def __init__(self, fail: bool = False, gone: bool = False) -> None:
+        self.fail, self.gone = fail, gone
+        self.annotated: list[tuple[str, str, str, dict[str, str | None]]] = []
+        self.events: list[tuple[str, dict[str, str], str, str]] = []
+
+    async def annotate(
+        self, kind: Kind, namespace: str, name: str, annotations: dict[str, str | None]
+    ) -> bool:
+        if self.fail:
+            raise Unavailable("connection refused")
+        self.annotated.append((kind.plural, namespace, name, annotations))
+        return not self.gone
+
+    async def record_event(
+        self, namespace: str, involved: dict[str, str], reason: str, message: str, kind: str = "Normal"
+    ) -> None:
+        self.events.append((namespace, involved, reason, message))
+
+
+def waiting_state() -> ClusterState:
+    """A full queue of 1 H200 whose ReplicaSet web was refused at t=100, then the card freed."""
+    state = cluster(
+        node("h200", H200),
+        queue("q", f'{{"{H200}": 1}}'),
+        pod("occupant", node_name="h200", phase="Running"),
+        replicaset("web", 1, "web"),
+    )
+    refused = pod("web-0", owner=owner("ReplicaSet", "web", "uid-rs-web"))
+    review = request(refused)
+    decision = admission.validate(state, review, 100.0)
+    admission.admit(state, review, decision, 100.0)
+    assert isinstance(decision, Denied)
+    state.delete_pod("uid-ns-occupant")
+    return state
+
+
+def run(caller: LineCaller) -> None:
+    asyncio.run(caller.once())
+
+
+def test_a_called_workload_is_annotated_told_by_an_event_and_its_cards_held() -> None:
+    state, api, waited = waiting_state(), Api(), []
+    caller = LineCaller(state, api, lambda: True, clock=lambda: 130.0, on_call=lambda w, s: waited.append(s))  # type: ignore[arg-type]
+    run(caller)
+    assert api.annotated[0] == (
+        "replicasets",
+        "ns",
+        "web",
+        {keys.CALLED: "1970-01-01T00:02:10.000Z"},
+    )
+    namespace, involved, reason, message = api.events[0]
+    assert (namespace, involved["kind"], involved["name"], reason) == (
+        "ns",
+        "ReplicaSet",
+        "web",
+        "CardQuotaCalled",
+    )
+    assert message == (
+        'cards freed in queue "q": 1 of its pods (1 NVIDIA-H200 each) may be created now, held for it 30 s;'
+        " it waited 30s"
+    )
+    assert waited == [30.0]
+    entry = state.ledger.get("scale:Deployment/ns/web") or state.ledger.get("scale:ReplicaSet/ns/web")
+    assert entry is not None and entry.pods == 1
+
+
+def test_the_waiting_mark_is_written_once_and_not_again_while_the_cache_catches_up() -> None:
+    state, api = waiting_state(), Api()
+    caller = LineCaller(state, api, lambda: True, clock=lambda: 130.0)  # type: ignore[arg-type]
+    run(caller)
+    run(caller)
+    marks = [a for a in api.annotated if keys.WAITING in a[3]]
+    assert marks == [
+        ("replicasets", "ns", "web", {keys.WAITING: '{"since":"1970-01-01T00:01:40.000Z","priority":0}'})
+    ]
+
+
+@pytest.mark.parametrize(
+    "api", [Api(fail=True), Api(gone=True)], ids=["the API fails", "the workload is gone"]
+)
+def test_a_call_whose_write_fails_gives_its_cards_back(api: Api) -> None:
+    state = waiting_state()
+    run(LineCaller(state, api, lambda: True, clock=lambda: 130.0))  # type: ignore[arg-type]
+    assert len(state.ledger) == 0
+    assert api.events == []
+
+
+def test_nothing_is_called_or_written_while_the_replica_does_not_serve() -> None:
+    state, api = waiting_state(), Api()
+    caller = LineCaller(state, api, lambda: False, interval=0.01)  # type: ignore[arg-type]
+
+    async def briefly() -> None:
+        task = asyncio.create_task(caller.run())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(briefly())
+    assert api.annotated == [] and len(state.ledger) == 0

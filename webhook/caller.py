@@ -1,0 +1,138 @@
+"""The serving replica calls the next in line (SPEC §5c): the edge of ``core.calls``.
+
+Every ``interval`` seconds, while this replica serves, it asks the core whom the freed cards go to.
+A called workload (deny mode) gets our ``called`` annotation, an update its controller reacts to at
+once, so its refused creates are retried now instead of after its back-off, and an Event saying so;
+the cards stay held for it in the ledger meanwhile. Then the waiting marks are brought in line with
+the waiting line, so that a restarted or new leader rebuilds the same line from the cluster.
+A write that fails is logged and tried again on a later pass; a call whose write fails gives its
+cards back at once.
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+
+from webhook import cache
+from webhook.core import calls, keys
+from webhook.core.cards import amount
+from webhook.core.line import Waiter
+from webhook.core.objects import WorkloadRecord
+from webhook.core.state import ClusterState
+
+log = logging.getLogger(__name__)
+CALLED = "CardQuotaCalled"
+MARK_PATIENCE = 10.0  # seconds a written mark is trusted to reach the cache before it is written again
+
+
+class LineCaller:
+    def __init__(
+        self,
+        state: ClusterState,
+        transport: cache.Transport,
+        serving: Callable[[], bool],
+        interval: float = 0.25,
+        clock: Callable[[], float] = time.time,
+        on_call: Callable[[Waiter, float], None] = lambda waiter, waited: None,
+    ) -> None:
+        self.state, self.transport, self.serving = state, transport, serving
+        self.interval, self.clock, self.on_call = interval, clock, on_call
+        self._written: dict[str, tuple[str | None, float]] = {}  # uid -> (mark, when written)
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            if self.serving():
+                await self.once()
+
+    async def once(self) -> None:
+        now = self.clock()
+        for call in calls.call_next(self.state, now):
+            await self._call(call, now)
+        for mark in calls.marks(self.state):
+            await self._mark(mark, now)
+
+    async def _call(self, call: calls.Call, now: float) -> None:
+        waiter = call.waiter
+        workload = self.state.workloads_by_uid.get(waiter.key)
+        kind = _kind(workload)
+        if workload is None or kind is None:
+            self.state.ledger.settle(waiter.hold, call.pods)
+            return
+        stamp = _stamp(now)
+        try:
+            found = await self.transport.annotate(
+                kind, workload.namespace, workload.name, {keys.CALLED: stamp}
+            )
+        except cache.Unavailable as exc:
+            found = False
+            log.warning(
+                "could not call a waiting workload", extra={"workload": waiter.what, "error": str(exc)}
+            )
+        if not found:
+            self.state.ledger.settle(waiter.hold, call.pods)  # its cards go back to the line
+            return
+        waited = max(0.0, now - waiter.since)
+        self.on_call(waiter, waited)
+        log.info(
+            "called a waiting workload",
+            extra={
+                "workload": waiter.what,
+                "queue": waiter.queue,
+                "pods": call.pods,
+                "waited_s": round(waited, 1),
+            },
+        )
+        message = (
+            f'cards freed in queue "{waiter.queue}": {call.pods} of its pods ({_cards(waiter)} each) may be'
+            f" created now, held for it {self.state.policy.in_flight_ttl:g} s; it waited {_duration(waited)}"
+        )
+        await self._event(workload, CALLED, message)
+
+    async def _mark(self, mark: calls.Mark, now: float) -> None:
+        workload = self.state.workload(mark.kind, mark.namespace, mark.name)
+        kind = _kind(workload)
+        if workload is None or kind is None:
+            return
+        written = self._written.get(workload.uid)
+        if written is not None and written[0] == mark.text and now - written[1] < MARK_PATIENCE:
+            return  # written already; the cache has not shown it yet
+        try:
+            await self.transport.annotate(kind, mark.namespace, mark.name, {keys.WAITING: mark.text})
+        except cache.Unavailable as exc:
+            log.warning("could not write a waiting mark", extra={"workload": mark.name, "error": str(exc)})
+            return
+        self._written[workload.uid] = (mark.text, now)
+
+    async def _event(self, workload: WorkloadRecord, reason: str, message: str) -> None:
+        involved = {
+            "apiVersion": "apps/v1",
+            "kind": workload.kind,
+            "name": workload.name,
+            "uid": workload.uid,
+        }
+        try:
+            await self.transport.record_event(workload.namespace, involved, reason, message)
+        except cache.Unavailable as exc:
+            log.warning("could not record an Event", extra={"workload": workload.name, "error": str(exc)})
+
+
+def _kind(workload: WorkloadRecord | None) -> cache.Kind | None:
+    if workload is None:
+        return None
+    return next((k for k in cache.KINDS if k.name == workload.kind and k.api_version == "apps/v1"), None)
+
+
+def _stamp(now: float) -> str:
+    return datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _cards(waiter: Waiter) -> str:
+    return f"{amount(waiter.per_pod)} {waiter.spec.text}"
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes else f"{rest}s"
