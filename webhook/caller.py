@@ -13,13 +13,12 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 
 from webhook import cache
 from webhook.core import calls, keys
 from webhook.core.cards import amount
 from webhook.core.line import Waiter
-from webhook.core.objects import WorkloadRecord
+from webhook.core.objects import WorkloadRecord, moment
 from webhook.core.state import ClusterState
 
 log = logging.getLogger(__name__)
@@ -61,7 +60,7 @@ class LineCaller:
         if workload is None or kind is None:
             self.state.ledger.settle(waiter.hold, call.pods)
             return
-        stamp = _stamp(now)
+        stamp = moment(now)
         try:
             found = await self.transport.annotate(
                 kind, workload.namespace, workload.name, {keys.CALLED: stamp}
@@ -123,10 +122,6 @@ def _kind(workload: WorkloadRecord | None) -> cache.Kind | None:
     if workload is None:
         return None
     return next((k for k in cache.KINDS if k.name == workload.kind and k.api_version == "apps/v1"), None)
-
-
-def _stamp(now: float) -> str:
-    return datetime.fromtimestamp(now, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _cards(waiter: Waiter) -> str:

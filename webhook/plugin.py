@@ -25,7 +25,7 @@ import yaml
 
 from webhook import headroom, settings, whatif
 from webhook import main as main_module
-from webhook.core.report import cluster_status, status_table
+from webhook.core.report import cluster_status, lines, lines_table, status_table
 from webhook.core.state import ClusterState
 from webhook.errors import CardquotaError, ConfigError, NotReady
 
@@ -44,6 +44,9 @@ EXAMPLES = """examples:
 
   # ... of a workload not created yet: 2 cards of either model per pod in queue inference
   kubectl cardquota headroom --queue inference --card 'NVIDIA-H200|NVIDIA-H800' --per-pod 2
+
+  # who waits for cards, in each queue's order (workloads refused until their cards free)
+  kubectl cardquota waiting
 """
 
 Output = Callable[[Any], str]
@@ -68,12 +71,13 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES + "\n" + __doc__[__doc__.index("Exit codes:") :],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="status|whatif|headroom")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="status|whatif|headroom|waiting")
     raw = argparse.RawDescriptionHelpFormatter
     for name, text in (
         ("status", "card models and every queue's quota and use"),
         ("whatif", "what the webhooks would say to a manifest"),
         ("headroom", "how many more replicas fit now, and what stops one more"),
+        ("waiting", "every queue's waiting line in order (-n: only that namespace's waiters)"),
     ):
         sub.add_parser(
             name, parents=[common], help=text, description=text, epilog=EXAMPLES, formatter_class=raw
@@ -99,6 +103,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _print(args.output, cluster_status(state), status_table)
         if args.command == "whatif":
             return _whatif(args, state, namespace)
+        if args.command == "waiting":
+            return _print(args.output, lines(state, args.namespace or ""), lines_table)
         return _headroom(args, state, namespace)
     except NotReady as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -34,6 +34,11 @@ class PolicySettings(BaseSettings):
         "queue's line and is told to retry when its cards free) or wait (admitted under a scheduling "
         "gate, released when they free); a Queue's cardquota.volcano.sh/over-quota annotation overrides it",
     )
+    waiting_line: bool = Field(
+        True,
+        description="keep a waiting line per queue (refused controllers are called when their cards free); "
+        "off: a refused pod's controller retries on its own back-off",
+    )
     in_flight_ttl_seconds: float = Field(
         30.0, gt=0, description="how long admitted demand is held before the cache shows it"
     )
@@ -101,6 +106,7 @@ class PolicySettings(BaseSettings):
             preemptable_by_service_type=MappingProxyType(_pairs(self.preemptable)),
             in_flight_ttl=self.in_flight_ttl_seconds,
             over_quota=self.over_quota,
+            waiting_line=self.waiting_line,
             hierarchical_queues=self.hierarchical_queues,
             cpu_memory_check=self.cpu_memory_check,
             card_unlimited_cpu_memory=self.card_unlimited_cpu_memory,

@@ -7,8 +7,9 @@ import pytest
 
 from tests.builders import H200, R4090, cluster, node, owner, pod, queue, replicaset, request, scale_request
 from tests.builders import deployment as deployment_obj
-from webhook.core import admission, calls
+from webhook.core import admission, calls, report
 from webhook.core.objects import mark_text, pod_record, queue_record, workload_record
+from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed, Denied
 
@@ -230,3 +231,44 @@ def test_a_smaller_waiter_does_not_overtake_a_larger_head_on_the_same_card() -> 
     assert calls.call_next(state, now=12.0) == ()
     state.delete_pod("uid-ns-occupant-1")  # two: the head first
     assert [(c.waiter.what, c.pods) for c in calls.call_next(state, now=13.0)] == [("replicaset ns/big", 1)]
+
+
+def test_status_lists_each_queues_line_in_order() -> None:
+    state = full_queue(rs("a", 2), rs("b", 1, priority=5))
+    assert isinstance(create(state, controller_pod("a", 0), now=10.0), Denied)
+    assert isinstance(create(state, controller_pod("b", 0, priority=5), now=20.0), Denied)
+    waiting = report.lines(state)
+    assert waiting == {
+        "q": [
+            {
+                "place": 1,
+                "workload": "replicaset ns/b",
+                "pods": 1,
+                "card": "NVIDIA-H200",
+                "per_pod": 1,
+                "priority": 5,
+                "since": "1970-01-01T00:00:20.000Z",
+            },
+            {
+                "place": 2,
+                "workload": "replicaset ns/a",
+                "pods": 2,
+                "card": "NVIDIA-H200",
+                "per_pod": 1,
+                "priority": 0,
+                "since": "1970-01-01T00:00:10.000Z",
+            },
+        ]
+    }
+    assert report.lines(state, namespace="other") == {}
+    table = report.status_table(report.cluster_status(state))
+    assert "WAITING LINES (first in line first)" in table
+    assert "q                    1  replicaset ns/b" in table
+
+
+def test_with_the_line_off_a_refusal_is_all_there_is() -> None:
+    state = full_queue(rs("web", 1))
+    state.policy = Policy(waiting_line=False)
+    decision = create(state, controller_pod("web", 0), now=10.0)
+    assert isinstance(decision, Denied) and decision.message.endswith("pod ns/web-0 needs 1")
+    assert order(state) == []

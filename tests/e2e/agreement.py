@@ -5,6 +5,7 @@ import json
 import time
 import uuid
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from tests.e2e.cluster import ControlPlane, wait_for
@@ -30,14 +31,14 @@ RESOURCE = {MIG: "nvidia.com/mig-1g.18gb", MPS: "nvidia.com/gpu.shared"}
 class Tenant:
     """One test's namespace and queue on the real-scheduler control plane."""
 
-    def __init__(self, plane: ControlPlane) -> None:
+    def __init__(self, plane: ControlPlane, labels: dict[str, str] = SELECTOR) -> None:
         self.plane = plane
         self.ns = f"agree-{uuid.uuid4().hex[:8]}"
         self.queue = f"q-{self.ns}"
         self.quota: dict[str, int] = {}
         self.queues = [self.queue]  # deleted last, child first
         plane.apply(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns, "labels": SELECTOR}}
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns, "labels": labels}}
         )
 
     def set_quota(self, quota: dict[str, int], parent: str = "") -> None:
@@ -143,3 +144,67 @@ def volcano_job(name: str, replicas: int, spec: str, queue: str) -> dict[str, An
             "tasks": [{"name": "w", "replicas": replicas, "template": template}],
         },
     }
+
+
+def app(name: str, replicas: int, card: str, t: Tenant, **annotations: str) -> dict[str, Any]:
+    template = card_template(card, t.queue)
+    template["metadata"]["annotations"].update(annotations)
+    return deployment_of(name, replicas, template)
+
+
+def pods_of(t: Tenant, name: str) -> list[dict[str, Any]]:
+    return [p for p in t.pods() if p["metadata"]["name"].startswith(f"{name}-")]
+
+
+def refused(t: Tenant, name: str) -> bool:
+    return any(name in message and t.queue in message for message in t.denials())
+
+
+class Case:
+    """A queue of one card, full: a hog holds it, and the Deployment ``web`` is refused."""
+
+    def __init__(self, t: Tenant, card: str, hog: Callable[[Tenant], dict[str, Any]], web: int = 1) -> None:
+        self.t, self.web = t, web
+        t.set_quota({card: 1})
+        t.plane.apply(hog(t), namespace=t.ns)
+        wait_for(f"the hog of {t.ns} to be bound", lambda: t.settled(1), timeout=60)
+        t.plane.apply(app("web", web, card, t), namespace=t.ns)
+        wait_for(f"web of {t.ns} to be refused", lambda: refused(t, "web"), timeout=30)
+
+    def has_its_pods(self) -> bool:
+        return len(pods_of(self.t, "web")) == self.web
+
+    def bound(self) -> bool:
+        return self.has_its_pods() and all(p["spec"].get("nodeName") for p in pods_of(self.t, "web"))
+
+
+def hog_pod(card: str) -> Callable[[Tenant], dict[str, Any]]:
+    def make(t: Tenant) -> dict[str, Any]:
+        template = card_template(card, t.queue)
+        template["spec"]["restartPolicy"] = "Never"
+        metadata = {"name": "hog", **template["metadata"]}
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}
+
+    return make
+
+
+def hog_deployment(card: str) -> Callable[[Tenant], dict[str, Any]]:
+    return lambda t: app("hog", 1, card, t)
+
+
+def roll(t: Tenant, name: str) -> None:
+    """A rolling update of the Deployment ``name``: a new template revision."""
+    patch = {"spec": {"template": {"metadata": {"annotations": {"example.com/revision": str(time.time())}}}}}
+    t.plane.kubectl("patch", "-n", t.ns, f"deployment/{name}", "--type=merge", "-p", json.dumps(patch))
+
+
+def rolled_out(t: Tenant, name: str) -> bool:
+    """What ``kubectl rollout status`` waits for: every replica updated and available, none old."""
+    deployment = t.plane.get("deployment", name, namespace=t.ns)
+    status, want = deployment.get("status") or {}, deployment["spec"]["replicas"]
+    return (
+        status.get("observedGeneration", 0) >= deployment["metadata"]["generation"]
+        and status.get("updatedReplicas") == want
+        and status.get("replicas") == want
+        and status.get("availableReplicas") == want
+    )

@@ -148,11 +148,20 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
     queue_name = card_quota({H200: 2})
     control_plane.apply(queued_deployment("train", 3, queue_name), namespace=namespace)
     wait_for("a FailedCreate event", lambda: events(control_plane, namespace, "FailedCreate"), timeout=60)
+    # Room for the refused pod: its ReplicaSet waited in line and is called (the wait-time panel).
+    queue = control_plane.get("queue", queue_name)
+    queue["metadata"]["annotations"]["volcano.sh/card.quota"] = json.dumps({H200: 3})
+    control_plane.kubectl("replace", "-f", "-", stdin=json.dumps(queue))
+    wait_for(
+        "the called ReplicaSet's Event",
+        lambda: events(control_plane, namespace, "CardQuotaCalled"),
+        timeout=30,
+    )
     with httpx.Client(verify=client_context(webhook.certs), timeout=10) as client:
         assert client.post(f"{webhook.url}/validate", content=b"not a review").status_code == 400
     # Lower the quota under the running pods: the over-quota panel has something to show.
     queue = control_plane.get("queue", queue_name)
-    queue["metadata"]["annotations"]["volcano.sh/card.quota"] = json.dumps({H200: 1})
+    queue["metadata"]["annotations"]["volcano.sh/card.quota"] = json.dumps({H200: 2})  # 3 run
     control_plane.kubectl("replace", "-f", "-", stdin=json.dumps(queue))
     with Reviews(webhook):
         for name, query in variable_queries(dashboard).items():

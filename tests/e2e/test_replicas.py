@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from tests.e2e.cluster import ControlPlane, free_port, wait_for
-from tests.e2e.objects import H200, SELECTOR, card_queue
+from tests.e2e.objects import H200, SELECTOR, card_queue, queued_deployment
 from tests.e2e.registration import configurations
 from tests.edges.serving import REVIEWS, Process
 
@@ -72,6 +72,7 @@ class Balancer:
         self.loop = asyncio.new_event_loop()
         self.port = free_port()
         self._turn = 0
+        self._open: set[asyncio.StreamWriter] = set()  # every connection, closed at stop
         self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self.thread.start()
         asyncio.run_coroutine_threadsafe(self._start(), self.loop).result(timeout=10)
@@ -100,6 +101,7 @@ class Balancer:
         except OSError:
             writer.close()
             return
+        self._open |= {writer, up_writer}
 
         async def pipe(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
             with contextlib.suppress(OSError, ConnectionError):
@@ -111,6 +113,7 @@ class Balancer:
             sink.close()
 
         await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        self._open -= {writer, up_writer}
 
     def stop(self) -> None:
         async def close() -> None:
@@ -118,6 +121,11 @@ class Balancer:
             with contextlib.suppress(asyncio.CancelledError):
                 await self.health
             self.server.close()
+            for writer in list(self._open):  # kept alive by the API server: close them before the loop
+                writer.close()
+                with contextlib.suppress(OSError, ConnectionError):
+                    await writer.wait_closed()
+            await asyncio.sleep(0.1)  # the pipes see their ends and finish
             await self.loop.shutdown_default_executor()
 
         asyncio.run_coroutine_threadsafe(close(), self.loop).result(timeout=30)
@@ -248,3 +256,58 @@ def test_with_a_pod_label_every_replica_is_ready_the_leader_is_labelled_and_a_si
     finally:
         for process in started:
             process.stop()
+
+
+def test_a_leader_killed_while_a_workload_waits_leaves_the_line_to_the_next_one_which_calls_it_once(
+    control_plane: ControlPlane, replicas: list[Process], namespace: str, card_quota: Any
+) -> None:
+    wait_for("one ready replica", lambda: [p for p in replicas if ready(p)], timeout=60)
+    balancer = Balancer(replicas)
+    registered = configurations(balancer.url, replicas[0].certs / "ca.crt", SELECTOR, f"cq-{namespace}")
+    try:
+        control_plane.apply(*registered)
+        queue_name = card_quota({H200: 1})
+        control_plane.apply(queued_deployment("hog", 1, queue_name), namespace=namespace)
+        wait_for("the hog's pod", lambda: pods_named(control_plane, namespace, "hog"), timeout=60)
+        control_plane.apply(queued_deployment("web", 1, queue_name), namespace=namespace)
+
+        def marked() -> bool:  # the leader's mark: the line, kept in the cluster
+            sets = control_plane.get("replicasets", namespace=namespace)["items"]
+            return any(
+                rs["metadata"]["name"].startswith("web-")
+                and "cardquota.volcano.sh/waiting" in (rs["metadata"].get("annotations") or {})
+                for rs in sets
+            )
+
+        wait_for("web to be refused and marked as waiting", marked, timeout=30)
+        leader = next(p for p in replicas if ready(p))
+        leader.proc.kill()
+        wait_for("a new leader", lambda: [p for p in replicas if p is not leader and ready(p)], timeout=40)
+        control_plane.kubectl("delete", "-n", namespace, "deployment/hog", "--wait=false")
+        wait_for(
+            "web's pod, called by the new leader",
+            lambda: pods_named(control_plane, namespace, "web"),
+            timeout=30,
+        )
+        time.sleep(3)  # a second call would have come by now
+        called = [
+            e
+            for e in control_plane.get("events", namespace=namespace)["items"]
+            if e["reason"] == "CardQuotaCalled"
+        ]
+        assert len(called) == 1, [e["message"] for e in called]
+        assert len(pods_named(control_plane, namespace, "web")) == 1
+        wait_for("the mark removed", lambda: not marked(), timeout=15)
+    finally:
+        for config in registered:
+            control_plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
+        balancer.stop()
+
+
+def pods_named(plane: ControlPlane, namespace: str, prefix: str) -> list[dict[str, Any]]:
+    pods = plane.get("pods", namespace=namespace)["items"]
+    return [
+        p
+        for p in pods
+        if p["metadata"]["name"].startswith(f"{prefix}-") and not p["metadata"].get("deletionTimestamp")
+    ]

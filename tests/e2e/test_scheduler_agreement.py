@@ -330,7 +330,48 @@ class Soak:
         self.settle()
 
 
-def test_a_seeded_soak_of_creates_scales_deletes_and_jobs_keeps_the_pair_in_agreement(tenant: Tenant) -> None:
+def line_waiters(front: Process) -> int:
+    """Workloads in the webhook's waiting lines, from its metrics."""
+    with front.client() as client:
+        text = client.get("/metrics").text
+    return sum(
+        int(float(line.rsplit(" ", 1)[1]))
+        for line in text.splitlines()
+        if line.startswith("cardquota_line_waiters{")
+    )
+
+
+def squeeze(soak: Soak, front: Process) -> None:
+    """The waiting line under the real scheduler: the Deployments are made again while hogs hold a
+    quota of 2 of every card, so every pod is refused and each ReplicaSet waits in line; then the
+    quota comes back and the hogs go: each gets all its pods at once, within quota, and the line
+    ends empty."""
+    t, quota, wanted = soak.t, dict(soak.t.quota), dict(soak.deployments)
+    for name in wanted:
+        t.plane.kubectl("delete", "-n", t.ns, f"deployment/{name}", "--wait=false")
+    gone = lambda: not t.pods() and not t.plane.get("replicasets", namespace=t.ns)["items"]  # noqa: E731
+    wait_for("every pod and ReplicaSet to go", gone, timeout=60)
+    cards = sorted({card for spec in SOAK_SPECS for card in spec.split("|")})
+    t.set_quota({card: 2 if card in cards else 0 for card in quota})
+    t.plane.apply(
+        *(flex_deployment(f"hog{i}", 1, card, t.queue, 2) for i, card in enumerate(cards)), namespace=t.ns
+    )
+    t.wait_settled(len(cards))
+    for name, (spec, per_pod, replicas) in wanted.items():
+        t.plane.apply(flex_deployment(name, replicas, spec, t.queue, per_pod), namespace=t.ns)
+    waiting = sum(1 for _, _, replicas in wanted.values() if replicas)
+    wait_for("every refused ReplicaSet waiting in line", lambda: line_waiters(front) == waiting, timeout=30)
+    soak.log.append(f"squeeze: {waiting} waiting")
+    t.set_quota(quota)
+    for i in range(len(cards)):
+        t.plane.kubectl("delete", "-n", t.ns, f"deployment/hog{i}", "--wait=false")
+    soak.settle()
+    wait_for("the line to empty", lambda: line_waiters(front) == 0, timeout=10)
+
+
+def test_a_seeded_soak_of_creates_scales_deletes_and_jobs_keeps_the_pair_in_agreement(
+    tenant: Tenant, front: Process
+) -> None:
     seed = int(os.environ.get("CARDQUOTA_SOAK_SEED", random.randrange(1 << 32)))
     print(
         f"soak seed {seed} (replay: CARDQUOTA_SOAK_SEED={seed} pytest -k soak tests/e2e/test_scheduler_agreement.py)"
@@ -343,5 +384,6 @@ def test_a_seeded_soak_of_creates_scales_deletes_and_jobs_keeps_the_pair_in_agre
             soak.step()
         time.sleep(5)  # the scheduler given time to settle
         soak.settle()
+        squeeze(soak, front)
     except BaseException as exc:
         raise AssertionError(f"soak seed {seed}, quota {tenant.quota}, after: {soak.log}") from exc

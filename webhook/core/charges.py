@@ -8,14 +8,17 @@ the state can refresh that group's reservation.
 """
 
 from collections import Counter, defaultdict
-from collections.abc import Set
+from collections.abc import Callable, Iterator, Set
+from contextlib import contextmanager
+from typing import Any
 
+from webhook.core import compact
 from webhook.core.cards import CardName, CardSpec
-from webhook.core.demand import NotCardPod, PodDemand, pod_demand
+from webhook.core.demand import Demand, NotCardPod, PodDemand, pod_demand
 from webhook.core.freecards import FreeCards
 from webhook.core.inventory import Inventory
 from webhook.core.nodes import NodeCards
-from webhook.core.objects import PodRecord, PodTemplate
+from webhook.core.objects import TERMINAL_PHASES, PodRecord, PodTemplate
 from webhook.core.policy import Policy
 from webhook.core.queues import QueueTree
 from webhook.core.tally import Charge, ComputeCharge
@@ -132,3 +135,45 @@ class PodIndex:
     def group_demand(self, key: str) -> Counter[CardSpec]:
         """What a PodGroup's existing pods charge, per card spec."""
         return self._group_cards.get(key) or Counter()
+
+
+class Charger:
+    """Works out each pod's card charge, pooled (equal charges are one object); while many pods are
+    loaded at once (``batch``: nodes and queues do not change meanwhile), once per template."""
+
+    def __init__(
+        self, inventory: Inventory, policy: Policy, pool: compact.Pool, queue_of: Callable[[PodRecord], str]
+    ) -> None:
+        self._inventory, self._policy, self._pool, self._queue_of = inventory, policy, pool, queue_of
+        self._memo: dict[Any, Any] | None = None
+
+    @contextmanager
+    def batch(self) -> Iterator[None]:
+        self._memo = {}  # id(template) -> demand, (id(demand), queue, ...) -> charge: alive meanwhile
+        try:
+            yield
+        finally:
+            self._memo = None
+
+    def card(self, pod: PodRecord, node: NodeCards | None) -> Charge | None:
+        if pod.phase in TERMINAL_PHASES:
+            return None
+        memo = self._memo
+        demand: Demand | None = None if memo is None else memo.get(id(pod.template))
+        if demand is None:
+            demand = pod_demand(pod.template, self._inventory, self._policy)
+            if memo is not None:
+                memo[id(pod.template)] = demand
+        if not isinstance(demand, PodDemand):
+            return None
+        queue = self._queue_of(pod)
+        if memo is None:
+            charge = pod_charge(pod, demand, queue, node)
+            return self._pool.share(charge) if charge is not None else None
+        # What its card and bound depend on: an A|B pod's node, a one-model pod's being bound.
+        where = pod.node_name if demand.spec.is_multi else bool(pod.node_name)
+        key = (id(demand), queue, where, pod.namespace, pod.group_name)
+        if (charge := memo.get(key)) is None:
+            made = pod_charge(pod, demand, queue, node)
+            charge = memo[key] = self._pool.share(made) if made is not None else None
+        return charge

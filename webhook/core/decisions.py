@@ -111,7 +111,7 @@ def _joins(
 ) -> Join | None:
     """Deny mode: a ReplicaSet's or StatefulSet's refused pod puts its controller in the line, unless
     its pods could never fit the queue's whole quota (waiting would be forever)."""
-    if state.over_quota(queue) != "deny" or pod.owner is None:
+    if not state.policy.waiting_line or state.over_quota(queue) != "deny" or pod.owner is None:
         return None
     owner = state.workloads_by_uid.get(pod.owner.uid)
     if owner is None or owner.kind not in WAITING_KINDS:

@@ -122,5 +122,47 @@ class WaitingLine:
         return iter(list(self._waiters.values()))
 
 
+class Refused:
+    """The workloads refused in deny mode: when each first was and at what priority, from the
+    refusals this replica made and from the marks the serving replica left on them."""
+
+    def __init__(self) -> None:
+        self._places: dict[str, tuple[float, int]] = {}  # uid -> (since, priority)
+        self._marked: set[str] = set()  # uids whose record carries a waiting mark
+
+    def refuse(self, uid: str, since: float, priority: int) -> None:
+        """A refusal: a workload refused before keeps its first time and its highest priority."""
+        known = self._places.get(uid)
+        if known is not None:
+            since, priority = min(known[0], since), max(known[1], priority)
+        self._places[uid] = (since, priority)
+
+    def marked(self, uid: str, mark: tuple[float, int] | None) -> None:
+        """The workload's record as it is now: with its mark (a rebuilt place), or without."""
+        if mark is None:
+            self._marked.discard(uid)
+        else:
+            self._marked.add(uid)
+            self._places.setdefault(uid, mark)
+
+    def place(self, uid: str) -> tuple[float, int] | None:
+        return self._places.get(uid)
+
+    def served(self, uid: str) -> None:
+        """It has every pod it wants (or is gone): it waits no more."""
+        self._places.pop(uid, None)
+
+    def forget(self, uid: str) -> None:
+        self._places.pop(uid, None)
+        self._marked.discard(uid)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._places
+
+    def all(self) -> set[str]:
+        """Every workload that waits or carries a mark (``calls.marks`` reconciles them)."""
+        return set(self._places) | self._marked
+
+
 def _place(waiter: Waiter) -> Place:
     return waiter.place

@@ -247,8 +247,12 @@ def waiting_mark(text: str | None) -> tuple[float, int] | None:
 
 def mark_text(since: float, priority: int) -> str:
     """The waiting mark a workload carries: its first refusal, to the millisecond, and priority."""
-    moment = datetime.fromtimestamp(since, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return json.dumps({"since": moment, "priority": priority}, separators=(",", ":"))
+    return json.dumps({"since": moment(since), "priority": priority}, separators=(",", ":"))
+
+
+def moment(seconds: float) -> str:
+    """Seconds since the epoch as RFC 3339 in UTC, to the millisecond: 2026-11-24T18:00:00.123Z."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def podgroup_record(obj: Raw) -> PodGroupRecord:

@@ -43,5 +43,7 @@ class Policy:
     # cardquota.volcano.sh/over-quota annotation says otherwise: "deny" (refused; its controller
     # waits in line and is told to retry when its cards free) or "wait" (admitted under a gate).
     over_quota: str = "deny"
+    # Keep the waiting lines at all (off: refusals only; a controller retries on its own back-off).
+    waiting_line: bool = True
     # The schedulers whose pods a queue's capability limits (spec.schedulerName).
     volcano_schedulers: frozenset[str] = frozenset({"volcano"})

@@ -5,6 +5,7 @@ from typing import Any
 from webhook.core.capability import cpu_text, memory_text
 from webhook.core.cards import CardName, amount, figure
 from webhook.core.messages import breakdown
+from webhook.core.objects import moment
 from webhook.core.queues import quota_sums
 from webhook.core.state import ClusterState
 from webhook.core.usage import queue_usage, tree_usage
@@ -59,11 +60,51 @@ def cluster_status(state: ClusterState) -> dict[str, Any]:
             )
     notes = [*state.notes, *(f"{what}: skipped, {why}" for what, why in sorted(state.skipped.items()))]
     status = {"cards": cards, "queues": queues, "tree": _tree(state), "warnings": warnings, "notes": notes}
+    if waiting := lines(state):
+        status["lines"] = waiting
     if shared := state.inventory.shared():  # nodes that share their cards (Volcano vGPU, Koordinator)
         status["shared"] = {p: {**info, "cards": figure(info["cards"])} for p, info in shared.items()}
     if state.policy.cpu_memory_check:
         status["capability"] = _capability(state, warnings)
     return status
+
+
+def lines(state: ClusterState, namespace: str = "") -> dict[str, list[dict[str, Any]]]:
+    """Every queue's waiting line in order (docs/decisions.md §23); ``namespace``: only its waiters."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for queue in state.line.queues():
+        entries = []
+        for place, waiter in enumerate(state.line.line(queue), start=1):
+            workload = state.workloads_by_uid.get(waiter.key)
+            where = workload.namespace if workload is not None else ""
+            if namespace and where != namespace:
+                continue
+            entries.append(
+                {
+                    "place": place,
+                    "workload": waiter.what,
+                    "pods": state.waiting_pods(waiter),
+                    "card": waiter.spec.text,
+                    "per_pod": figure(waiter.per_pod),
+                    "priority": waiter.priority,
+                    "since": moment(waiter.since),
+                }
+            )
+        if entries:
+            out[queue] = entries
+    return out
+
+
+def lines_table(waiting: dict[str, list[dict[str, Any]]]) -> str:
+    if not waiting:
+        return "nothing waits"
+    rows = [f"{'QUEUE':<16} PLACE  {'WORKLOAD':<41} PODS  {'EACH':<24} PRIORITY  SINCE"]
+    for queue, entries in waiting.items():
+        for e in entries:
+            each = f"{e['per_pod']} {e['card']}"
+            row = f"{queue:<16} {e['place']:>5}  {e['workload']:<41} {e['pods']:>4}  {each:<24}"
+            rows.append(f"{row} {e['priority']:>8}  {e['since']}")
+    return "\n".join(rows)
 
 
 def _capability(state: ClusterState, warnings: list[str]) -> dict[str, Any]:
@@ -148,6 +189,8 @@ def status_table(status: dict[str, Any]) -> str:
                 limit = "none (0)" if n["capability"] is None else text(n["capability"])
                 cells.append(f"{text(n['used'] + n['in_flight'])} / {limit}")
             lines.append(f"{queue:<16} {cells[0]:<26} {cells[1]}")
+    if status.get("lines"):
+        lines += ["", "WAITING LINES (first in line first)", lines_table(status["lines"])]
     lines += ["", "WARNINGS" if status["warnings"] else "no warnings"]
     lines += [f"- {w}" for w in status["warnings"]]
     if status["notes"]:

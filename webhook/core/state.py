@@ -10,17 +10,16 @@ queue's tally (cards × groups) and never walks pods.
 
 import heapq
 from collections import Counter, defaultdict
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
 
 from webhook.core import compact, keys
 from webhook.core.cards import CardName, CardSpec
-from webhook.core.charges import PodIndex, compute_charged, pod_charge
-from webhook.core.demand import Demand, PodDemand, pod_demand
+from webhook.core.charges import Charger, PodIndex, compute_charged
+from webhook.core.demand import PodDemand, pod_demand
 from webhook.core.freecards import FreeCards
 from webhook.core.inventory import Inventory
 from webhook.core.ledger import Ledger
-from webhook.core.line import Waiter, WaitingLine, workload_waiter
+from webhook.core.line import Refused, Waiter, WaitingLine, workload_waiter
 from webhook.core.nodes import NodeCards
 from webhook.core.objects import (
     TERMINAL_PHASES,
@@ -34,6 +33,7 @@ from webhook.core.policy import Policy
 from webhook.core.queues import QueueInfo, QueueTree
 from webhook.core.reservations import Reservations, group_request
 from webhook.core.tally import Charge, ComputeCharge, Reservation, Tally
+from webhook.core.workloads import Workloads
 
 
 class ClusterState:
@@ -47,22 +47,18 @@ class ClusterState:
         self.tree = QueueTree(self.policy.hierarchical_queues)
         self.pods: dict[str, PodRecord] = {}
         self.podgroups: dict[str, PodGroupRecord] = {}
-        self.workloads: dict[tuple[str, str], WorkloadRecord] = {}  # (kind, ns/name)
-        self.workloads_by_uid: dict[str, WorkloadRecord] = {}
+        self._workloads = Workloads()
         self.ledger = Ledger()
         self.charged = PodIndex(self.tree, self.free)
         self.reserved = Reservations(self.tree)
         self.line = WaitingLine()
-        # Refused workloads (deny mode): uid -> (since, priority), from refusals and their marks.
-        self._waiting: dict[str, tuple[float, int]] = {}
-        self._marked: set[str] = set()  # workloads whose record carries a waiting mark
+        self._refused = Refused()  # deny mode: who was refused, since when, at what priority
         self.notes: list[str] = []
         self.skipped: dict[str, str] = {}  # kind/namespace/name -> why its shape cannot be read
         self._owner_groups: dict[str, set[str]] = defaultdict(set)  # owner uid -> PodGroup keys
-        self._children: dict[str, set[str]] = defaultdict(set)  # owner uid -> workload uids
-        self._memo: dict[Any, Any] | None = None  # only while ``upsert_pods`` runs
         self._deadlines: list[tuple[float, str]] = []
         self._pool = compact.Pool()
+        self._charger = Charger(self.inventory, self.policy, self._pool, self.queue_of_pod)
 
     def skip(self, key: str, problem: str) -> None:
         """Remember why the object ``key`` (kind/namespace/name) is left out; "" forgets it."""
@@ -148,12 +144,9 @@ class ClusterState:
         """Many pods at once (a list), their records built from ``self.pool``: the demand and the
         charge of each template are worked out once for all its pods (nodes and queues do not
         change meanwhile)."""
-        self._memo = {}  # id(template) -> demand, (id(demand), queue, ...) -> charge: alive meanwhile
-        try:
+        with self._charger.batch():
             for pod in pods:
                 self.upsert_pod(pod, pooled=True)
-        finally:
-            self._memo = None
 
     def delete_pod(self, uid: str) -> None:
         if uid in self.pods:
@@ -180,10 +173,12 @@ class ClusterState:
         return compute_charged(template, self.inventory, self.policy)
 
     def _index(self, pod: PodRecord) -> None:
-        group = self.charged.add(pod, self._card_charge(pod), self._compute_charge(pod))
+        group = self.charged.add(
+            pod, self._charger.card(pod, self.nodes.get(pod.node_name)), self._compute_charge(pod)
+        )
         if group:
             self._refresh_reservation(group)
-        if pod.owner is not None and pod.owner.uid in self._waiting:
+        if pod.owner is not None and pod.owner.uid in self._refused:
             self._rewait(pod.owner.uid)
 
     def _unindex(self, uid: str) -> None:
@@ -192,7 +187,7 @@ class ClusterState:
             return
         if group := self.charged.remove(pod):
             self._refresh_reservation(group)
-        if pod.owner is not None and pod.owner.uid in self._waiting:
+        if pod.owner is not None and pod.owner.uid in self._refused:
             self._rewait(pod.owner.uid, leaving=uid)
 
     def _recharge(self, uids: Iterable[str]) -> None:
@@ -202,31 +197,6 @@ class ClusterState:
             if pod is not None:
                 self._unindex(uid)
                 self._index(pod)
-
-    def _card_charge(self, pod: PodRecord) -> Charge | None:
-        """The pod's charge, pooled; while many pods are loaded, worked out once per template."""
-        if pod.phase in TERMINAL_PHASES:
-            return None
-        memo = self._memo
-        demand: Demand | None = None if memo is None else memo.get(id(pod.template))
-        if demand is None:
-            demand = pod_demand(pod.template, self.inventory, self.policy)
-            if memo is not None:
-                memo[id(pod.template)] = demand
-        if not isinstance(demand, PodDemand):
-            return None
-        queue = self.queue_of_pod(pod)
-        if memo is None:
-            charge = pod_charge(pod, demand, queue, self.nodes.get(pod.node_name))
-            return self._pool.share(charge) if charge is not None else None
-        where = (
-            pod.node_name if demand.spec.is_multi else bool(pod.node_name)
-        )  # what its card and bound depend on
-        key = (id(demand), queue, where, pod.namespace, pod.group_name)
-        if (charge := memo.get(key)) is None:
-            made = pod_charge(pod, demand, queue, self.nodes.get(pod.node_name))
-            charge = memo[key] = self._pool.share(made) if made is not None else None
-        return charge
 
     def _compute_charge(self, pod: PodRecord) -> ComputeCharge | None:
         if not self.policy.cpu_memory_check or pod.phase in TERMINAL_PHASES:
@@ -254,11 +224,11 @@ class ClusterState:
         if pod.owner is None:
             return None
         owner = self.workloads_by_uid.get(pod.owner.uid)
-        return self._scalable(owner) if owner is not None else None
+        return self._workloads.scalable(owner) if owner is not None else None
 
     def live_pods_of(self, workload: WorkloadRecord) -> int:
         uids = set(self.charged.owned_by(workload.uid))
-        for child in self._children.get(workload.uid, ()):
+        for child in self._workloads.children(workload.uid):
             uids |= self.charged.owned_by(child)
         return sum(
             1 for uid in uids if uid in self.pods and self.pods[uid].phase not in ("Succeeded", "Failed")
@@ -267,39 +237,32 @@ class ClusterState:
     def pods_owned_by(self, uid: str) -> list[PodRecord]:
         return [self.pods[p] for p in self.charged.owned_by(uid) if p in self.pods]
 
-    # ---- workloads ---------------------------------------------------------------------
+    # ---- workloads (``workloads``) ------------------------------------------------------
+    @property
+    def workloads(self) -> Mapping[tuple[str, str], WorkloadRecord]:
+        """Every workload by (kind, namespace/name)."""
+        return self._workloads.by_key
+
+    @property
+    def workloads_by_uid(self) -> Mapping[str, WorkloadRecord]:
+        return self._workloads.by_uid
+
     def upsert_workload(self, workload: WorkloadRecord) -> None:
-        old = self.workloads_by_uid.get(workload.uid)
-        if old is not None:
-            self.workloads.pop((old.kind, old.key), None)
-            if old.owner is not None:
-                self._children[old.owner.uid].discard(old.uid)
-        if workload.owner is not None:
-            self._children[workload.owner.uid].add(workload.uid)
-        self.workloads[(workload.kind, workload.key)] = workload
-        self.workloads_by_uid[workload.uid] = workload
-        if workload.waiting is None:
-            self._marked.discard(workload.uid)
-        else:
-            self._marked.add(workload.uid)
-            self._waiting.setdefault(workload.uid, workload.waiting)  # rebuilt from its mark
+        self._workloads.put(workload)
+        self._refused.marked(workload.uid, workload.waiting)
         self._after_owner_change(workload.uid)
-        if workload.uid in self._waiting:
+        if workload.uid in self._refused:
             self._rewait(workload.uid)
 
     def delete_workload(self, kind: str, key: str) -> None:
-        workload = self.workloads.pop((kind, key), None)
+        workload = self._workloads.remove(kind, key)
         if workload is not None:
-            self.workloads_by_uid.pop(workload.uid, None)
-            if workload.owner is not None:
-                self._children[workload.owner.uid].discard(workload.uid)
             self._after_owner_change(workload.uid)
-            self._marked.discard(workload.uid)
-            if self._waiting.pop(workload.uid, None) is not None:
-                self.line.remove(workload.uid)
+            self._refused.forget(workload.uid)
+            self.line.remove(workload.uid)
 
     def workload(self, kind: str, namespace: str, name: str) -> WorkloadRecord | None:
-        return self.workloads.get((kind, f"{namespace}/{name}"))
+        return self._workloads.by_key.get((kind, f"{namespace}/{name}"))
 
     def _after_owner_change(self, uid: str) -> None:
         self._recharge(list(self.charged.owned_by(uid)))
@@ -310,10 +273,7 @@ class ClusterState:
     def wait(self, uid: str, since: float, priority: int) -> None:
         """The workload ``uid``, whose controller was just refused a pod, takes its place in its
         queue's line; one already there keeps its place (its first refusal, its highest priority)."""
-        known = self._waiting.get(uid)
-        if known is not None:
-            since, priority = min(known[0], since), max(known[1], priority)
-        self._waiting[uid] = (since, priority)
+        self._refused.refuse(uid, since, priority)
         self._rewait(uid)
 
     def over_quota(self, queue: str) -> str:
@@ -324,7 +284,7 @@ class ClusterState:
 
     def marked(self) -> set[str]:
         """Workloads that wait in line or carry a waiting mark (``calls.marks`` reconciles them)."""
-        return set(self._waiting) | self._marked
+        return self._refused.all()
 
     def waiting_pods(self, waiter: Waiter) -> int:
         """The pods ``waiter`` still waits for: those not called yet (held in the ledger)."""
@@ -334,31 +294,26 @@ class ClusterState:
     def _rewait(self, uid: str, leaving: str = "") -> None:
         """Bring a refused workload's place up to date; it leaves the line once it has every pod it
         wants (or is gone, or uses no card). ``leaving``: a pod being taken out, not counted."""
-        workload = self.workloads_by_uid.get(uid)
-        since, priority = self._waiting[uid]
+        workload, place = self.workloads_by_uid.get(uid), self._refused.place(uid)
         waiter = None
-        if workload is not None and workload.tasks:
+        if workload is not None and place is not None and workload.tasks:
             demand = pod_demand(workload.tasks[0].template, self.inventory, self.policy)
             if isinstance(demand, PodDemand):
-                scalable = self._scalable(workload)
-                live = self._live_owned(uid, leaving)
-                waiter = workload_waiter(workload, demand, live, since, priority, scale_key(scalable))
+                pods = self.pods
+                live = sum(
+                    1 for p in self.charged.owned_by(uid) if p != leaving and p in pods and pods[p].is_live
+                )
+                hold = scale_key(self._workloads.scalable(workload))
+                waiter = workload_waiter(workload, demand, live, *place, hold)
         if waiter is None:
-            del self._waiting[uid]
+            self._refused.served(uid)
             self.line.remove(uid)
         else:
             self.line.put(waiter)
 
-    def _live_owned(self, uid: str, leaving: str = "") -> int:
-        """Pods of the owner ``uid`` its controller counts (``leaving`` aside)."""
-        pods = self.pods
-        return sum(1 for p in self.charged.owned_by(uid) if p != leaving and p in pods and pods[p].is_live)
-
-    def _scalable(self, workload: WorkloadRecord) -> WorkloadRecord:
-        """The workload whose replicas a user scales: a ReplicaSet's Deployment when it has one."""
-        if workload.kind == "ReplicaSet" and workload.owner is not None:
-            return self.workloads_by_uid.get(workload.owner.uid, workload)
-        return workload
+    def _live(self, uid: str) -> bool:
+        pod = self.pods.get(uid)
+        return pod is not None and pod.is_live
 
     # ---- PodGroups (``reservations``) ----------------------------------------------------
     def upsert_podgroup(self, group: PodGroupRecord) -> None:
