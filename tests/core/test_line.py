@@ -1,14 +1,18 @@
 """The waiting line (SPEC §5c), deny mode: refused controllers wait in order and are called the
 moment their cards free; nobody overtakes what waits ahead."""
 
+import json
+import math
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from tests.builders import H200, R4090, cluster, node, owner, pod, queue, replicaset, request, scale_request
 from tests.builders import deployment as deployment_obj
 from webhook.core import admission, calls, report
-from webhook.core.objects import mark_text, pod_record, queue_record, workload_record
+from webhook.core.objects import mark_text, pod_record, queue_record, waiting_mark, workload_record
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed, Denied
@@ -272,3 +276,20 @@ def test_with_the_line_off_a_refusal_is_all_there_is() -> None:
     decision = create(state, controller_pod("web", 0), now=10.0)
     assert isinstance(decision, Denied) and decision.message.endswith("pod ns/web-0 needs 1")
     assert order(state) == []
+
+
+@given(
+    st.one_of(
+        st.text(max_size=60),
+        st.builds(
+            lambda since, priority: json.dumps({"since": since, "priority": priority}),
+            st.one_of(st.text(max_size=30), st.integers(), st.floats(), st.none()),
+            st.one_of(st.integers(-(2**80), 2**80), st.floats(), st.text(max_size=5), st.booleans()),
+        ),
+    )
+)
+def test_a_waiting_mark_of_any_text_is_read_or_ignored_never_fatal(text: str) -> None:
+    mark = waiting_mark(text)
+    assert mark is None or (math.isfinite(mark[0]) and -(2**31) <= mark[1] <= 2**31)
+    state = full_queue(rs("web", 1, mark=text))  # a workload carrying it is ingested all the same
+    assert state.workload("ReplicaSet", "ns", "web") is not None

@@ -134,6 +134,21 @@ class Balancer:
         self.loop.close()
 
 
+@contextlib.contextmanager
+def behind_balancer(plane: ControlPlane, replicas: list[Process], namespace: str) -> Iterator[None]:
+    """The replicas behind a readiness-aware balancer, registered for the test namespaces."""
+    wait_for("one ready replica", lambda: [p for p in replicas if ready(p)], timeout=60)
+    balancer = Balancer(replicas)
+    registered = configurations(balancer.url, replicas[0].certs / "ca.crt", SELECTOR, f"cq-{namespace}")
+    try:
+        plane.apply(*registered)
+        yield
+    finally:
+        for config in registered:
+            plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
+        balancer.stop()
+
+
 def burst(
     plane: ControlPlane, namespace: str, queue_name: str, count: int, prefix: str, during: Any = None
 ) -> list[int]:
@@ -159,11 +174,7 @@ def burst(
 def test_three_replicas_behind_a_balancer_admit_exactly_fifty_of_two_hundred_even_when_the_leader_dies(
     control_plane: ControlPlane, replicas: list[Process], namespace: str, card_quota: Any
 ) -> None:
-    wait_for("one ready replica", lambda: [p for p in replicas if ready(p)], timeout=60)
-    balancer = Balancer(replicas)
-    registered = configurations(balancer.url, replicas[0].certs / "ca.crt", SELECTOR, f"cq-{namespace}")
-    try:
-        control_plane.apply(*registered)
+    with behind_balancer(control_plane, replicas, namespace):
         queue_name = card_quota({H200: 50})
         wait_for(
             "the webhook answering",
@@ -185,10 +196,6 @@ def test_three_replicas_behind_a_balancer_admit_exactly_fifty_of_two_hundred_eve
         ]
         assert len(in_other) <= 50
         control_plane.kubectl("delete", "queue", other, check=False)
-    finally:
-        for config in registered:
-            control_plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
-        balancer.stop()
 
 
 def serving(process: Process) -> bool:
@@ -261,11 +268,7 @@ def test_with_a_pod_label_every_replica_is_ready_the_leader_is_labelled_and_a_si
 def test_a_leader_killed_while_a_workload_waits_leaves_the_line_to_the_next_one_which_calls_it_once(
     control_plane: ControlPlane, replicas: list[Process], namespace: str, card_quota: Any
 ) -> None:
-    wait_for("one ready replica", lambda: [p for p in replicas if ready(p)], timeout=60)
-    balancer = Balancer(replicas)
-    registered = configurations(balancer.url, replicas[0].certs / "ca.crt", SELECTOR, f"cq-{namespace}")
-    try:
-        control_plane.apply(*registered)
+    with behind_balancer(control_plane, replicas, namespace):
         queue_name = card_quota({H200: 1})
         control_plane.apply(queued_deployment("hog", 1, queue_name), namespace=namespace)
         wait_for("the hog's pod", lambda: pods_named(control_plane, namespace, "hog"), timeout=60)
@@ -298,10 +301,6 @@ def test_a_leader_killed_while_a_workload_waits_leaves_the_line_to_the_next_one_
         assert len(called) == 1, [e["message"] for e in called]
         assert len(pods_named(control_plane, namespace, "web")) == 1
         wait_for("the mark removed", lambda: not marked(), timeout=15)
-    finally:
-        for config in registered:
-            control_plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
-        balancer.stop()
 
 
 def pods_named(plane: ControlPlane, namespace: str, prefix: str) -> list[dict[str, Any]]:

@@ -100,10 +100,11 @@ def _place(state: ClusterState, pod: PodRecord, obj: Mapping[str, Any], now: flo
 
 
 def pod_priority(obj: Mapping[str, Any]) -> int:
-    """The pod's ``spec.priority`` (set from its PriorityClass before any webhook runs), else 0."""
+    """The pod's ``spec.priority`` (set from its PriorityClass before any webhook runs), else 0;
+    held to the API's int32 range, as a waiting mark is read back."""
     spec = obj.get("spec")
     value = spec.get("priority") if isinstance(spec, Mapping) else None
-    return value if type(value) is int else 0
+    return max(-(2**31), min(value, 2**31)) if type(value) is int else 0
 
 
 def _joins(
