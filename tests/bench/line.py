@@ -8,8 +8,9 @@ line on (the default) for namespaces labelled ``cardquota-bench-line=on``, ``--n
 those labelled ``off``. In each arm, three full queues whose Deployment ``web`` is refused for
 ``--refused`` seconds (its ReplicaSet's back-off grows meanwhile), then freed by a quota raise, by
 deleting another workload's pod, and by another pod finishing; and a rolling update (default
-strategy) of a Deployment of 2 one-card pods that uses its queue's whole quota, its pods taking 20 s
-to stop (the end-to-end test compares 4 pods with a queue that has room). Reported: seconds from the freeing write to the missing
+strategy) of a Deployment of 4 one-card pods that uses its queue's whole quota, its pods taking 20 s
+to stop (with fewer than 4 replicas the default strategy's maxUnavailable rounds down to 0, and no
+rollout at a full quota can ever start its first new pod). Reported: seconds from the freeing write to the missing
 pods existing, and each rollout's length (a figure past ``--cap`` seconds is reported as such).
 Skipped, with the reason, when the scheduler's source is not beside the repository.
 """
@@ -26,6 +27,7 @@ from tests.e2e.agreement import (
     H200,
     H800,
     R4090,
+    R4090D,
     Case,
     Tenant,
     app,
@@ -40,7 +42,7 @@ from tests.e2e.registration import configurations
 from tests.edges.serving import Process
 
 LABEL = "cardquota-bench-line"
-R4090D = "NVIDIA-GeForce-RTX-4090-D"
+MPS = "NVIDIA-H800/mps-80g*1/2"  # the kwok nodes' cards are few: each case on cards of its own
 
 
 @contextlib.contextmanager
@@ -74,9 +76,9 @@ class Arm:
             "a pod finished": Case(tenant(), cards["finished"], hog_pod(cards["finished"])),
         }
         self.rollout = tenant()
-        self.rollout.set_quota({cards["rollout"]: 2})
+        self.rollout.set_quota({cards["rollout"]: 4})
         self.rollout.plane.apply(
-            app("serve", 2, cards["rollout"], self.rollout, **{SHUTDOWN: "20s"}), namespace=self.rollout.ns
+            app("serve", 4, cards["rollout"], self.rollout, **{SHUTDOWN: "20s"}), namespace=self.rollout.ns
         )
         self.cards = cards
 
@@ -142,7 +144,7 @@ def main() -> None:
             ):
                 arms = [
                     Arm(plane, "on", {"raised": H200, "deleted": H800, "finished": R4090, "rollout": H200}),
-                    Arm(plane, "off", {"raised": H200, "deleted": H800, "finished": R4090D, "rollout": H800}),
+                    Arm(plane, "off", {"raised": MPS, "deleted": R4090, "finished": R4090D, "rollout": H800}),
                 ]
                 print(f"refusing for {args.refused:.0f} s ...", flush=True)
                 time.sleep(args.refused)
@@ -166,7 +168,7 @@ def main() -> None:
                     "a pod finished",
                     "rollout",
                 ):
-                    label = name if name != "rollout" else "rollout at a full quota (2 pods, 20 s stop)"
+                    label = name if name != "rollout" else "rollout at a full quota (4 pods, 20 s stop)"
                     print(
                         f"{label:<36} {shown(took[f'on: {name}'], args.cap):>14} {shown(took[f'off: {name}'], args.cap):>22}"
                     )
