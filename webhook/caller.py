@@ -34,24 +34,38 @@ class LineCaller:
         serving: Callable[[], bool],
         interval: float = 0.25,
         clock: Callable[[], float] = time.time,
-        on_call: Callable[[Waiter, float], None] = lambda waiter, waited: None,
+        on_served: Callable[[Waiter, float], None] = lambda waiter, waited: None,
     ) -> None:
         self.state, self.transport, self.serving = state, transport, serving
-        self.interval, self.clock, self.on_call = interval, clock, on_call
+        self.interval, self.clock, self.on_served = interval, clock, on_served
         self._written: dict[str, tuple[str | None, float]] = {}  # uid -> (mark, when written)
+        self._standing: dict[str, Waiter] = {}  # the line at the last pass, by key
 
     async def run(self) -> None:
         while True:
             await asyncio.sleep(self.interval)
             if self.serving():
                 await self.once()
+            else:
+                self._standing = {}
 
     async def once(self) -> None:
         now = self.clock()
+        self._served(now)
         for call in calls.call_next(self.state, now):
             await self._call(call, now)
         for mark in calls.marks(self.state):
             await self._mark(mark, now)
+
+    def _served(self, now: float) -> None:
+        """Report each waiter that left the line since the last pass with its workload still
+        there: it has its pods, whether called or served by its controller's own retry (or it
+        wants no more). A deleted workload was not served."""
+        standing = {waiter.key: waiter for waiter in self.state.line}
+        for key, waiter in self._standing.items():
+            if key not in standing and key in self.state.workloads_by_uid:
+                self.on_served(waiter, max(0.0, now - waiter.since))
+        self._standing = standing
 
     async def _call(self, call: calls.Call, now: float) -> None:
         waiter = call.waiter
@@ -74,7 +88,6 @@ class LineCaller:
             self.state.ledger.settle(waiter.hold, call.pods)  # its cards go back to the line
             return
         waited = max(0.0, now - waiter.since)
-        self.on_call(waiter, waited)
         log.info(
             "called a waiting workload",
             extra={

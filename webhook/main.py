@@ -51,7 +51,7 @@ def build_source(settings: ServeSettings, metrics: Metrics | None = None) -> Sta
         elect=_elector(settings) if settings.leader_elect else None,
         label_pod=_pod_label() if settings.leader_elect and settings.label_leader_pod else None,
         call_seconds=settings.call_seconds if settings.waiting_line else None,
-        on_call=metrics.observe_call if metrics is not None else lambda waiter, waited: None,
+        on_served=metrics.observe_served if metrics is not None else lambda waiter, waited: None,
     )
 
 

@@ -80,7 +80,7 @@ class Metrics:
         )
         self.waited = Histogram(
             "cardquota_line_wait_seconds",
-            "how long a waiter stood in its queue's line before its cards freed and it was called",
+            "how long a waiter stood in its queue's line until it had its pods (called or by its own retry)",
             ["queue"],
             buckets=WAIT_BUCKETS,
             registry=self.registry,
@@ -111,7 +111,7 @@ class Metrics:
         children[0].inc()
         children[1].observe(seconds)
 
-    def observe_call(self, waiter: Waiter, waited: float) -> None:
+    def observe_served(self, waiter: Waiter, waited: float) -> None:
         self.waited.labels(waiter.queue).observe(waited)
 
     def watch_state(self, state: Callable[[], ClusterState | None]) -> None:

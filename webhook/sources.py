@@ -112,12 +112,12 @@ class LiveSource:
         elect: Callable[[cache.Transport], LeaderElector] | None = None,
         label_pod: Callable[[cache.Transport], PodLabelClient] | None = None,
         call_seconds: float | None = None,
-        on_call: Callable[[Waiter, float], None] = lambda waiter, waited: None,
+        on_served: Callable[[Waiter, float], None] = lambda waiter, waited: None,
     ) -> None:
         """``call_seconds``: how often the waiting lines are called while this replica serves;
         None for a source that only reads (``cardquota status``)."""
         self.elect, self.label_pod = elect, label_pod
-        self.call_seconds, self.on_call = call_seconds, on_call
+        self.call_seconds, self.on_served = call_seconds, on_served
         self.elector: LeaderElector | None = None
         self.labeler: ServingLabel | None = None
         self.connect, self.broken_after, self.clock = connect, broken_after, clock
@@ -237,7 +237,7 @@ class LiveSource:
             tasks.append(asyncio.create_task(self._audit(transport), name="auditor"))
             if self.call_seconds is not None:
                 caller = LineCaller(
-                    self._state, transport, lambda: self.ready, self.call_seconds, on_call=self.on_call
+                    self._state, transport, lambda: self.ready, self.call_seconds, on_served=self.on_served
                 )
                 tasks.append(asyncio.create_task(caller.run(), name="line caller"))
             await asyncio.gather(*tasks)

@@ -10,6 +10,7 @@ from tests.builders import H200, cluster, node, owner, pod, queue, replicaset, r
 from webhook.cache import Kind, Unavailable
 from webhook.caller import LineCaller
 from webhook.core import admission, keys
+from webhook.core.objects import pod_record
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import Denied
 
@@ -36,8 +37,9 @@ class Api:
         self.events.append((namespace, involved, reason, message))
 
 
-def waiting_state() -> ClusterState:
-    """A full queue of 1 H200 whose ReplicaSet web was refused at t=100, then the card freed."""
+def waiting_state(free: bool = True) -> ClusterState:
+    """A full queue of 1 H200 whose ReplicaSet web was refused at t=100, then (``free``) the
+    card freed."""
     state = cluster(
         node("h200", H200),
         queue("q", f'{{"{H200}": 1}}'),
@@ -49,7 +51,8 @@ def waiting_state() -> ClusterState:
     decision = admission.validate(state, review, 100.0)
     admission.admit(state, review, decision, 100.0)
     assert isinstance(decision, Denied)
-    state.delete_pod("uid-ns-occupant")
+    if free:
+        state.delete_pod("uid-ns-occupant")
     return state
 
 
@@ -58,9 +61,8 @@ def run(caller: LineCaller) -> None:
 
 
 def test_a_called_workload_is_annotated_told_by_an_event_and_its_cards_held() -> None:
-    state, api, waited = waiting_state(), Api(), []
-    caller = LineCaller(state, api, lambda: True, clock=lambda: 130.0, on_call=lambda w, s: waited.append(s))  # type: ignore[arg-type]
-    run(caller)
+    state, api = waiting_state(), Api()
+    run(LineCaller(state, api, lambda: True, clock=lambda: 130.0))  # type: ignore[arg-type]
     assert api.annotated[0] == (
         "replicasets",
         "ns",
@@ -78,9 +80,33 @@ def test_a_called_workload_is_annotated_told_by_an_event_and_its_cards_held() ->
         'cards freed in queue "q": 1 of its pods (1 NVIDIA-H200 each) may be created now, held for it 30 s;'
         " it waited 30s"
     )
-    assert waited == [30.0]
     entry = state.ledger.get("scale:Deployment/ns/web") or state.ledger.get("scale:ReplicaSet/ns/web")
     assert entry is not None and entry.pods == 1
+
+
+def test_a_waiter_is_reported_served_once_it_has_its_pods_called_or_not() -> None:
+    """The wait-time histogram counts a workload whose controller's own retry got its pod before
+    any call, each waiter once, and not a workload deleted while it waited."""
+    waited: list[tuple[str, float]] = []
+    now = [0.0]
+    for freed in (False, True):
+        state, now[0] = waiting_state(free=False), 101.0
+        caller = LineCaller(
+            state,
+            Api(),  # type: ignore[arg-type]
+            lambda: True,
+            clock=lambda: now[0],
+            on_served=lambda w, s: waited.append((w.what, s)),
+        )
+        run(caller)
+        now[0] = 112.5
+        if freed:  # e.g. the quota raised, and its controller's retry came first
+            state.upsert_pod(pod_record(pod("web-0", owner=owner("ReplicaSet", "web", "uid-rs-web"))))
+        else:
+            state.delete_workload("ReplicaSet", "ns/web")
+        run(caller)
+        run(caller)
+    assert waited == [("replicaset ns/web", 12.5)]
 
 
 def test_the_waiting_mark_is_written_once_and_not_again_while_the_cache_catches_up() -> None:
