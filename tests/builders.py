@@ -2,6 +2,8 @@
 
 from typing import Any
 
+from webhook.core import keys
+from webhook.core.objects import mark_text
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import Request
@@ -54,8 +56,15 @@ def pod(
     group: str = "",
     spec: dict[str, Any] | None = None,
     uid: str | None = None,
+    annotations: dict[str, str] | None = None,
+    gated: float | None = None,
+    priority: int = 0,
 ) -> dict[str, Any]:
-    annotations: dict[str, str] = {}
+    """A pod; ``gated``: held under our scheduling gate since then (seconds), with ``priority``."""
+    annotations = dict(annotations or {})
+    if gated is not None:
+        annotations[keys.WAITING] = mark_text(gated, priority)
+        spec = {**(spec or {}), "schedulingGates": [{"name": keys.GATE}], "priority": priority}
     if card is not None:
         annotations["volcano.sh/card.name"] = card
     if queue_name:

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import msgspec
 import orjson
 
-from webhook.core import objects, shapes
+from webhook.core import keys, objects, shapes
 from webhook.core.compact import KEPT_ANNOTATIONS, Pool
 from webhook.core.objects import OwnerRef, PodRecord, PodTemplate
 from webhook.core.resources import Resources, resources_of
@@ -83,6 +83,10 @@ class Affinity(_Struct):
     nodeAffinity: NodeAffinity | None = None
 
 
+class Gate(_Struct):
+    name: str | None = None
+
+
 class Spec(_Struct):
     containers: list[Container] | None = None
     initContainers: list[Container] | None = None
@@ -91,6 +95,7 @@ class Spec(_Struct):
     nodeName: str | None = None
     affinity: Affinity | None = None
     schedulerName: str | None = None
+    schedulingGates: list[Gate] | None = None
 
 
 class Status(_Struct):
@@ -168,6 +173,7 @@ class PodReader:
                 intern((pod.status or _NO_STATUS).phase or "Pending"),
                 deadline,
                 self._owner(m.ownerReferences) if m.ownerReferences else None,
+                _waiting(spec.schedulingGates, m.annotations) if spec.schedulingGates else None,
             )
             add(record)
         return Page(meta.resourceVersion or "", meta.cont or "", pods)
@@ -213,6 +219,13 @@ class PodReader:
                     found = self._owners[key] = self.pool.share(OwnerRef(*key))
                 return found
         return None
+
+
+def _waiting(gates: list[Gate], annotations: Mapping[str, str | None] | None) -> tuple[float, int] | None:
+    """``objects.pod_waiting`` of the fields read here."""
+    if not any(g.name == keys.GATE for g in gates):
+        return None
+    return objects.waiting_mark((annotations or {}).get(keys.WAITING)) or objects.BEHIND
 
 
 def _read_resources(containers: Any, init: Any, overhead: msgspec.Raw) -> Resources | None:

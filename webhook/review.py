@@ -51,7 +51,7 @@ def decide_request(
         decision = admission.validate(state, request, now)
         admission.admit(state, request, decision, now)
     else:
-        decision = admission.mutate(state, request, owner)
+        decision = admission.mutate(state, request, owner, now)
         admission.admit(state, request, decision, now)  # a multi-card pod's assigned model
     logs.review(
         {

@@ -118,7 +118,7 @@ def _answer(state: ClusterState, source: str, obj: dict[str, Any], now: float) -
     )
     answer = Answer(source, target, operation)
     if resource in MUTATED and operation == "CREATE":
-        mutation = admission.mutate(state, request)
+        mutation = admission.mutate(state, request, now=now)
         admission.admit(state, request, mutation, now)  # a multi-card pod's assigned model
         if _record(answer, mutation):
             return answer

@@ -22,7 +22,7 @@ from tests.builders import H200, H800, owner, pod
 from tests.edges.test_cache import POD, Scripted, informer, run_script, versioned
 from tests.edges.test_fuzz import json_values, paths, replaced
 from webhook import listing
-from webhook.core import ingest, objects, shapes
+from webhook.core import ingest, keys, objects, shapes
 from webhook.core.compact import Pool
 
 RECORDED = orjson.loads((Path(__file__).parents[1] / "bench" / "recorded" / "pod.json").read_bytes())
@@ -50,6 +50,14 @@ PODS = [
             "annotations": {"volcano.sh/card.name": H200, "scheduling.k8s.io/group-name": None},
         },
     },
+    pod(
+        "gated",
+        H200,
+        1,
+        owner=owner("ReplicaSet", "rs", "rs-1"),
+        annotations={keys.WAITING: '{"since":"2026-11-24T18:00:00.123Z","priority":7}'},
+        spec={"schedulingGates": [{"name": "other"}, {"name": keys.GATE}]},
+    ),
 ]
 # Where the core reads, including fields these pods do not have.
 READ = [
@@ -71,6 +79,8 @@ READ = [
     ("spec", "nodeName"),
     ("spec", "affinity", "nodeAffinity", shapes.REQUIRED, "nodeSelectorTerms", 0, "matchExpressions"),
     ("spec", "schedulerName"),
+    ("spec", "schedulingGates", 1, "name"),
+    ("metadata", "annotations", keys.WAITING),
     ("status", "phase"),
     ("kind",),
 ]
@@ -109,10 +119,13 @@ def agrees(body: bytes) -> listing.Page | None:
 def test_real_pods_take_the_fast_path_and_give_the_ordinary_records() -> None:
     fast = agrees(page_of(PODS))
     assert fast is not None and fast.version == "7" and len(fast.pods) == len(PODS)
-    going = fast.pods[-1]
-    assert going.deletion_deadline is not None and going.template.annotations == {
-        "volcano.sh/card.name": H200
-    }
+    going, gated = fast.pods[-2:]
+    assert gated.waiting == (objects.waiting_mark('{"since":"2026-11-24T18:00:00.123Z"}')[0], 7)  # type: ignore[index]
+    assert (
+        going.waiting is None
+        and going.deletion_deadline is not None
+        and going.template.annotations == {"volcano.sh/card.name": H200}
+    )
 
 
 def test_pods_of_one_workload_share_one_template_and_owner() -> None:

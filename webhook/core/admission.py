@@ -23,6 +23,8 @@ def validate(state: ClusterState, request: Request, now: float) -> Decision:
     resource, sub = request.resource, request.sub_resource
     if resource == "pods" and not sub and request.operation == "CREATE":
         return decisions.decide_pod_create(state, request, now)
+    if resource == "pods" and not sub and request.operation == "UPDATE":
+        return decisions.decide_pod_update(state, request)
     if resource in scaling.SCALABLE and sub == "scale" and request.operation == "UPDATE":
         return scaling.decide_scale(state, request)
     if resource in scaling.SCALABLE and not sub and request.operation in ("CREATE", "UPDATE"):
@@ -38,14 +40,17 @@ def validate(state: ClusterState, request: Request, now: float) -> Decision:
     return Allowed(f"{resource} {request.operation} is not checked")
 
 
-def mutate(state: ClusterState, request: Request, owner: patches.Owner | None = None) -> Decision:
-    """Pod CREATE: affinity and canonical card name. PodGroup CREATE: annotations from its owner."""
+def mutate(
+    state: ClusterState, request: Request, owner: patches.Owner | None = None, now: float = 0.0
+) -> Decision:
+    """Pod CREATE: affinity and canonical card name, and in wait mode the scheduling gate of a
+    controller's pod that does not fit now. PodGroup CREATE: annotations from its owner."""
     if request.operation != "CREATE" or request.sub_resource:
         return Allowed("only creates are mutated")
     if (malformed := _malformed(request)) is not None:
         return malformed
     if request.resource == "pods":
-        return patches.pod_patch(state, request)
+        return patches.pod_patch(state, request, now)
     if request.resource == "podgroups" and request.group == VOLCANO_SCHEDULING:
         found = owner or patches.resolve_owner(state, request.obj)
         return patches.podgroup_patch(state, request.obj, found)

@@ -9,9 +9,12 @@ ahead of everyone behind it: on its cards nobody overtakes it; on other cards th
 """
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 
 from webhook.core import decisions
+from webhook.core.cards import CardName, CardSpec
+from webhook.core.demand import PodDemand, pod_demand
 from webhook.core.feasibility import TooComplex
 from webhook.core.fitting import fitting_now
 from webhook.core.ledger import Entry
@@ -25,10 +28,12 @@ from webhook.core.verdicts import Allowed, Decision, Denied
 
 @value_class
 class Call:
-    """A waiter called for ``pods`` of its pods: their cards are held for it now."""
+    """A waiter called for ``pods`` of its pods: their cards are held for it now. ``card``: the
+    model a released ``A|B`` pod is given (its affinity narrowed to it), else None."""
 
     waiter: Waiter
     pods: int
+    card: CardName | None = None
 
 
 @value_class
@@ -51,11 +56,37 @@ def call_next(state: ClusterState, now: float) -> tuple[Call, ...]:
             wanted = state.waiting_pods(waiter)
             if wanted <= 0:
                 continue
+            if waiter.pod:
+                call = _release(state, waiter, waiters[:index], now)
+                if call is not None:
+                    calls.append(call)
+                continue
             pods, _ = fitting_now(partial(_check, state, waiter, waiters[:index]), wanted)
             if pods > 0:
                 _hold(state, waiter, pods, now)
                 calls.append(Call(waiter, pods))
     return tuple(calls)
+
+
+def _release(state: ClusterState, waiter: Waiter, ahead: Sequence[Waiter], now: float) -> Call | None:
+    """A gated pod (wait mode) released when it fits after those ahead: an ``A|B`` pod on the first
+    of its models that does (the one it is then confined to), held in the ledger under its uid
+    until the cache sees it ungated."""
+    pod = state.pods.get(waiter.key)
+    demand = pod_demand(pod.template, state.inventory, state.policy) if pod is not None else None
+    if not isinstance(demand, PodDemand):
+        return None
+    if not waiter.spec.is_multi:
+        if isinstance(_check(state, waiter, ahead, 1), Denied):
+            return None
+        _hold(state, waiter, 1, now)
+        return Call(waiter, 1)
+    for card in waiter.spec.cards:
+        one = replace(waiter, spec=CardSpec((card,)), per_pod=demand.count_on(card, state.inventory))
+        if not isinstance(_check(state, one, ahead, 1), Denied):
+            _hold(state, one, 1, now)
+            return Call(waiter, 1, card)
+    return None
 
 
 def _check(state: ClusterState, waiter: Waiter, ahead: Sequence[Waiter], pods: int) -> Decision:

@@ -28,8 +28,9 @@ NOTHING: Set[str] = frozenset()
 
 def pod_charge(pod: PodRecord, demand: PodDemand, queue: str, node: NodeCards | None) -> Charge | None:
     """The card charge of a live pod: fixed to a card, or flexible over its ``A|B`` spec until it is
-    bound (then charged to the alternative its node has); None for a finished pod."""
-    if pod.phase in ("Succeeded", "Failed"):
+    bound (then charged to the alternative its node has); None for a finished pod, or one waiting
+    under our scheduling gate (SPEC §5c: charged nothing while it waits)."""
+    if pod.phase in TERMINAL_PHASES or pod.waiting is not None:
         return None
     group = f"{pod.namespace}/{pod.group_name}" if pod.group_name else ""
     card: CardName | None = demand.spec.cards[0] if not demand.spec.is_multi else None
@@ -156,7 +157,7 @@ class Charger:
             self._memo = None
 
     def card(self, pod: PodRecord, node: NodeCards | None) -> Charge | None:
-        if pod.phase in TERMINAL_PHASES:
+        if pod.phase in TERMINAL_PHASES or pod.waiting is not None:
             return None
         memo = self._memo
         demand: Demand | None = None if memo is None else memo.get(id(pod.template))

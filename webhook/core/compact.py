@@ -76,4 +76,5 @@ class Pool:
             phase=sys.intern(pod.phase),
             deletion_deadline=pod.deletion_deadline,
             owner=self.owner(pod.owner),
+            waiting=pod.waiting,
         )

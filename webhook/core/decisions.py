@@ -4,7 +4,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.core import capability, keys, line, messages
+from webhook.core import capability, keys, line, messages, objects
 from webhook.core.cards import UNIT, CardSpec, amount
 from webhook.core.constraints import contradiction
 from webhook.core.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
@@ -14,10 +14,12 @@ from webhook.core.objects import PodRecord, PodTemplate, pod_record
 from webhook.core.quota import AnnotationError, parse_card_request
 from webhook.core.state import ClusterState, scale_key
 from webhook.core.usage import queue_usage, tree_has_room, tree_usage
-from webhook.core.verdicts import TOO_COMPLEX, Allowed, Decision, Denied, Hold, Join, Request
+from webhook.core.verdicts import TOO_COMPLEX, WAITS, Allowed, Decision, Denied, Hold, Join, Request
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
 WAITING_KINDS = frozenset({"ReplicaSet", "StatefulSet"})  # controllers that wait in line (deny mode)
+# the owners whose pods wait under our gate (wait mode): (kind, API group of apiVersion)
+GATED_OWNERS = frozenset({("ReplicaSet", "apps"), ("StatefulSet", "apps"), ("Job", "batch")})
 
 
 def decide_pod_create(state: ClusterState, request: Request, now: float) -> Decision:
@@ -42,6 +44,8 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
     if problem:
         return Denied(problem, card=demand.spec.text)
     queue = state.queue_of_pod(pod)
+    if pod.waiting is not None:
+        return _gated(state, pod, queue, demand, what)
     # A pod the mutation assigned a model: its assignment is held in the ledger until now.
     taken = state.ledger.assignment(queue, demand.spec.cards[0], demand.count) if demand.origin else ""
     release = (taken,) if taken else ()
@@ -84,10 +88,62 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
             return replace(over, card=demand.spec.text, release=release)
         return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
     message = messages.no_room(usage, demand.spec, what, demand.count) + messages.ahead_in_line(ahead)
-    join = _joins(state, pod, queue, demand, place)
-    if join is not None:
+    waits = _waits(state, pod, queue, demand)
+    join, cause = None, ""
+    if waits == "deny":
+        join = Join(pod.owner.uid, -place[0])  # type: ignore[union-attr]
         message += messages.joins_line(len(ahead) + 1, _surge_of(state, pod))
-    return Denied(message, queue=queue, card=demand.spec.text, release=release, join=join)
+    elif waits == "wait":
+        cause = WAITS
+        message += messages.gated_next(len(ahead) + 1)
+    return Denied(message, queue=queue, card=demand.spec.text, release=release, join=join, cause=cause)
+
+
+def _gated(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand, what: str) -> Decision:
+    """A pod created under our scheduling gate (wait mode, set by the pod mutation): it is charged
+    nothing and waits in its queue's line, if it is a controller's pod that could ever fit."""
+    refused = queue_refuses(state, queue, what, demand.spec, demand.count)
+    if refused is not None:
+        return refused
+    if not _may_wait(state, pod, queue, demand):
+        return Denied(
+            f"{what} carries the scheduling gate {keys.GATE}, which the webhook alone sets, on a pod"
+            " of a ReplicaSet, StatefulSet or Job that fits its queue's whole quota; remove it from the"
+            " pod (template)",
+            queue=queue,
+            card=demand.spec.text,
+        )
+    since, priority = pod.waiting or objects.BEHIND
+    ahead = state.line.ahead(queue, line.place_of(priority, since, pod.uid))
+    return Allowed(
+        f"waits {line.ordinal(len(ahead) + 1)} in the queue's line under its scheduling gate",
+        queue=queue,
+        card=demand.spec.text,
+    )
+
+
+def decide_pod_update(state: ClusterState, request: Request) -> Decision:
+    """Only the webhook removes its scheduling gate (SPEC §5c): the registration sends a pod UPDATE
+    here only when someone else removes it."""
+    old, new = pod_record(request.old_obj), pod_record(request.obj)
+    if old.waiting is None or new.waiting is not None:
+        return Allowed("the pod's scheduling gate is not removed")
+    waiter = state.line.get(old.uid)
+    what = f"pod {old.namespace}/{old.name}"
+    if waiter is None:
+        where = "waits in its queue's line"
+    else:
+        place = state.line.line(waiter.queue).index(waiter) + 1
+        where = (
+            f'waits {line.ordinal(place)} in queue "{waiter.queue}"\'s line for'
+            f" {amount(waiter.per_pod)} {waiter.spec.text}"
+        )
+    return Denied(
+        f"{what} {where} under the scheduling gate {keys.GATE}; only the card-quota webhook removes"
+        " it, the moment its cards free (delete the pod to leave the line)",
+        queue=waiter.queue if waiter else "",
+        card=waiter.spec.text if waiter else "",
+    )
 
 
 def _place(state: ClusterState, pod: PodRecord, obj: Mapping[str, Any], now: float) -> line.Place:
@@ -107,22 +163,30 @@ def pod_priority(obj: Mapping[str, Any]) -> int:
     return max(-(2**31), min(value, 2**31)) if type(value) is int else 0
 
 
-def _joins(
-    state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand, place: line.Place
-) -> Join | None:
-    """Deny mode: a ReplicaSet's or StatefulSet's refused pod puts its controller in the line, unless
-    its pods could never fit the queue's whole quota (waiting would be forever)."""
-    if not state.policy.waiting_line or state.over_quota(queue) != "deny" or pod.owner is None:
-        return None
-    owner = state.workloads_by_uid.get(pod.owner.uid)
-    if owner is None or owner.kind not in WAITING_KINDS:
-        return None
+def _waits(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand) -> str:
+    """How a controller's pod that does not fit now waits (SPEC §5c): "deny" (a cached ReplicaSet's
+    or StatefulSet's controller joins the line), "wait" (the pod is created under our gate), or ""
+    (it is refused: the line is off, it is no controller's pod, or it could never fit)."""
+    if not state.policy.waiting_line or not _may_wait(state, pod, queue, demand):
+        return ""
+    if state.over_quota(queue) == "wait":
+        return "wait"
+    owner = state.workloads_by_uid.get(pod.owner.uid) if pod.owner is not None else None
+    return "deny" if owner is not None and owner.kind in WAITING_KINDS else ""
+
+
+def _may_wait(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand) -> bool:
+    """A pod of a ReplicaSet, StatefulSet or batch Job whose pods could fit its queue's whole quota
+    and every ancestor's (waiting would otherwise be forever)."""
+    owner = pod.owner
+    if owner is None or (owner.kind, owner.api_version.split("/")[0]) not in GATED_OWNERS:
+        return False
     for name in (queue, *state.ancestors.get(queue, ())):
         quota = state.queues[name].quota or {}
         limits = name == queue or all(card in quota for card in demand.spec.cards)
         if limits and all(quota.get(card, 0) < demand.count for card in demand.spec.cards):
-            return None
-    return Join(owner.uid, -place[0])
+            return False
+    return True
 
 
 def _surge_of(state: ClusterState, pod: PodRecord) -> str:

@@ -16,6 +16,9 @@ CARD_SPEC: Final = "cardquota.volcano.sh/card.spec"
 # Ours: a workload in the waiting line (deny mode), so a restarted or new leader rebuilds the line:
 # {"since": "<RFC 3339 time its controller was first refused>", "priority": <the pod's priority>}.
 WAITING: Final = "cardquota.volcano.sh/waiting"
+# Ours: the scheduling gate a controller's pod waits under in wait mode (SPEC §5c); the pod then
+# carries the WAITING mark too (its place). Only the webhook removes it.
+GATE: Final = "cardquota.volcano.sh/waiting"
 # Ours: written when a waiting workload is called, so its controller retries its creates at once.
 CALLED: Final = "cardquota.volcano.sh/called"
 # Ours, on a Queue: "deny" or "wait", what happens to a controller's pod that does not fit now.

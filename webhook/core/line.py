@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from webhook.core import keys
 from webhook.core.cards import CardSpec
 from webhook.core.demand import PodDemand
-from webhook.core.objects import WorkloadRecord
+from webhook.core.objects import BEHIND, PodRecord, WorkloadRecord
 from webhook.core.values import value_class
 
 Place = tuple[int, float, str]  # (-priority, since, key): the line's order, smallest first
@@ -55,6 +55,13 @@ def workload_waiter(
     queue = workload.tasks[0].template.annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
     what = f"{workload.kind.lower()} {workload.key}"
     return Waiter(workload.uid, queue, demand.spec, demand.count, missing, priority, since, what, hold)
+
+
+def pod_waiter(pod: PodRecord, demand: PodDemand, queue: str) -> Waiter:
+    """The place of a pod held under our scheduling gate (wait mode): its hold is its own uid."""
+    since, priority = pod.waiting or BEHIND
+    what = f"pod {pod.key}"
+    return Waiter(pod.uid, queue, demand.spec, demand.count, 1, priority, since, what, pod.uid, pod=True)
 
 
 def place_of(priority: int, since: float, key: str = "\uffff") -> Place:

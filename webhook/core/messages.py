@@ -104,6 +104,14 @@ def ahead_in_line(ahead: Sequence[Waiter]) -> str:
     return f"; {count} ahead of it in the queue's line (first: {first.what}, {pods})"
 
 
+def gated_next(place: int) -> str:
+    """What a wait-mode controller's pod is told when it reached validation ungated (it fitted when
+    mutated): its controller's next create waits under the gate."""
+    return (
+        f"; its controller's next create waits {ordinal(place)} in the queue's line, under a scheduling gate"
+    )
+
+
 def joins_line(place: int, surge_of: str) -> str:
     """What a refused controller's pod is told in deny mode: its controller waits, and is called."""
     if surge_of:

@@ -48,6 +48,9 @@ class PodRecord:
     phase: str = "Pending"
     deletion_deadline: float | None = None
     owner: OwnerRef | None = None
+    # Held under our scheduling gate (wait mode): its place ``(since, priority)`` from its waiting
+    # mark (behind everyone when the mark is unreadable); None for a pod that is not ours to release.
+    waiting: tuple[float, int] | None = None
 
     @property
     def key(self) -> str:
@@ -186,7 +189,21 @@ def pod_record(obj: Raw, template: PodTemplate | None = None) -> PodRecord:
             meta.get("deletionTimestamp"), meta.get("deletionGracePeriodSeconds")
         ),
         owner=controller_of(obj),
+        waiting=pod_waiting(spec.get("schedulingGates"), meta.get("annotations")),
     )
+
+
+BEHIND: tuple[float, int] = (math.inf, -(2**31))  # the place of a gated pod whose mark is unreadable
+
+
+def pod_waiting(gates: Any, annotations: Any) -> tuple[float, int] | None:
+    """A pod's place when it carries our scheduling gate (SPEC §5c), else None."""
+    if not isinstance(gates, list) or not any(
+        isinstance(g, Mapping) and g.get("name") == keys.GATE for g in gates
+    ):
+        return None
+    text = annotations.get(keys.WAITING) if isinstance(annotations, Mapping) else None
+    return waiting_mark(text if isinstance(text, str) else None) or BEHIND
 
 
 def deletion_deadline(timestamp: Any, grace: Any) -> float | None:

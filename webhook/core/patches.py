@@ -5,9 +5,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from webhook.core import keys, shapes
+from webhook.core import decisions, keys, shapes
 from webhook.core.assignment import assign_model
-from webhook.core.cards import UNIT, CardSpec, product_of
+from webhook.core.cards import UNIT, CardName, CardSpec, product_of
 from webhook.core.demand import PodDemand, label_key_of, pod_demand
 from webhook.core.objects import (
     OwnerRef,
@@ -15,12 +15,15 @@ from webhook.core.objects import (
     PodTemplate,
     WorkloadRecord,
     controller_of,
+    mark_text,
     pod_record,
     pod_template_of,
+    pod_waiting,
+    waiting_mark,
     workload_record,
 )
 from webhook.core.state import ClusterState
-from webhook.core.verdicts import Allowed, Hold, PatchOp, Request
+from webhook.core.verdicts import WAITS, Allowed, Denied, Hold, PatchOp, Request
 
 Raw = Mapping[str, Any]
 _REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -32,26 +35,34 @@ def pointer(*parts: str | int) -> str:
 
 _CARD_NAME_PATH = pointer("metadata", "annotations", keys.CARD_NAME)
 _CARD_SPEC_PATH = pointer("metadata", "annotations", keys.CARD_SPEC)
+_WAITING_PATH = pointer("metadata", "annotations", keys.WAITING)
 
 
-def pod_patch(state: ClusterState, request: Request) -> Allowed:
+def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
     """Canonical ``card.name`` and a required ``<product key> In [products]`` in every term; a
-    multi-card pod is first assigned one model (SPEC §5b), held in the ledger until its validation."""
+    multi-card pod is first assigned one model (SPEC §5b), held in the ledger until its validation.
+    In wait mode a controller's pod that does not fit now is put under our scheduling gate instead
+    (SPEC §5c), with its place; an ``A|B`` one keeps both models until it is released."""
     pod = request.obj
     template = pod_template_of(pod)
     demand = pod_demand(template, state.inventory, state.policy)
     if not isinstance(demand, PodDemand):
         return Allowed("not a card pod (or refused by validation)")
+    gate = _gate_ops(state, request, now)
     chosen = None
+    if gate is not None:
+        ops = [*_card_name_ops(template, demand.spec), *gate]
+        ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, demand.spec)))
+        return Allowed(
+            "waits in its queue's line under our scheduling gate", patch=tuple(ops), card=demand.spec.text
+        )
     if demand.spec.is_multi:
         record = pod_record(pod, template)
         if not record.namespace or record.namespace == "default":
             record = replace(record, namespace=request.namespace or record.namespace)
         chosen = assign_model(state, record, demand)
     spec = CardSpec((chosen.card,)) if chosen else demand.spec
-    ops: list[PatchOp] = []
-    if template.annotations.get(keys.CARD_NAME) != spec.text:
-        ops.append({"op": "replace", "path": _CARD_NAME_PATH, "value": spec.text})
+    ops = _card_name_ops(template, spec)
     if chosen is not None:
         ops.append({"op": "add", "path": _CARD_SPEC_PATH, "value": demand.spec.text})
     ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, spec)))
@@ -76,6 +87,70 @@ def pod_patch(state: ClusterState, request: Request) -> Allowed:
         queue=chosen.queue,
         card=spec.text,
     )
+
+
+def _card_name_ops(template: PodTemplate, spec: CardSpec) -> list[PatchOp]:
+    if template.annotations.get(keys.CARD_NAME) != spec.text:
+        return [{"op": "replace", "path": _CARD_NAME_PATH, "value": spec.text}]
+    return []
+
+
+def _gate_ops(state: ClusterState, request: Request, now: float) -> list[PatchOp] | None:
+    """The ops that hold the pod under our gate with its waiting mark: those still missing when it
+    carries the gate already (a second pass, or a template that sets it), None when it is not to
+    wait (it fits, or it is refused whatever the mode)."""
+    pod = request.obj
+    spec = pod.get("spec") or {}
+    gates = spec.get("schedulingGates")
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    if pod_waiting(gates, annotations) is None:
+        decision = decisions.decide_pod_create(state, request, now)
+        if not (isinstance(decision, Denied) and decision.cause == WAITS):
+            return None
+        ops: list[PatchOp] = [
+            {"op": "add", "path": "/spec/schedulingGates/-", "value": {"name": keys.GATE}}
+            if isinstance(gates, list)
+            else {"op": "add", "path": "/spec/schedulingGates", "value": [{"name": keys.GATE}]}
+        ]
+    else:
+        ops = []
+    if waiting_mark(annotations.get(keys.WAITING)) is None:
+        mark = mark_text(now, decisions.pod_priority(pod))
+        ops.append({"op": "add", "path": _WAITING_PATH, "value": mark})
+    return ops
+
+
+def release_patch(state: ClusterState, pod: Raw, card: CardName | None) -> list[PatchOp] | None:
+    """The JSON Patch that releases a gated pod (the live object, ``pod``): our gate removed (tested
+    first, with the version it was read at), and an ``A|B`` pod given ``card``: its ``card.name``,
+    our note of what it asked for, and its affinity narrowed to that model, which Kubernetes allows
+    in the update that removes a gate. None when it carries no gate of ours."""
+    spec = pod.get("spec") or {}
+    gates = spec.get("schedulingGates")
+    index = (
+        next(
+            (i for i, g in enumerate(gates) if isinstance(g, Mapping) and g.get("name") == keys.GATE),
+            None,
+        )
+        if isinstance(gates, list)
+        else None
+    )
+    if index is None:
+        return None
+    version = (pod.get("metadata") or {}).get("resourceVersion")
+    ops: list[PatchOp] = (
+        [{"op": "test", "path": "/metadata/resourceVersion", "value": version}] if version else []
+    )
+    ops.append({"op": "test", "path": pointer("spec", "schedulingGates", index, "name"), "value": keys.GATE})
+    ops.append({"op": "remove", "path": pointer("spec", "schedulingGates", index)})
+    if card is not None:
+        template = pod_template_of(pod)
+        ops.extend(_card_name_ops(template, CardSpec((card,))))
+        if keys.CARD_SPEC not in template.annotations:
+            asked = template.annotations.get(keys.CARD_NAME, "")
+            ops.append({"op": "add", "path": _CARD_SPEC_PATH, "value": asked})
+        ops.extend(affinity_ops(spec, _expression(state, CardSpec((card,)))))
+    return ops
 
 
 def _expression(state: ClusterState, spec: CardSpec) -> dict[str, Any]:

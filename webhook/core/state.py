@@ -19,7 +19,7 @@ from webhook.core.demand import PodDemand, pod_demand
 from webhook.core.freecards import FreeCards
 from webhook.core.inventory import Inventory
 from webhook.core.ledger import Ledger
-from webhook.core.line import Refused, Waiter, WaitingLine, workload_waiter
+from webhook.core.line import Refused, Waiter, WaitingLine, pod_waiter, workload_waiter
 from webhook.core.nodes import NodeCards
 from webhook.core.objects import (
     TERMINAL_PHASES,
@@ -53,6 +53,9 @@ class ClusterState:
         self.reserved = Reservations(self.tree)
         self.line = WaitingLine()
         self._refused = Refused()  # deny mode: who was refused, since when, at what priority
+        # wait mode: what each PodGroup's gated pods ask for, left out of its reservation as the
+        # plugin leaves it out of its queue's (DeductSchGatedResources)
+        self._gated: defaultdict[str, Counter[CardSpec]] = defaultdict(Counter)
         self.notes: list[str] = []
         self.skipped: dict[str, str] = {}  # kind/namespace/name -> why its shape cannot be read
         self._owner_groups: dict[str, set[str]] = defaultdict(set)  # owner uid -> PodGroup keys
@@ -129,12 +132,13 @@ class ClusterState:
         old = self.pods.get(pod.uid)
         self._unindex(pod.uid)
         self.pods[pod.uid] = pod
-        if old is None:
-            # A pod admitted here holds its own entry (taken from its scale-up's at admission);
-            # one admitted elsewhere still comes out of its workload's scale-up hold.
+        if pod.waiting is None and (old is None or old.waiting is not None):
+            # A pod admitted here holds its own entry (taken from its scale-up's at admission), so
+            # does a pod released from the line; one admitted elsewhere still comes out of its
+            # workload's scale-up hold. A pod under our gate holds nothing yet.
             if self.ledger.get(pod.uid) is not None:
                 self.ledger.settle(pod.uid)
-            elif (workload := self.workload_of(pod)) is not None:
+            elif old is None and (workload := self.workload_of(pod)) is not None:
                 self.ledger.settle(scale_key(workload))
         if pod.deletion_deadline is not None:
             heapq.heappush(self._deadlines, (pod.deletion_deadline, pod.uid))
@@ -180,6 +184,12 @@ class ClusterState:
             self._refresh_reservation(group)
         if pod.owner is not None and pod.owner.uid in self._refused:
             self._rewait(pod.owner.uid)
+        if pod.waiting is not None and pod.is_live:
+            demand = pod_demand(pod.template, self.inventory, self.policy)
+            if isinstance(demand, PodDemand):
+                waiter = pod_waiter(pod, demand, self.queue_of_pod(pod))
+                self.line.put(waiter)
+                self._gate_in_group(pod, waiter, +1)
 
     def _unindex(self, uid: str) -> None:
         pod = self.pods.get(uid)
@@ -187,6 +197,8 @@ class ClusterState:
             return
         if group := self.charged.remove(pod):
             self._refresh_reservation(group)
+        if (waiter := self.line.remove(uid)) is not None and waiter.pod:
+            self._gate_in_group(pod, waiter, -1)
         if pod.owner is not None and pod.owner.uid in self._refused:
             self._rewait(pod.owner.uid, leaving=uid)
 
@@ -199,7 +211,7 @@ class ClusterState:
                 self._index(pod)
 
     def _compute_charge(self, pod: PodRecord) -> ComputeCharge | None:
-        if not self.policy.cpu_memory_check or pod.phase in TERMINAL_PHASES:
+        if not self.policy.cpu_memory_check or pod.phase in TERMINAL_PHASES or pod.waiting is not None:
             return None
         charged = self.compute_charged(pod.template)
         if charged is None:
@@ -347,10 +359,21 @@ class ClusterState:
         """What a PodGroup's existing pods charge, per card spec."""
         return self.charged.group_demand(group)
 
+    def _gate_in_group(self, pod: PodRecord, waiter: Waiter, sign: int) -> None:
+        if not pod.group_name:
+            return
+        key = f"{pod.namespace}/{pod.group_name}"
+        self._gated[key][waiter.spec] += sign * waiter.per_pod
+        if not +self._gated[key]:
+            del self._gated[key]
+        self._refresh_reservation(key)
+
     def _refresh_reservation(self, key: str) -> None:
         group = self.podgroups.get(key)
         asked = self.group_request(group) if group is not None else {}
-        self.reserved.refresh(key, group, asked, self.charged.group_demand(key))
+        existing = self.charged.group_demand(key)
+        gated = self._gated.get(key)
+        self.reserved.refresh(key, group, asked, existing + gated if gated else existing)
 
 
 def scale_key(workload: WorkloadRecord) -> str:

@@ -46,6 +46,7 @@ class Join:
 
 
 TOO_COMPLEX = "too complex"  # a denial because the exact check gave up at its guard (fail closed)
+WAITS = "waits"  # a wait-mode controller's pod that does not fit now: the mutation gates it instead
 
 
 @value_class

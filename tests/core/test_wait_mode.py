@@ -1,0 +1,269 @@
+"""Wait mode (SPEC §5c): a controller's pod that does not fit now is created under our scheduling
+gate, charged nothing, and released by the line the moment its cards free, in order; only the
+webhook removes the gate."""
+
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from tests.builders import H200, R4090, cluster, node, owner, pod, podgroup, queue, request, scale_request
+from tests.builders import deployment as deployment_obj
+from webhook.core import admission, calls, keys, patches
+from webhook.core.cards import UNIT
+from webhook.core.objects import pod_record, podgroup_record
+from webhook.core.state import ClusterState
+from webhook.core.usage import queue_usage
+from webhook.core.verdicts import Allowed, Denied
+
+NODES = [node("h200", H200), node("r4090", R4090)]
+
+
+def wait_queue(quota: str, name: str = "q") -> dict[str, Any]:
+    obj = queue(name, quota)
+    obj["metadata"]["annotations"][keys.OVER_QUOTA] = "wait"
+    return obj
+
+
+def full(*extra: dict[str, Any], h200: int = 1) -> ClusterState:
+    """A wait-mode queue whose ``h200`` H200 (and 1 RTX-4090) are all taken."""
+    occupants = [pod(f"occupant-{i}", node_name="h200", phase="Running", uid=f"occ-{i}") for i in range(h200)]
+    return cluster(
+        *NODES,
+        wait_queue(f'{{"{H200}": {h200}, "{R4090}": 1}}'),
+        *occupants,
+        pod("r-occupant", R4090, node_name="r4090", phase="Running", uid="occ-r"),
+        *extra,
+    )
+
+
+def rs_pod(
+    name: str, card: str = H200, priority: int = 0, kind: str = "ReplicaSet", **kw: Any
+) -> dict[str, Any]:
+    api = "batch/v1" if kind == "Job" else "apps/v1"
+    obj = pod(name, card=card, owner=owner(kind, "web", "uid-web", api), uid=f"uid-{name}", **kw)
+    obj["spec"]["priority"] = priority
+    return obj
+
+
+def create(state: ClusterState, obj: dict[str, Any], now: float) -> tuple[Allowed | Denied, dict[str, Any]]:
+    """What the API server does with a pod create: mutate, validate the mutated pod, record, and
+    (admitted) the cache sees it."""
+    review = request(obj)
+    mutation = admission.mutate(state, review, now=now)
+    admission.admit(state, review, mutation, now)
+    assert isinstance(mutation, Allowed), mutation
+    made = jsonpatch.apply_patch(obj, [dict(op) for op in mutation.patch])
+    review = request(made)
+    decision = admission.validate(state, review, now)
+    admission.admit(state, review, decision, now)
+    if isinstance(decision, Allowed):
+        state.upsert_pod(pod_record(made))
+    return decision, made
+
+
+def release(state: ClusterState, now: float) -> list[dict[str, Any]]:
+    """The caller's pass: every pod released now, patched as the API server would, then seen."""
+    released = []
+    for call in calls.call_next(state, now):
+        live = state_objects[call.waiter.key]
+        ops = patches.release_patch(state, live, call.card)
+        assert ops is not None
+        made = jsonpatch.apply_patch(live, [dict(op) for op in ops if op["op"] != "test"])
+        state_objects[call.waiter.key] = made
+        state.upsert_pod(pod_record(made))
+        released.append(made)
+    return released
+
+
+state_objects: dict[str, dict[str, Any]] = {}
+
+
+@pytest.fixture(autouse=True)
+def _objects() -> None:
+    state_objects.clear()
+
+
+def held(state: ClusterState, obj: dict[str, Any], now: float) -> dict[str, Any]:
+    decision, made = create(state, obj, now)
+    assert isinstance(decision, Allowed), decision
+    state_objects[made["metadata"]["uid"]] = made
+    return made
+
+
+def used(state: ClusterState, card: str = H200, origin: str = "") -> int:
+    """What the queue counts of ``card`` (of one origin: "bound", "reserved", ...), as a
+    decision sees it."""
+    parts = queue_usage(state, "q").fixed.get(card, {})
+    return (parts.get(origin, 0) if origin else sum(parts.values())) // UNIT
+
+
+def test_a_controllers_pod_that_does_not_fit_is_created_gated_charged_nothing_and_waits() -> None:
+    state = full()
+    decision, made = create(state, rs_pod("web-0"), now=100.0)
+    assert isinstance(decision, Allowed)
+    assert decision.reason == "waits 1st in the queue's line under its scheduling gate"
+    assert made["spec"]["schedulingGates"] == [{"name": keys.GATE}]
+    assert (
+        made["metadata"]["annotations"][keys.WAITING] == '{"since":"1970-01-01T00:01:40.000Z","priority":0}'
+    )
+    assert used(state) == 1  # the occupant only
+    assert [(w.what, w.pod) for w in state.line.line("q")] == [("pod ns/web-0", True)]
+
+
+def test_a_pod_that_fits_is_not_gated() -> None:
+    state = cluster(*NODES, wait_queue(f'{{"{H200}": 1}}'))
+    decision, made = create(state, rs_pod("web-0"), now=100.0)
+    assert isinstance(decision, Allowed) and "schedulingGates" not in made["spec"]
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pytest.param(pod("bare", uid="uid-bare"), id="a bare pod"),
+        pytest.param(rs_pod("big", count=2), id="a pod larger than the queue's whole quota"),
+    ],
+)
+def test_who_is_refused_in_wait_mode_too(obj: dict[str, Any]) -> None:
+    state = full()
+    decision, made = create(state, obj, now=100.0)
+    assert isinstance(decision, Denied) and "schedulingGates" not in made["spec"]
+    assert len(state.line) == 0
+
+
+def test_a_batch_jobs_pod_waits_too() -> None:
+    state = full()
+    decision, _ = create(state, rs_pod("job-0", kind="Job"), now=100.0)
+    assert isinstance(decision, Allowed) and len(state.line) == 1
+
+
+def test_the_freed_card_releases_the_head_once_and_the_cache_settles_its_hold() -> None:
+    state = full()
+    held(state, rs_pod("web-0"), 100.0)
+    assert release(state, 101.0) == []
+    state.delete_pod("occ-0")
+    [made] = release(state, 102.0)
+    assert "schedulingGates" not in made["spec"] or made["spec"]["schedulingGates"] == []
+    assert len(state.line) == 0 and len(state.ledger) == 0
+    assert used(state) == 1
+    assert calls.call_next(state, 103.0) == ()
+
+
+def test_a_call_is_held_until_the_cache_sees_the_pod_released_so_nobody_takes_its_card() -> None:
+    state = full()
+    held(state, rs_pod("web-0"), 100.0)
+    state.delete_pod("occ-0")
+    [call] = calls.call_next(state, 101.0)
+    assert call.waiter.what == "pod ns/web-0" and len(state.ledger) == 1
+    assert calls.call_next(state, 101.5) == ()  # called once
+    decision, made = create(state, rs_pod("other-0"), now=101.6)  # gated: web-0 still has its card
+    assert isinstance(decision, Allowed) and decision.reason.startswith("waits 2nd")
+    assert made["spec"]["schedulingGates"] == [{"name": keys.GATE}]
+
+
+def test_pods_are_released_by_priority_then_arrival() -> None:
+    state = full()
+    for now, name, priority in ((10.0, "a", 0), (20.0, "b", 0), (30.0, "c", 100)):
+        held(state, rs_pod(name, priority=priority), now)
+    assert [w.what for w in state.line.line("q")] == ["pod ns/c", "pod ns/a", "pod ns/b"]
+    served = []
+    for _ in range(3):
+        occupant = next(p for p in state.pods.values() if p.waiting is None and p.node_name == "h200")
+        state.delete_pod(occupant.uid)
+        served += [p["metadata"]["name"] for p in release(state, 50.0)]
+        state.upsert_pod(
+            pod_record(
+                {
+                    **state_objects[f"uid-{served[-1]}"],
+                    "spec": {**state_objects[f"uid-{served[-1]}"]["spec"], "nodeName": "h200"},
+                    "status": {"phase": "Running"},
+                }
+            )
+        )
+    assert served == ["c", "a", "b"]
+
+
+def test_a_scale_up_waits_behind_the_gated_pods_and_says_so() -> None:
+    state = full(deployment_obj("chat", 1, H200))
+    held(state, rs_pod("web-0"), 100.0)
+    state.delete_pod("occ-0")
+    decision = admission.validate(state, scale_request("chat", 1, 2), 101.0)
+    assert isinstance(decision, Denied)
+    assert (
+        "1 waits ahead of it in the queue's line (first: pod ns/web-0, 1 pod of 1 NVIDIA-H200)"
+        in decision.message
+    )
+
+
+def test_an_a_or_b_pod_waits_on_both_models_and_is_released_on_the_one_that_frees() -> None:
+    state = full()
+    made = held(state, rs_pod("flex-0", card=f"{H200}|{R4090}"), 100.0)
+    terms = made["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [
+        "NVIDIA-H200",
+        "NVIDIA-GeForce-RTX-4090",
+    ]
+    state.delete_pod("occ-r")
+    [released] = release(state, 101.0)
+    annotations = released["metadata"]["annotations"]
+    assert annotations[keys.CARD_NAME] == R4090 and annotations[keys.CARD_SPEC] == f"{H200}|{R4090}"
+    expressions = released["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]["nodeSelectorTerms"][0]["matchExpressions"]
+    assert [e["values"] for e in expressions] == [
+        ["NVIDIA-H200", "NVIDIA-GeForce-RTX-4090"],
+        ["NVIDIA-GeForce-RTX-4090"],
+    ]
+    assert used(state, R4090) == 1 and used(state, H200) == 1
+
+
+def test_removing_the_gate_as_anyone_else_is_denied_saying_where_the_pod_stands() -> None:
+    state = full()
+    held(state, rs_pod("a"), 10.0)
+    made = held(state, rs_pod("b"), 20.0)
+    ungated = {**made, "spec": {**made["spec"], "schedulingGates": []}}
+    decision = admission.validate(state, request(ungated, operation="UPDATE", old=made), 30.0)
+    assert isinstance(decision, Denied)
+    assert decision.message == (
+        'pod ns/b waits 2nd in queue "q"\'s line for 1 NVIDIA-H200 under the scheduling gate'
+        " cardquota.volcano.sh/waiting; only the card-quota webhook removes it, the moment its cards"
+        " free (delete the pod to leave the line)"
+    )
+    relabelled = {**made, "metadata": {**made["metadata"], "labels": {"x": "y"}}}
+    assert isinstance(
+        admission.validate(state, request(relabelled, operation="UPDATE", old=made), 30.0), Allowed
+    )
+
+
+def test_a_gate_set_by_hand_on_a_bare_pod_is_refused() -> None:
+    state = full()
+    decision = admission.validate(state, request(pod("bare", gated=5.0)), 10.0)
+    assert isinstance(decision, Denied) and "which the webhook alone sets" in decision.message
+
+
+def test_a_deleted_waiting_pod_leaves_the_line() -> None:
+    state = full()
+    held(state, rs_pod("web-0"), 100.0)
+    state.delete_pod("uid-web-0")
+    assert len(state.line) == 0
+
+
+def test_a_new_replica_rebuilds_the_same_line_from_the_pods_alone() -> None:
+    state = full()
+    for now, name in ((10.0, "a"), (20.0, "b")):
+        held(state, rs_pod(name), now)
+    rebuilt = full(*state_objects.values())
+    assert [(w.what, w.since) for w in rebuilt.line.line("q")] == [
+        (w.what, w.since) for w in state.line.line("q")
+    ]
+
+
+def test_a_podgroup_reserves_nothing_for_its_gated_pods_as_the_plugin_deducts_them() -> None:
+    ref = owner("ReplicaSet", "web", "uid-web")
+    state = full(podgroup("pg-web", "Pending", f'{{"{H200}": 1}}', owner_ref=ref))
+    held(state, rs_pod("web-0", group="pg-web"), 100.0)
+    inqueue = podgroup("pg-web", "Inqueue", f'{{"{H200}": 1}}', owner_ref=ref)
+    state.upsert_podgroup(podgroup_record(inqueue))
+    assert used(state, origin="reserved") == 0
+    state.delete_pod("uid-web-0")
+    assert used(state, origin="reserved") == 1
