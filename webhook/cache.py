@@ -14,7 +14,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -57,6 +57,7 @@ KINDS = (
     Kind("PodGroup", "scheduling.volcano.sh/v1beta1", "podgroups"),
     Kind("Pod", "v1", "pods"),
 )
+PODS = KINDS[-1]
 
 
 class Expired(Exception):
@@ -89,6 +90,10 @@ class Transport(Protocol):
         self, kind: Kind, namespace: str, name: str, annotations: dict[str, str | None]
     ) -> bool:
         """Merge ``annotations`` into one object's (None removes one); False when it does not exist."""
+
+    async def patch(self, kind: Kind, namespace: str, name: str, ops: Sequence[Mapping[str, Any]]) -> bool:
+        """Apply a JSON Patch (RFC 6902) to one object; False when it does not exist; Unavailable
+        when it fails (a ``test`` op that no longer holds among them)."""
 
 
 @dataclass

@@ -3,10 +3,12 @@
 Every ``interval`` seconds, while this replica serves, it asks the core whom the freed cards go to.
 A called workload (deny mode) gets our ``called`` annotation, an update its controller reacts to at
 once, so its refused creates are retried now instead of after its back-off, and an Event saying so;
-the cards stay held for it in the ledger meanwhile. Then the waiting marks are brought in line with
-the waiting line, so that a restarted or new leader rebuilds the same line from the cluster.
-A write that fails is logged and tried again on a later pass; a call whose write fails gives its
-cards back at once.
+a released pod (wait mode) has our scheduling gate removed (an ``A|B`` pod its model set) by one
+JSON Patch that first tests the gate and the version it was read at, and an Event. The cards stay
+held in the ledger meanwhile. Then the waiting marks are brought in line with the waiting line, so
+that a restarted or new leader rebuilds the same line from the cluster; a pod that starts waiting
+is told where it stands by an Event. A write that fails is logged and tried again on a later pass;
+a call whose write fails gives its cards back at once.
 """
 
 import asyncio
@@ -15,14 +17,16 @@ import time
 from collections.abc import Callable
 
 from webhook import cache
-from webhook.core import calls, keys
+from webhook.core import calls, keys, patches
 from webhook.core.cards import amount
-from webhook.core.line import Waiter
-from webhook.core.objects import WorkloadRecord, moment
+from webhook.core.line import Waiter, ordinal
+from webhook.core.objects import PodRecord, WorkloadRecord, moment
 from webhook.core.state import ClusterState
 
 log = logging.getLogger(__name__)
 CALLED = "CardQuotaCalled"
+WAITING = "CardQuotaWaiting"
+RELEASED = "CardQuotaReleased"
 MARK_PATIENCE = 10.0  # seconds a written mark is trusted to reach the cache before it is written again
 
 
@@ -40,6 +44,7 @@ class LineCaller:
         self.interval, self.clock, self.on_served = interval, clock, on_served
         self._written: dict[str, tuple[str | None, float]] = {}  # uid -> (mark, when written)
         self._standing: dict[str, Waiter] = {}  # the line at the last pass, by key
+        self._started = clock()
 
     async def run(self) -> None:
         while True:
@@ -52,8 +57,9 @@ class LineCaller:
     async def once(self) -> None:
         now = self.clock()
         self._served(now)
+        await self._tell_new()
         for call in calls.call_next(self.state, now):
-            await self._call(call, now)
+            await (self._release(call, now) if call.waiter.pod else self._call(call, now))
         for mark in calls.marks(self.state):
             await self._mark(mark, now)
 
@@ -63,9 +69,26 @@ class LineCaller:
         wants no more). A deleted workload was not served."""
         standing = {waiter.key: waiter for waiter in self.state.line}
         for key, waiter in self._standing.items():
-            if key not in standing and key in self.state.workloads_by_uid:
+            if key not in standing and (key in self.state.workloads_by_uid or key in self.state.pods):
                 self.on_served(waiter, max(0.0, now - waiter.since))
+        self._new = [w for k, w in standing.items() if w.pod and k not in self._standing]
         self._standing = standing
+
+    async def _tell_new(self) -> None:
+        """An Event on each pod that started waiting under our gate since the last pass (a new
+        leader does not repeat those its predecessor told)."""
+        for waiter in self._new:
+            pod = self.state.pods.get(waiter.key)
+            if pod is None or waiter.since < self._started - MARK_PATIENCE:
+                continue
+            waiters = self.state.line.line(waiter.queue)
+            place = waiters.index(waiter) + 1 if waiter in waiters else len(waiters) + 1
+            message = (
+                f'waits {ordinal(place)} in queue "{waiter.queue}"\'s line for {_cards(waiter)}, held'
+                f" under the scheduling gate {keys.GATE}: the card-quota webhook releases it the moment"
+                " its cards free"
+            )
+            await self._pod_event(pod, WAITING, message)
 
     async def _call(self, call: calls.Call, now: float) -> None:
         waiter = call.waiter
@@ -102,6 +125,37 @@ class LineCaller:
             f" created now, held for it {self.state.policy.in_flight_ttl:g} s; it waited {_duration(waited)}"
         )
         await self._event(workload, CALLED, message)
+
+    async def _release(self, call: calls.Call, now: float) -> None:
+        waiter = call.waiter
+        pod = self.state.pods.get(waiter.key)
+        try:
+            live = await self.transport.get(cache.PODS, pod.namespace, pod.name) if pod else None
+            ops = patches.release_patch(self.state, live, call.card) if live else None
+            done = ops is not None and await self.transport.patch(cache.PODS, pod.namespace, pod.name, ops)  # type: ignore[union-attr]
+        except cache.Unavailable as exc:
+            done = False
+            log.warning("could not release a waiting pod", extra={"pod": waiter.what, "error": str(exc)})
+        if not done or pod is None:
+            self.state.ledger.settle(waiter.hold, call.pods)  # its cards go back to the line
+            return
+        waited = max(0.0, now - waiter.since)
+        card = f"{amount(waiter.per_pod)} {call.card}" if call.card else _cards(waiter)
+        log.info(
+            "released a waiting pod",
+            extra={"pod": waiter.what, "queue": waiter.queue, "card": card, "waited_s": round(waited, 1)},
+        )
+        message = (
+            f'cards freed in queue "{waiter.queue}": released to run on {card}; it waited {_duration(waited)}'
+        )
+        await self._pod_event(pod, RELEASED, message)
+
+    async def _pod_event(self, pod: PodRecord, reason: str, message: str) -> None:
+        involved = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
+        try:
+            await self.transport.record_event(pod.namespace, involved, reason, message)
+        except cache.Unavailable as exc:
+            log.warning("could not record an Event", extra={"pod": pod.key, "error": str(exc)})
 
     async def _mark(self, mark: calls.Mark, now: float) -> None:
         workload = self.state.workload(mark.kind, mark.namespace, mark.name)

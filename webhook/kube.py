@@ -8,7 +8,7 @@ and handed to the informers as dicts. HTTP failures become the cache's ``Expired
 
 import datetime
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -146,7 +146,13 @@ class KubeTransport:
         path = kind.object_path(namespace, name)
         return await self._send("PATCH", path, body, "application/merge-patch+json")
 
-    async def _send(self, method: str, path: str, body: dict[str, Any], content_type: str) -> bool:
+    async def patch(self, kind: Kind, namespace: str, name: str, ops: Sequence[Mapping[str, Any]]) -> bool:
+        """Apply a JSON Patch to one object; False when it is gone."""
+        return await self._send(
+            "PATCH", kind.object_path(namespace, name), ops, "application/json-patch+json"
+        )
+
+    async def _send(self, method: str, path: str, body: Any, content_type: str) -> bool:
         try:
             response = await self.api.call_api(
                 path,

@@ -3,6 +3,7 @@ and an Event, its cards stay held; a write that fails gives them back; the waiti
 line; nothing is written while the replica does not serve."""
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -18,10 +19,20 @@ from webhook.core.verdicts import Denied
 class Api:
     """Records annotate and record_event calls; ``fail`` makes annotate raise, ``gone`` 404."""
 
-    def __init__(self, fail: bool = False, gone: bool = False) -> None:
-        self.fail, self.gone = fail, gone
+    def __init__(self, fail: bool = False, gone: bool = False, objects: dict[str, Any] | None = None) -> None:
+        self.fail, self.gone, self.objects = fail, gone, objects or {}
         self.annotated: list[tuple[str, str, str, dict[str, str | None]]] = []
         self.events: list[tuple[str, dict[str, str], str, str]] = []
+        self.patched: list[tuple[str, str, list[Any]]] = []
+
+    async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
+        return None if self.gone else self.objects.get(name)
+
+    async def patch(self, kind: Kind, namespace: str, name: str, ops: list[Any]) -> bool:
+        if self.fail:
+            raise Unavailable("HTTP 422: the test operation failed")
+        self.patched.append((kind.plural, name, list(ops)))
+        return not self.gone
 
     async def annotate(
         self, kind: Kind, namespace: str, name: str, annotations: dict[str, str | None]
@@ -107,6 +118,69 @@ def test_a_waiter_is_reported_served_once_it_has_its_pods_called_or_not() -> Non
         run(caller)
         run(caller)
     assert waited == [("replicaset ns/web", 12.5)]
+
+
+def gated_state(free: bool = True) -> tuple[ClusterState, dict[str, Any]]:
+    """A full wait-mode queue of 1 H200 whose ReplicaSet's pod web-0 waits under our gate since
+    t=100, then (``free``) the card freed."""
+    waiting = queue("q", f'{{"{H200}": 1}}')
+    waiting["metadata"]["annotations"][keys.OVER_QUOTA] = "wait"
+    gated = pod("web-0", owner=owner("ReplicaSet", "web", "uid-rs-web"), gated=100.0)
+    gated["metadata"]["resourceVersion"] = "42"
+    state = cluster(node("h200", H200), waiting, pod("occupant", node_name="h200", phase="Running"), gated)
+    if free:
+        state.delete_pod("uid-ns-occupant")
+    return state, gated
+
+
+def test_a_released_pod_loses_our_gate_by_a_tested_patch_and_is_told_by_an_event() -> None:
+    state, gated = gated_state()
+    api = Api(objects={"web-0": gated})
+    run(LineCaller(state, api, lambda: True, clock=lambda: 130.0))  # type: ignore[arg-type]
+    assert api.patched == [
+        (
+            "pods",
+            "web-0",
+            [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "42"},
+                {"op": "test", "path": "/spec/schedulingGates/0/name", "value": keys.GATE},
+                {"op": "remove", "path": "/spec/schedulingGates/0"},
+            ],
+        )
+    ]
+    [(namespace, involved, reason, message)] = api.events
+    assert (namespace, involved["kind"], involved["name"], reason) == (
+        "ns",
+        "Pod",
+        "web-0",
+        "CardQuotaReleased",
+    )
+    assert message == 'cards freed in queue "q": released to run on 1 NVIDIA-H200; it waited 30s'
+    assert state.ledger.get("uid-ns-web-0") is not None  # held until the cache sees it released
+
+
+@pytest.mark.parametrize("api", [Api(fail=True), Api(gone=True)], ids=["the patch fails", "the pod is gone"])
+def test_a_release_whose_patch_fails_gives_its_card_back(api: Api) -> None:
+    state, gated = gated_state()
+    api.objects = {"web-0": gated}
+    run(LineCaller(state, api, lambda: True, clock=lambda: 130.0))  # type: ignore[arg-type]
+    assert len(state.ledger) == 0 and [e for e in api.events if e[2] == "CardQuotaReleased"] == []
+
+
+def test_a_pod_that_starts_waiting_is_told_where_it_stands_once() -> None:
+    state, gated = gated_state(free=False)
+    api = Api(objects={"web-0": gated})
+    caller = LineCaller(state, api, lambda: True, clock=lambda: 101.0)  # type: ignore[arg-type]
+    run(caller)
+    run(caller)
+    assert [(e[1]["name"], e[2], e[3]) for e in api.events] == [
+        (
+            "web-0",
+            "CardQuotaWaiting",
+            'waits 1st in queue "q"\'s line for 1 NVIDIA-H200, held under the scheduling gate'
+            " cardquota.volcano.sh/waiting: the card-quota webhook releases it the moment its cards free",
+        )
+    ]
 
 
 def test_the_waiting_mark_is_written_once_and_not_again_while_the_cache_catches_up() -> None:
