@@ -23,8 +23,10 @@ from tests.builders import (
     required_affinity,
 )
 from webhook.core import admission
+from webhook.core.cards import UNIT
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
+from webhook.core.usage import queue_usage
 from webhook.core.verdicts import Allowed, Denied
 
 NODES = (node("h200", H200), node("h800", H800), node("r", R4090, 4), node("rd", R4090D, 2))
@@ -239,6 +241,30 @@ def test_a_podgroup_reservation_counts_against_other_pods() -> None:
     decision = decide(state, pod("bare", count=2))
     assert isinstance(decision, Denied)
     assert "has 1 NVIDIA-H200 left (quota 3: 2 reserved by PodGroups)" in decision.message
+
+
+@pytest.mark.parametrize(
+    ("phase", "min_member", "pods", "reserved"),
+    [
+        pytest.param("Inqueue", 2, [], 2, id="inqueue, no pods yet: all it asks"),
+        pytest.param("Running", 1, ["Running"], 1, id="running at its minimum, one more pod to come"),
+        pytest.param("Running", 1, ["Succeeded"], 0, id="running, its only pod finished: nothing"),
+        pytest.param("Running", 2, ["Running", "Failed"], 0, id="running below its minimum: nothing"),
+    ],
+)
+def test_a_podgroup_reserves_as_the_plugin_counts_it(
+    phase: str, min_member: int, pods: list[str], reserved: int
+) -> None:
+    """A Running group reserves only while at least minMember of its pods are bound
+    (``capacity_card_queue.go``), so a finished pod's card frees at once, not when Volcano moves
+    its group on."""
+    members = [
+        pod(f"m-{i}", node_name="h200", phase=state, group="pg", queue_name="q")
+        for i, state in enumerate(pods)
+    ]
+    group = podgroup("pg", phase, '{"NVIDIA-H200": 2}', minMember=min_member)
+    state = cluster(*NODES, queue("q", '{"NVIDIA-H200": 4}'), group, *members)
+    assert queue_usage(state, "q").fixed.get(H200, {}).get("reserved", 0) // UNIT == reserved
 
 
 def test_a_rollout_surge_pod_at_full_quota_says_its_replicaset_waits_in_line() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from tests.e2e.cluster import ControlPlane, wait_for
 from tests.e2e.objects import SELECTOR, card_queue, deployment_of
+from webhook.core import keys
 
 H200, H800 = "NVIDIA-H200", "NVIDIA-H800"
 R4090, R4090D = "NVIDIA-GeForce-RTX-4090", "NVIDIA-GeForce-RTX-4090-D"
@@ -31,8 +32,8 @@ RESOURCE = {MIG: "nvidia.com/mig-1g.18gb", MPS: "nvidia.com/gpu.shared"}
 class Tenant:
     """One test's namespace and queue on the real-scheduler control plane."""
 
-    def __init__(self, plane: ControlPlane, labels: dict[str, str] = SELECTOR) -> None:
-        self.plane = plane
+    def __init__(self, plane: ControlPlane, labels: dict[str, str] = SELECTOR, mode: str = "deny") -> None:
+        self.plane, self.mode = plane, mode  # mode: the queue's over-quota mode (SPEC §5c)
         self.ns = f"agree-{uuid.uuid4().hex[:8]}"
         self.queue = f"q-{self.ns}"
         self.quota: dict[str, int] = {}
@@ -44,6 +45,8 @@ class Tenant:
     def set_quota(self, quota: dict[str, int], parent: str = "") -> None:
         self.quota = quota
         queue = card_queue(self.queue, quota)
+        if self.mode != "deny":
+            queue["metadata"]["annotations"][keys.OVER_QUOTA] = self.mode
         if parent:
             queue["spec"]["parent"] = parent
         self.plane.kubectl("apply", "-f", "-", stdin=json.dumps(queue))
@@ -160,8 +163,14 @@ def refused(t: Tenant, name: str) -> bool:
     return any(name in message and t.queue in message for message in t.denials())
 
 
+def gated(pod: dict[str, Any]) -> bool:
+    """Held under the webhook's scheduling gate (wait mode)."""
+    return any(g.get("name") == keys.GATE for g in pod["spec"].get("schedulingGates") or [])
+
+
 class Case:
-    """A queue of one card, full: a hog holds it, and the Deployment ``web`` is refused."""
+    """A queue of one card, full: a hog holds it, and the Deployment ``web`` is refused (deny mode)
+    or its pods are held under our gate (wait mode)."""
 
     def __init__(self, t: Tenant, card: str, hog: Callable[[Tenant], dict[str, Any]], web: int = 1) -> None:
         self.t, self.web = t, web
@@ -169,10 +178,20 @@ class Case:
         t.plane.apply(hog(t), namespace=t.ns)
         wait_for(f"the hog of {t.ns} to be bound", lambda: t.settled(1), timeout=60)
         t.plane.apply(app("web", web, card, t), namespace=t.ns)
-        wait_for(f"web of {t.ns} to be refused", lambda: refused(t, "web"), timeout=30)
+        if t.mode == "wait":
+            held = lambda: len([p for p in pods_of(t, "web") if gated(p)]) == web  # noqa: E731
+            wait_for(f"web of {t.ns} to be held under the gate", held, timeout=30)
+        else:
+            wait_for(f"web of {t.ns} to be refused", lambda: refused(t, "web"), timeout=30)
 
     def has_its_pods(self) -> bool:
-        return len(pods_of(self.t, "web")) == self.web
+        """Deny mode: its missing pods exist. Wait mode: they are released (ungated)."""
+        return len([p for p in pods_of(self.t, "web") if not gated(p)]) == self.web
+
+    def ready(self) -> bool:
+        """What must hold within 2 s of the cards freeing: deny mode, the pods exist (the
+        scheduler binds them next); wait mode, they are released and bound."""
+        return self.has_its_pods() if self.t.mode == "deny" else self.bound()
 
     def bound(self) -> bool:
         return self.has_its_pods() and all(p["spec"].get("nodeName") for p in pods_of(self.t, "web"))

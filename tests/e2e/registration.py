@@ -4,7 +4,10 @@ import base64
 from pathlib import Path
 from typing import Any
 
+from webhook.core import keys
+
 APPS = ["deployments", "statefulsets", "replicasets"]
+WEBHOOK_USER = "cardquota-admin"  # the user of the control plane's kubeconfig, the webhook's too
 
 
 def _rule(group: str, version: str, resources: list[str], operations: list[str]) -> dict[str, Any]:
@@ -31,11 +34,20 @@ SYSTEM_NAMESPACES = {
 }
 
 
+HAS_GATE = "has({0}.spec.schedulingGates) && {0}.spec.schedulingGates.exists(g, g.name == '{1}')"
+GATE_REMOVED = f"({HAS_GATE.format('oldObject', keys.GATE)}) && !({HAS_GATE.format('object', keys.GATE)})"
+
+
 def configurations(
-    url: str, ca: Path, selector: dict[str, str] | None, prefix: str = "cardquota"
+    url: str,
+    ca: Path,
+    selector: dict[str, str] | None,
+    prefix: str = "cardquota",
+    identity: str = WEBHOOK_USER,
 ) -> list[dict[str, Any]]:
     """A validating and a mutating configuration pointing at ``url`` (``/validate``, ``/mutate``),
-    for namespaces labelled ``selector``, or every namespace but the system ones."""
+    for namespaces labelled ``selector``, or every namespace but the system ones. ``identity``: the
+    user the webhook writes as, whose removal of its own scheduling gate is never sent."""
     bundle = base64.b64encode(ca.read_bytes()).decode()
 
     def hook(name: str, path: str, rules: list[dict[str, Any]], failure: str, **extra: str) -> dict[str, Any]:
@@ -62,12 +74,17 @@ def configurations(
         }
 
     pods = [_rule("", "v1", ["pods"], ["CREATE"])]
+    gates = hook("gates.validate", "/validate", [_rule("", "v1", ["pods"], ["UPDATE"])], "Fail")
+    gates["matchConditions"] = [
+        {"name": "our-gate-removed", "expression": GATE_REMOVED},
+        {"name": "not-by-the-webhook", "expression": f"request.userInfo.username != '{identity}'"},
+    ]
     podgroups = [_rule("scheduling.volcano.sh", "v1beta1", ["podgroups"], ["CREATE"])]
     return [
         configuration(
             "ValidatingWebhookConfiguration",
             "validate",
-            [hook("validate", "/validate", VALIDATING_RULES, "Fail")],
+            [hook("validate", "/validate", VALIDATING_RULES, "Fail"), gates],
         ),
         configuration(
             "MutatingWebhookConfiguration",

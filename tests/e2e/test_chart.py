@@ -147,7 +147,7 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
     objects = render(control_plane, "card-quota")
     validating = of_kind(objects, "ValidatingWebhookConfiguration")
     mutating = of_kind(objects, "MutatingWebhookConfiguration")
-    (validate,) = validating["webhooks"]
+    validate, gates = validating["webhooks"]
     rules = {
         (r["apiGroups"][0], res, tuple(r["operations"])) for r in validate["rules"] for res in r["resources"]
     }
@@ -159,6 +159,15 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
         ("scheduling.volcano.sh", "podgroups", ("CREATE",)),
         ("batch.volcano.sh", "jobs", ("CREATE", "UPDATE")),
     }
+    # Wait mode: a pod update reaches the webhook only when someone but the webhook removes its gate.
+    assert [(r["resources"], r["operations"]) for r in gates["rules"]] == [(["pods"], ["UPDATE"])]
+    conditions = {c["name"]: c["expression"] for c in gates["matchConditions"]}
+    assert conditions["not-by-the-webhook"] == (
+        "request.userInfo.username != 'system:serviceaccount:card-quota:cq'"
+    )
+    assert "oldObject.spec.schedulingGates.exists(g, g.name == 'cardquota.volcano.sh/waiting')" in (
+        conditions["our-gate-removed"]
+    )
     pods, podgroups = mutating["webhooks"]
     assert [r["resources"] for r in pods["rules"]] == [["pods"]]
     assert [r["resources"] for r in podgroups["rules"]] == [["podgroups"]]
@@ -168,7 +177,7 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
         "Fail",
         "Ignore",
     )
-    for hook in (validate, pods, podgroups):
+    for hook in (validate, gates, pods, podgroups):
         assert hook["admissionReviewVersions"] == ["v1"] and hook["matchPolicy"] == "Equivalent"
         assert hook["timeoutSeconds"] <= 10 and hook["clientConfig"]["service"]["namespace"] == "card-quota"
         (selector,) = hook["namespaceSelector"]["matchExpressions"]
@@ -181,7 +190,7 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
         )
 
 
-def test_rbac_grants_reads_of_what_the_cache_watches_and_writes_only_leases_events_and_line_marks(
+def test_rbac_grants_reads_of_what_the_cache_watches_and_writes_only_leases_events_and_the_line(
     control_plane: ControlPlane,
 ) -> None:
     rendered = render(control_plane, "card-quota")
@@ -198,9 +207,10 @@ def test_rbac_grants_reads_of_what_the_cache_watches_and_writes_only_leases_even
             written = writes & set(rule["verbs"])
             if not written:
                 continue
-            if role["kind"] == "ClusterRole":  # the waiting line: marks and calls, Events where it calls
+            if role["kind"] == "ClusterRole":  # the waiting line: marks, calls, releases and Events
                 assert (rule["resources"], written) in (
                     (["statefulsets", "replicasets"], {"patch"}),
+                    (["pods"], {"patch"}),
                     (["events"], {"create"}),
                 ), rule
                 continue

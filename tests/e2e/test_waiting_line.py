@@ -23,6 +23,7 @@ from tests.e2e.agreement import (
     Case,
     Tenant,
     app,
+    gated,
     hog_deployment,
     hog_pod,
     pods_of,
@@ -47,11 +48,11 @@ def front(volcano: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> It
 
 
 @pytest.fixture
-def tenants(volcano: ControlPlane, front: Process) -> Iterator[Callable[[], Tenant]]:
+def tenants(volcano: ControlPlane, front: Process) -> Iterator[Callable[..., Tenant]]:
     made: list[Tenant] = []
 
-    def make() -> Tenant:
-        made.append(Tenant(volcano))
+    def make(mode: str = "deny") -> Tenant:
+        made.append(Tenant(volcano, mode=mode))
         return made[-1]
 
     yield make
@@ -68,41 +69,56 @@ def seconds_until(check: Callable[[], bool], free: Callable[[], Any], timeout: f
     return time.monotonic() - started
 
 
-def test_a_workload_refused_for_minutes_gets_its_pods_within_2s_of_its_cards_freeing(
-    tenants: Callable[[], Tenant],
+def test_a_workload_refused_or_held_for_minutes_gets_its_pods_within_2s_of_its_cards_freeing(
+    tenants: Callable[..., Tenant],
 ) -> None:
-    raised = Case(tenants(), H200, hog_deployment(H200), web=2)
-    deleted = Case(tenants(), H800, hog_deployment(H800))
-    finished = Case(tenants(), R4090, hog_pod(R4090))
+    """Both modes side by side: deny (its missing pods exist) and wait (its held pods are released
+    and bound), each freed by a quota raised, a pod of another workload deleted, a pod finished."""
+    cases = {
+        mode: {
+            "quota raised": Case(tenants(mode), H200, hog_deployment(H200), web=2),
+            "a pod of another workload deleted": Case(tenants(mode), H800, hog_deployment(H800)),
+            "a pod finished": Case(tenants(mode), R4090, hog_pod(R4090)),
+        }
+        for mode in ("deny", "wait")
+    }
     time.sleep(REFUSED_SECONDS)  # the ReplicaSets' back-off grows meanwhile
-    for case in (raised, deleted, finished):
-        assert not case.has_its_pods(), f"web of {case.t.ns} got its pods while its cards were taken"
+    for mode, by in cases.items():
+        for case in by.values():
+            assert not case.has_its_pods(), (
+                f"{mode}: web of {case.t.ns} got its pods while its cards were taken"
+            )
 
     done = json.dumps({"status": {"phase": "Succeeded"}})
-    took = {
-        "quota raised": seconds_until(raised.has_its_pods, lambda: raised.t.set_quota({H200: 3})),
-        "a pod of another workload deleted": seconds_until(
-            deleted.has_its_pods,
-            lambda: deleted.t.plane.kubectl("delete", "-n", deleted.t.ns, "deployment/hog", "--wait=false"),
+    frees: dict[str, Callable[[Tenant], Any]] = {
+        "quota raised": lambda t: t.set_quota({H200: 3}),
+        "a pod of another workload deleted": lambda t: t.plane.kubectl(
+            "delete", "-n", t.ns, "deployment/hog", "--wait=false"
         ),
-        "a pod finished": seconds_until(
-            finished.has_its_pods,
-            lambda: finished.t.plane.kubectl(
-                "patch", "-n", finished.t.ns, "pod/hog", "--subresource=status", "--type=merge", "-p", done
-            ),
+        "a pod finished": lambda t: t.plane.kubectl(
+            "patch", "-n", t.ns, "pod/hog", "--subresource=status", "--type=merge", "-p", done
         ),
     }
-    print(f"refused for {REFUSED_SECONDS:.0f} s, then its pods existed after: {took}")
-    assert all(seconds <= WITHIN for seconds in took.values()), took
-    for case in (raised, deleted, finished):
-        wait_for(f"web of {case.t.ns} to be bound", case.bound, timeout=30)
-        case.t.check_agreement()
-        called = [
-            e
-            for e in case.t.plane.get("events", namespace=case.t.ns)["items"]
-            if e["reason"] == "CardQuotaCalled"
-        ]
-        assert called and called[0]["involvedObject"]["kind"] == "ReplicaSet"
+    took = {
+        mode: {
+            how: seconds_until(case.ready, lambda c=case, h=how: frees[h](c.t)) for how, case in by.items()
+        }  # type: ignore[misc]
+        for mode, by in cases.items()
+    }
+    print(f"held or refused for {REFUSED_SECONDS:.0f} s, then ready after: {took}")
+    assert all(seconds <= WITHIN for by in took.values() for seconds in by.values()), took
+    for mode, by in cases.items():
+        for case in by.values():
+            wait_for(f"web of {case.t.ns} to be bound", case.bound, timeout=30)
+            case.t.check_agreement()
+            reasons = {
+                (e["reason"], e["involvedObject"]["kind"])
+                for e in case.t.plane.get("events", namespace=case.t.ns)["items"]
+            }
+            if mode == "deny":
+                assert ("CardQuotaCalled", "ReplicaSet") in reasons, reasons
+            else:
+                assert {("CardQuotaWaiting", "Pod"), ("CardQuotaReleased", "Pod")} <= reasons, reasons
 
 
 def rollout_seconds(t: Tenant, name: str) -> float:
@@ -113,10 +129,11 @@ def rollout_seconds(t: Tenant, name: str) -> float:
     return time.monotonic() - started
 
 
+@pytest.mark.parametrize("mode", ["deny", "wait"])
 def test_a_rolling_update_at_a_full_quota_completes_within_twice_one_with_room(
-    tenants: Callable[[], Tenant],
+    tenants: Callable[..., Tenant], mode: str
 ) -> None:
-    full, roomy = tenants(), tenants()
+    full, roomy = tenants(mode), tenants(mode)
     full.set_quota({H200: 4})
     roomy.set_quota({H800: 5})
     for t, card in ((full, H200), (roomy, H800)):
@@ -125,7 +142,8 @@ def test_a_rolling_update_at_a_full_quota_completes_within_twice_one_with_room(
     at_full = rollout_seconds(full, "serve")
     with_room = rollout_seconds(roomy, "serve")
     print(
-        f"rollout of 4 pods with a 20 s shutdown: {at_full:.1f} s at a full quota, {with_room:.1f} s with room"
+        f"{mode} mode: rollout of 4 pods with a 20 s shutdown: {at_full:.1f} s at a full quota,"
+        f" {with_room:.1f} s with room"
     )
     # At a full quota the old pods' 20 s shutdowns run one after another (4 x 20 s); with one card
     # of room, two at a time: 2x is the floor, and 10% is this shared machine's noise.
@@ -135,12 +153,19 @@ def test_a_rolling_update_at_a_full_quota_completes_within_twice_one_with_room(
 
 
 def listed_line(t: Tenant) -> list[str]:
-    """The tenant's line as ``kubectl cardquota waiting -n NS`` lists it: the workloads' names."""
+    """The tenant's line as ``kubectl cardquota waiting -n NS`` lists it: the Deployments' names
+    (of the waiting ReplicaSets, or of the waiting pods)."""
     plugin = Path(sys.executable).parent / "kubectl-cardquota"
     args = [str(plugin), "waiting", "--kubeconfig", str(t.plane.kubeconfig), "-n", t.ns, "-o", "json"]
     done = subprocess.run(args, capture_output=True, text=True, timeout=60, check=True)
     entries = json.loads(done.stdout).get(t.queue, [])
-    return [entry["workload"].split("/")[1].rsplit("-", 1)[0] for entry in entries]
+    suffixes = 1 if t.mode == "deny" else 2  # web-<template hash>, web-<template hash>-<random>
+    return [entry["workload"].split("/")[1].rsplit("-", suffixes)[0] for entry in entries]
+
+
+def waits(t: Tenant, name: str) -> bool:
+    """Deny mode: ``name``'s controller was refused; wait mode: its pod is held under our gate."""
+    return refused(t, name) if t.mode == "deny" else any(gated(p) for p in pods_of(t, name))
 
 
 def priority_class(name: str, value: int) -> dict[str, Any]:
@@ -152,10 +177,11 @@ def priority_class(name: str, value: int) -> dict[str, Any]:
     }
 
 
+@pytest.mark.parametrize("mode", ["deny", "wait"])
 def test_waiters_are_served_by_priority_then_arrival_and_a_scale_up_does_not_overtake_them(
-    tenants: Callable[[], Tenant],
+    tenants: Callable[..., Tenant], mode: str
 ) -> None:
-    t = tenants()
+    t = tenants(mode)
     t.set_quota({H200: 3})
     high = f"cardquota-e2e-high-{t.ns}"
     t.plane.apply(priority_class(high, 1000))
@@ -167,7 +193,7 @@ def test_waiters_are_served_by_priority_then_arrival_and_a_scale_up_does_not_ove
             if priority:
                 workload["spec"]["template"]["spec"]["priorityClassName"] = priority
             t.plane.apply(workload, namespace=t.ns)
-            wait_for(f"{name} to be refused", lambda n=name: refused(t, n), timeout=30)  # type: ignore[misc]
+            wait_for(f"{name} to wait", lambda n=name: waits(t, n), timeout=30)  # type: ignore[misc]
             time.sleep(1.1)  # arrivals a second apart
         names = ("first", "second", "urgent")
         # A fresh process sees the line only through the marks on the ReplicaSets: as a new leader would.
@@ -177,22 +203,27 @@ def test_waiters_are_served_by_priority_then_arrival_and_a_scale_up_does_not_ove
             timeout=15,
         )
         order: list[str] = []
+
+        def served(name: str) -> bool:
+            return any(not gated(p) for p in pods_of(t, name))
+
         for hogs in (2, 1, 0):  # one card frees at a time
             t.plane.kubectl("scale", "-n", t.ns, "deployment/hog", f"--replicas={hogs}")
             want = len(order) + 1
             wait_for(
                 "the next in line to get its pod",
-                lambda want=want: len([x for x in names if pods_of(t, x)]) == want,  # type: ignore[misc]
+                lambda want=want: len([x for x in names if served(x)]) == want,  # type: ignore[misc]
                 timeout=15,
                 every=0.1,
             )
-            order += [x for x in names if pods_of(t, x) and x not in order]
+            order += [x for x in names if served(x) and x not in order]
             if hogs == 1:  # "second" still waits: a scale-up of "urgent" may not take what it waits for
                 denied = t.plane.kubectl(
                     "scale", "-n", t.ns, "deployment/urgent", "--replicas=2", check=False
                 )
                 assert denied.returncode != 0
-                ahead = r"1 waits ahead of it in the queue's line \(first: replicaset \S+/second-"
+                first = "replicaset" if mode == "deny" else "pod"
+                ahead = rf"1 waits ahead of it in the queue's line \(first: {first} \S+/second-"
                 assert re.search(ahead, denied.stderr), denied.stderr
         assert order == ["urgent", "first", "second"]
         t.wait_settled(3, timeout=30)

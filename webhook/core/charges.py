@@ -69,6 +69,7 @@ class PodIndex:
         self._by_node: dict[str, set[str]] = defaultdict(set)
         self._by_owner: dict[str, set[str]] = defaultdict(set)
         self._group_cards: dict[str, Counter[CardSpec]] = defaultdict(Counter)
+        self._group_bound: Counter[str] = Counter()  # PodGroup key -> its bound live pods
 
     def add(self, pod: PodRecord, charge: Charge | None, compute: ComputeCharge | None) -> str:
         """Index ``pod`` with its charges; returns its PodGroup's key when the group's demand
@@ -115,6 +116,8 @@ class PodIndex:
             self._free.use(pod.node_name, charge.card, sign * charge.count)
         if charge.group:
             self._group_cards[charge.group][charge.spec] += sign * charge.count
+            if charge.bound:
+                self._group_bound[charge.group] += sign
 
     def charge(self, uid: str) -> Charge | None:
         return self._charges.get(uid)
@@ -136,6 +139,10 @@ class PodIndex:
     def group_demand(self, key: str) -> Counter[CardSpec]:
         """What a PodGroup's existing pods charge, per card spec."""
         return self._group_cards.get(key) or Counter()
+
+    def group_bound(self, key: str) -> int:
+        """How many of a PodGroup's live pods are bound to a node."""
+        return self._group_bound.get(key, 0)
 
 
 class Charger:

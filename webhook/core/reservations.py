@@ -36,13 +36,14 @@ class Reservations:
         group: PodGroupRecord | None,
         asked: Mapping[CardSpec, int],
         existing: Counter[CardSpec],
+        bound: int,
     ) -> None:
         """Take back the group's old reservation, if any, and count the one it holds now: ``asked``
-        less ``existing`` (what its pods charge already)."""
+        less ``existing`` (what its pods charge already); ``bound``: its bound live pods."""
         old = self._held.pop(key, None)
         if old is not None:
             self._tree.count(old.queue, reservation=old, sign=-1)
-        new = reservation(group, asked, existing) if group is not None else None
+        new = reservation(group, asked, existing, bound) if group is not None else None
         if new is not None and (new.fixed or new.flex):
             self._held[key] = new
             self._tree.count(new.queue, reservation=new, sign=+1)
@@ -55,10 +56,15 @@ class Reservations:
 
 
 def reservation(
-    group: PodGroupRecord, asked: Mapping[CardSpec, int], existing: Counter[CardSpec]
+    group: PodGroupRecord, asked: Mapping[CardSpec, int], existing: Counter[CardSpec], bound: int
 ) -> Reservation | None:
-    """What ``group`` reserves beyond its existing pods' demand; None unless Inqueue or Running."""
+    """What ``group`` reserves beyond its existing pods' demand; None unless Inqueue, or Running with
+    at least ``minMember`` of its pods bound (``bound``): a Running group whose pods finished or
+    went below its minimum reserves nothing, as the plugin counts it (``capacity_card_queue.go``:
+    a Running job's inqueue part only while its allocated tasks reach ``minMember``)."""
     if group.phase not in RESERVING_PHASES:
+        return None
+    if group.phase == "Running" and bound < group.min_member:
         return None
     fixed: Counter[CardName] = Counter()
     flex: Counter[FlexKey] = Counter()

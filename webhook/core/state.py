@@ -373,7 +373,8 @@ class ClusterState:
         asked = self.group_request(group) if group is not None else {}
         existing = self.charged.group_demand(key)
         gated = self._gated.get(key)
-        self.reserved.refresh(key, group, asked, existing + gated if gated else existing)
+        bound = self.charged.group_bound(key)
+        self.reserved.refresh(key, group, asked, existing + gated if gated else existing, bound)
 
 
 def scale_key(workload: WorkloadRecord) -> str:

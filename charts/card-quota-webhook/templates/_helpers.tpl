@@ -74,3 +74,9 @@ namespaceSelector:
 {{- range $k, $v := . }}{{ $out = append $out (printf "%s=%v" $k $v) }}{{ end -}}
 {{- join "," $out -}}
 {{- end -}}
+
+{{/* CEL: the update removes the webhook's scheduling gate from the pod (SPEC §5c). */}}
+{{- define "cqw.gateRemoved" -}}
+{{- $has := "has(%s.spec.schedulingGates) && %s.spec.schedulingGates.exists(g, g.name == 'cardquota.volcano.sh/waiting')" -}}
+{{- printf "(%s) && !(%s)" (printf $has "oldObject" "oldObject") (printf $has "object" "object") -}}
+{{- end }}
