@@ -39,6 +39,12 @@ def inference(running: int = 6) -> ClusterState:
     return cluster(node("h200", H200, gpus=16), queue("q", '{"NVIDIA-H200": 8}'), *pods)
 
 
+def wait_queue(name: str, quota: str) -> dict[str, Any]:
+    obj = queue(name, quota)
+    obj["metadata"]["annotations"]["cardquota.volcano.sh/over-quota"] = "wait"
+    return obj
+
+
 def create(state: ClusterState, obj: dict[str, Any], resource: str = "deployments") -> Allowed:
     group = "batch.volcano.sh" if resource == "jobs" else "apps"
     decision = admission.validate(state, request(obj, resource=resource, group=group), 0.0)
@@ -62,6 +68,18 @@ def create(state: ClusterState, obj: dict[str, Any], resource: str = "deployment
             'deployment ns/chat asks 2 replicas of 1 NVIDIA-H200 each; none fit now: queue "q" has'
             " 0 NVIDIA-H200 left (quota 8: 8 running); the other 2 will be refused until cards free up, then created at once (its controller waits in the queue's line)",
             id="nothing left",
+        ),
+        pytest.param(
+            cluster(
+                node("h200", H200, gpus=16),
+                wait_queue("q", '{"NVIDIA-H200": 8}'),
+                *[pod(f"run-{i}", node_name="h200", phase="Running") for i in range(8)],
+            ),
+            deployment("chat", 2),
+            'deployment ns/chat asks 2 replicas of 1 NVIDIA-H200 each; none fit now: queue "q" has'
+            " 0 NVIDIA-H200 left (quota 8: 8 running); the other 2 will be created under a scheduling"
+            " gate and wait in the queue's line, each released the moment its cards free",
+            id="nothing left, wait mode",
         ),
         pytest.param(
             inference(7),

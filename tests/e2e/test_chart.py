@@ -165,8 +165,9 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
     assert conditions["not-by-the-webhook"] == (
         "request.userInfo.username != 'system:serviceaccount:card-quota:cq'"
     )
-    assert "oldObject.spec.schedulingGates.exists(g, g.name == 'cardquota.volcano.sh/waiting')" in (
-        conditions["our-gate-removed"]
+    assert (
+        "oldObject.spec.schedulingGates.exists(g, g.name == 'cardquota.volcano.sh/waiting')"
+        in (conditions["our-gate-removed"])
     )
     pods, podgroups = mutating["webhooks"]
     assert [r["resources"] for r in pods["rules"]] == [["pods"]]

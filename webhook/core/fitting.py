@@ -80,9 +80,16 @@ def warning(
             f" {replicas - most} can never run; {_fits(fit, more)} now"
         )
     limit, short = limit_of(state, queue, demand, fit, refusal)
-    rest = f"the other {missing - fit} will be refused" + (" until cards free up" if short else "")
-    if short and lines_up and state.over_quota(queue) == "deny":
-        rest += ", then created at once (its controller waits in the queue's line)"
+    line = short and lines_up and state.policy.waiting_line
+    if line and state.over_quota(queue) == "wait":
+        rest = (
+            f"the other {missing - fit} will be created under a scheduling gate and wait in the"
+            " queue's line, each released the moment its cards free"
+        )
+    else:
+        rest = f"the other {missing - fit} will be refused" + (" until cards free up" if short else "")
+        if line:
+            rest += ", then created at once (its controller waits in the queue's line)"
     return f"{lead}; {_fits(fit, more, 'only ')} now: {limit}; {rest}"
 
 
