@@ -1,14 +1,17 @@
-"""A property of the waiting line over random sequences of creates, frees, quota changes and
-priorities: it never calls beyond quota, never leaves its head waiting while the head fits, serves
-no one ahead of someone before it who fits, and equals the line rebuilt from scratch."""
+"""A property of the waiting line, in both modes, over random sequences of creates, frees, quota
+changes and priorities: it never calls or releases beyond quota, never leaves its head waiting
+while the head fits, serves no one ahead of someone before it who fits, and equals the line rebuilt
+from scratch. Deny mode: refused ReplicaSets wait and are called; wait mode: their pods are created
+under the gate and released."""
 
 from typing import Any
 
+import jsonpatch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.builders import H200, cluster, node, owner, pod, queue, replicaset, request
-from webhook.core import admission, calls
+from webhook.core import admission, calls, keys, patches
 from webhook.core.objects import pod_record, queue_record, workload_record
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed
@@ -28,9 +31,14 @@ class Model:
     the cache seeing every admitted pod at once (bound and running)."""
 
     def __init__(
-        self, quota: int, priorities: tuple[int, ...], replicas: tuple[int, ...], sizes: tuple[int, ...]
+        self,
+        quota: int,
+        priorities: tuple[int, ...],
+        replicas: tuple[int, ...],
+        sizes: tuple[int, ...],
+        mode: str = "deny",
     ) -> None:
-        self.quota, self.now, self.serial = quota, 1, 0
+        self.quota, self.now, self.serial, self.mode = quota, 1, 0, mode
         self.sizes = dict(zip(WORKLOADS, sizes, strict=True))
         self.priorities = dict(zip(WORKLOADS, priorities, strict=True))
         self.replicas = dict(zip(WORKLOADS, replicas, strict=True))
@@ -54,22 +62,30 @@ class Model:
         priority = self.priorities[rs_name] if rs_name else 0
         return pod(name, owner=ref, spec={"priority": priority}, count=self.sizes[rs_name] if rs_name else 1)
 
+    def _queue(self) -> dict[str, Any]:
+        obj = queue("q", f'{{"{H200}": {self.quota}}}')
+        obj["metadata"]["annotations"][keys.OVER_QUOTA] = self.mode
+        return obj
+
     def objects(self) -> list[dict[str, Any]]:
-        bound = [
-            {**p, "spec": {**p["spec"], "nodeName": "h200"}, "status": {"phase": "Running"}}
-            for p in self.live.values()
-        ]
         return [
             node("h200", H200, gpus=16),
-            queue("q", f'{{"{H200}": {self.quota}}}'),
+            self._queue(),
             *(self._rs(name) for name in WORKLOADS),
-            *bound,
+            *(self.seen(p) for p in self.live.values()),
         ]
 
+    @staticmethod
+    def seen(obj: dict[str, Any]) -> dict[str, Any]:
+        """The pod as the cache sees it: bound and running at once, unless it is gated."""
+        if gated(obj):
+            return obj
+        return {**obj, "spec": {**obj["spec"], "nodeName": "h200"}, "status": {"phase": "Running"}}
+
     def used(self) -> int:
-        """Cards the queue's live pods and the ledger's holds take."""
+        """Cards the queue's live pods (gated ones take none) and the ledger's holds take."""
         held = sum(pods * per_pod for (_, per_pod), pods in self.state.ledger.held("q").items())
-        return sum(self.size_of(p) for p in self.live.values()) * 1000 + held
+        return sum(self.size_of(p) for p in self.live.values() if not gated(p)) * 1000 + held
 
     def size_of(self, obj: dict[str, Any]) -> int:
         return int(obj["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
@@ -94,6 +110,9 @@ class Model:
         self.serial += 1
         obj = self._pod(f"{name}-{self.serial}", name)
         before, ahead = self.used(), self.ahead(name)
+        mutation = admission.mutate(self.state, request(obj), now=self.now)
+        assert isinstance(mutation, Allowed)
+        obj = jsonpatch.apply_patch(obj, [dict(op) for op in mutation.patch])
         review = request(obj)
         decision = admission.validate(self.state, review, self.now)
         admission.admit(self.state, review, decision, self.now)
@@ -102,9 +121,9 @@ class Model:
                 need = self.sizes[name] * 1000
                 assert before + need <= self.quota * 1000, "admitted beyond quota"
                 assert before + ahead + need <= self.quota * 1000, "admitted ahead of the line"
+            assert gated(obj) == (self.mode == "wait" and decision.reason.startswith("waits")), decision
             self.live[obj["metadata"]["uid"]] = obj
-            seen = {**obj, "spec": {**obj["spec"], "nodeName": "h200"}, "status": {"phase": "Running"}}
-            self.state.upsert_pod(pod_record(seen))
+            self.state.upsert_pod(pod_record(self.seen(obj)))
             return decision
         return None
 
@@ -120,7 +139,7 @@ class Model:
                     self.state.delete_pod(uid)
             case ("quota", quota):
                 self.quota = quota
-                self.state.upsert_queue(queue_record(queue("q", f'{{"{H200}": {quota}}}')))
+                self.state.upsert_queue(queue_record(self._queue()))
             case ("replicas", name, replicas):
                 self.replicas[name] = replicas
                 self.state.upsert_workload(workload_record(self._rs(name)))
@@ -137,8 +156,17 @@ class Model:
         for waiter, waiting in before:  # nobody is called into room that those ahead of it wait for
             assert pods.get(waiter.key, 0) * waiter.per_pod <= max(0, room), f"{waiter.what} overtook"
             room -= waiting * waiter.per_pod
-        for call in called:  # each controller is told to retry: its pods are admitted
-            name = call.waiter.what.split("/")[1]
+        for call in called:
+            if call.waiter.pod:  # released: the gate removed, as the caller's patch does
+                live = self.live[call.waiter.key]
+                ops = patches.release_patch(self.state, live, call.card)
+                assert ops is not None
+                live = jsonpatch.apply_patch(live, [dict(op) for op in ops])
+                assert not gated(live)
+                self.live[call.waiter.key] = live
+                self.state.upsert_pod(pod_record(self.seen(live)))
+                continue
+            name = call.waiter.what.split("/")[1]  # each controller is told to retry: admitted
             for _ in range(call.pods):
                 assert self.create(name) is not None, f"{name} was called but refused"
 
@@ -150,6 +178,10 @@ class Model:
             else:
                 self.marks[mark.name] = mark.text
             self.state.upsert_workload(workload_record(self._rs(mark.name)))
+
+
+def gated(obj: dict[str, Any]) -> bool:
+    return any(g.get("name") == keys.GATE for g in obj["spec"].get("schedulingGates") or [])
 
 
 def line(state: ClusterState) -> list[tuple[str, int, tuple[int, float, str]]]:
@@ -166,13 +198,14 @@ def check_head_not_starved(model: Model) -> None:
             room -= waiting * waiter.per_pod
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     quota=st.integers(0, 4),
     priorities=st.tuples(*(st.sampled_from((0, 0, 10)) for _ in WORKLOADS)),
     replicas=st.tuples(*(st.integers(0, 4) for _ in WORKLOADS)),
     sizes=st.tuples(*(st.integers(1, 2) for _ in WORKLOADS)),
     actions=st.lists(ACTIONS, max_size=40),
+    mode=st.sampled_from(("deny", "wait")),
 )
 def test_the_line_never_calls_beyond_quota_never_starves_its_head_and_equals_a_rebuild(
     quota: int,
@@ -180,8 +213,9 @@ def test_the_line_never_calls_beyond_quota_never_starves_its_head_and_equals_a_r
     replicas: tuple[int, ...],
     sizes: tuple[int, ...],
     actions: list[tuple[Any, ...]],
+    mode: str,
 ) -> None:
-    model = Model(quota, priorities, replicas, sizes)
+    model = Model(quota, priorities, replicas, sizes, mode)
     for action in actions:
         model.step(action)
         if action[0] == "call":

@@ -267,3 +267,13 @@ def test_a_podgroup_reserves_nothing_for_its_gated_pods_as_the_plugin_deducts_th
     assert used(state, origin="reserved") == 0
     state.delete_pod("uid-web-0")
     assert used(state, origin="reserved") == 1
+
+
+def test_a_smaller_pod_behind_a_larger_head_is_not_released_into_the_room_the_head_waits_for() -> None:
+    state = full(h200=2)
+    held(state, rs_pod("big", count=2), 10.0)
+    held(state, rs_pod("small"), 20.0)
+    state.delete_pod("occ-0")  # 1 card free: the head needs 2
+    assert release(state, 30.0) == []
+    state.delete_pod("occ-1")
+    assert [p["metadata"]["name"] for p in release(state, 31.0)] == ["big"]
