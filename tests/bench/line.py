@@ -1,5 +1,6 @@
 """``make bench``: how long a refused workload stays down after its cards free, with the waiting line
-and without it (the behaviour before the line), in one run against the REAL Volcano scheduler.
+(deny mode, then wait mode) and without it (the behaviour before the line), in one run against the
+REAL Volcano scheduler.
 
     python -m tests.bench.line [--refused 180] [--cap 420]
 
@@ -10,8 +11,11 @@ those labelled ``off``. In each arm, three full queues whose Deployment ``web`` 
 deleting another workload's pod, and by another pod finishing; and a rolling update (default
 strategy) of a Deployment of 4 one-card pods that uses its queue's whole quota, its pods taking 20 s
 to stop (with fewer than 4 replicas the default strategy's maxUnavailable rounds down to 0, and no
-rollout at a full quota can ever start its first new pod). Reported: seconds from the freeing write to the missing
-pods existing, and each rollout's length (a figure past ``--cap`` seconds is reported as such).
+rollout at a full quota can ever start its first new pod). Then the same again in wait mode (the
+kwok nodes have too few cards for a third arm at once): the pods held under the gate instead of
+refused. Reported: seconds from the freeing write to the missing pods existing (deny, off) or
+released and bound (wait), and each rollout's length (a figure past ``--cap`` seconds is reported
+as such).
 Skipped, with the reason, when the scheduler's source is not beside the repository.
 """
 
@@ -65,8 +69,10 @@ def server(plane: ControlPlane, tmp: Path, arm: str, *flags: str) -> Iterator[Pr
 class Arm:
     """One arm's cases: three refused workloads and two rollouts, on cards of their own."""
 
-    def __init__(self, plane: ControlPlane, arm: str, cards: dict[str, str]) -> None:
-        tenant = lambda: Tenant(plane, {LABEL: arm})  # noqa: E731
+    def __init__(self, plane: ControlPlane, arm: str, cards: dict[str, str], mode: str = "deny") -> None:
+        def tenant() -> Tenant:
+            return Tenant(plane, {LABEL: "off" if arm == "off" else "on"}, mode=mode)
+
         self.arm = arm
         self.cases = {
             "quota raised": Case(tenant(), cards["raised"], hog_deployment(cards["raised"]), web=1),
@@ -120,6 +126,20 @@ def until(
     return out
 
 
+def measure(arms: list[Arm], cap: float) -> dict[str, float | None]:
+    """Free every arm's cards and roll its Deployment; how long each took."""
+    started: dict[str, float] = {}
+    checks: dict[str, Callable[[], bool]] = {}
+    for arm in arms:
+        for name, when in arm.free().items():
+            started[f"{arm.arm}: {name}"] = when
+            checks[f"{arm.arm}: {name}"] = arm.cases[name].ready
+        started[f"{arm.arm}: rollout"] = time.monotonic()
+        roll(arm.rollout, "serve")
+        checks[f"{arm.arm}: rollout"] = (lambda t: lambda: rolled_out(t, "serve"))(arm.rollout)
+    return until(checks, started, cap)
+
+
 def shown(seconds: float | None, cap: float) -> str:
     return f"> {cap:.0f} s (not yet)" if seconds is None else f"{seconds:.1f} s"
 
@@ -142,26 +162,39 @@ def main() -> None:
                 server(plane, Path(tmp) / "on", "on"),
                 server(plane, Path(tmp) / "off", "off", "--no-waiting-line"),
             ):
-                arms = [
-                    Arm(plane, "on", {"raised": H200, "deleted": H800, "finished": R4090, "rollout": H200}),
-                    Arm(plane, "off", {"raised": MPS, "deleted": R4090, "finished": R4090D, "rollout": H800}),
+                took: dict[str, float | None] = {}
+                phases: list[Callable[[], list[Arm]]] = [
+                    lambda: [
+                        Arm(
+                            plane, "on", {"raised": H200, "deleted": H800, "finished": R4090, "rollout": H200}
+                        ),
+                        Arm(
+                            plane,
+                            "off",
+                            {"raised": MPS, "deleted": R4090, "finished": R4090D, "rollout": H800},
+                        ),
+                    ],
+                    lambda: [
+                        Arm(
+                            plane,
+                            "wait",
+                            {"raised": H200, "deleted": H800, "finished": R4090, "rollout": H200},
+                            mode="wait",
+                        )
+                    ],
                 ]
-                print(f"refusing for {args.refused:.0f} s ...", flush=True)
-                time.sleep(args.refused)
-                started: dict[str, float] = {}
-                checks: dict[str, Callable[[], bool]] = {}
-                for arm in arms:
-                    for name, when in arm.free().items():
-                        started[f"{arm.arm}: {name}"] = when
-                        checks[f"{arm.arm}: {name}"] = arm.cases[name].has_its_pods
-                    started[f"{arm.arm}: rollout"] = time.monotonic()
-                    roll(arm.rollout, "serve")
-                    checks[f"{arm.arm}: rollout"] = (lambda t: lambda: rolled_out(t, "serve"))(arm.rollout)
-                took = until(checks, started, args.cap)
+                for phase in phases:
+                    arms = phase()
+                    print(f"refusing (or holding) for {args.refused:.0f} s ...", flush=True)
+                    time.sleep(args.refused)
+                    took |= measure(arms, args.cap)
+                    for arm in arms:
+                        arm.delete()
                 print(
-                    f"\nrefused for {args.refused:.0f} s; seconds from the freeing write to the missing pods existing:"
+                    f"\nrefused or held for {args.refused:.0f} s; seconds from the freeing write to the"
+                    " missing pods existing (deny, off) or released and bound (wait):"
                 )
-                print(f"{'freed by':<36} {'line on':>14} {'line off':>22}")
+                print(f"{'freed by':<44} {'deny':>10} {'wait':>10} {'line off':>20}")
                 for name in (
                     "quota raised",
                     "a pod of another workload deleted",
@@ -169,11 +202,8 @@ def main() -> None:
                     "rollout",
                 ):
                     label = name if name != "rollout" else "rollout at a full quota (4 pods, 20 s stop)"
-                    print(
-                        f"{label:<36} {shown(took[f'on: {name}'], args.cap):>14} {shown(took[f'off: {name}'], args.cap):>22}"
-                    )
-                for arm in arms:
-                    arm.delete()
+                    figures = [shown(took[f"{arm}: {name}"], args.cap) for arm in ("on", "wait", "off")]
+                    print(f"{label:<44} {figures[0]:>10} {figures[1]:>10} {figures[2]:>20}")
         finally:
             plane.stop()
 

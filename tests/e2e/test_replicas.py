@@ -17,6 +17,7 @@ import pytest
 from tests.e2e.cluster import ControlPlane, free_port, wait_for
 from tests.e2e.objects import H200, SELECTOR, card_queue, queued_deployment
 from tests.e2e.registration import configurations
+from tests.e2e.test_webhook import gated_pods
 from tests.edges.serving import REVIEWS, Process
 
 
@@ -301,6 +302,38 @@ def test_a_leader_killed_while_a_workload_waits_leaves_the_line_to_the_next_one_
         assert len(called) == 1, [e["message"] for e in called]
         assert len(pods_named(control_plane, namespace, "web")) == 1
         wait_for("the mark removed", lambda: not marked(), timeout=15)
+
+
+def test_a_leader_killed_while_a_pod_waits_under_the_gate_leaves_it_to_the_next_one_which_releases_it_once(
+    control_plane: ControlPlane, replicas: list[Process], namespace: str, card_quota: Any
+) -> None:
+    with behind_balancer(control_plane, replicas, namespace):
+        queue_name = card_quota({H200: 1})
+        control_plane.kubectl("annotate", "queue", queue_name, "cardquota.volcano.sh/over-quota=wait")
+        control_plane.apply(queued_deployment("hog", 1, queue_name), namespace=namespace)
+        wait_for("the hog's pod", lambda: pods_named(control_plane, namespace, "hog"), timeout=60)
+        control_plane.apply(queued_deployment("web", 1, queue_name), namespace=namespace)
+        wait_for("web's pod under the gate", lambda: gated_pods(control_plane, namespace, "web"), timeout=30)
+        leader = next(p for p in replicas if ready(p))
+        leader.proc.kill()
+        wait_for("a new leader", lambda: [p for p in replicas if p is not leader and ready(p)], timeout=40)
+        control_plane.kubectl("delete", "-n", namespace, "deployment/hog", "--wait=false")
+        wait_for(
+            "web's pod, released by the new leader",
+            lambda: (
+                pods_named(control_plane, namespace, "web")
+                and not gated_pods(control_plane, namespace, "web")
+            ),
+            timeout=30,
+        )
+        time.sleep(3)  # a second release would have come by now
+        released = [
+            e
+            for e in control_plane.get("events", namespace=namespace)["items"]
+            if e["reason"] == "CardQuotaReleased"
+        ]
+        assert len(released) == 1, [e["message"] for e in released]
+        assert len(pods_named(control_plane, namespace, "web")) == 1
 
 
 def pods_named(plane: ControlPlane, namespace: str, prefix: str) -> list[dict[str, Any]]:

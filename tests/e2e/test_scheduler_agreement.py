@@ -25,6 +25,7 @@ from tests.e2e.agreement import (
     R4090D,
     Tenant,
     flex_deployment,
+    gated,
     volcano_job,
 )
 from tests.e2e.cluster import ControlPlane, wait_for
@@ -243,9 +244,12 @@ class Soak:
         self.log: list[str] = []
 
     def room(self) -> dict[str, int]:
-        """Quota minus the cards of every live pod, by the model its card.name names."""
+        """Quota minus the cards of every live pod (but those held under our gate), by the model
+        its card.name names."""
         used: Counter[str] = Counter()
         for pod in self.t.pods():
+            if gated(pod):
+                continue
             card = pod["metadata"]["annotations"]["volcano.sh/card.name"]
             limits = pod["spec"]["containers"][0]["resources"]["limits"]
             used[card] += int(next(iter(limits.values())))
@@ -343,9 +347,9 @@ def line_waiters(front: Process) -> int:
 
 def squeeze(soak: Soak, front: Process) -> None:
     """The waiting line under the real scheduler: the Deployments are made again while hogs hold a
-    quota of 2 of every card, so every pod is refused and each ReplicaSet waits in line; then the
-    quota comes back and the hogs go: each gets all its pods at once, within quota, and the line
-    ends empty."""
+    quota of 2 of every card, so every pod is refused and each ReplicaSet waits in line (deny mode)
+    or every pod is held under our gate (wait mode); then the quota comes back and the hogs go: each
+    gets all its pods at once, within quota and bound, and the line ends empty."""
     t, quota, wanted = soak.t, dict(soak.t.quota), dict(soak.deployments)
     for name in wanted:
         t.plane.kubectl("delete", "-n", t.ns, f"deployment/{name}", "--wait=false")
@@ -359,8 +363,14 @@ def squeeze(soak: Soak, front: Process) -> None:
     t.wait_settled(len(cards))
     for name, (spec, per_pod, replicas) in wanted.items():
         t.plane.apply(flex_deployment(name, replicas, spec, t.queue, per_pod), namespace=t.ns)
-    waiting = sum(1 for _, _, replicas in wanted.values() if replicas)
-    wait_for("every refused ReplicaSet waiting in line", lambda: line_waiters(front) == waiting, timeout=30)
+    if t.mode == "deny":
+        waiting = sum(1 for _, _, replicas in wanted.values() if replicas)
+    else:
+        waiting = sum(replicas for _, _, replicas in wanted.values())
+    wait_for(
+        "every refused ReplicaSet or held pod in line", lambda: line_waiters(front) == waiting, timeout=30
+    )
+    assert t.mode == "deny" or len([p for p in t.pods() if gated(p)]) == waiting
     soak.log.append(f"squeeze: {waiting} waiting")
     t.set_quota(quota)
     for i in range(len(cards)):
@@ -369,12 +379,22 @@ def squeeze(soak: Soak, front: Process) -> None:
     wait_for("the line to empty", lambda: line_waiters(front) == 0, timeout=10)
 
 
+@pytest.mark.parametrize("mode", ["deny", "wait"])
 def test_a_seeded_soak_of_creates_scales_deletes_and_jobs_keeps_the_pair_in_agreement(
-    tenant: Tenant, front: Process
+    volcano: ControlPlane, front: Process, mode: str
 ) -> None:
+    tenant = Tenant(volcano, mode=mode)
+    try:
+        soak_in(tenant, front)
+    finally:
+        tenant.delete()
+
+
+def soak_in(tenant: Tenant, front: Process) -> None:
     seed = int(os.environ.get("CARDQUOTA_SOAK_SEED", random.randrange(1 << 32)))
     print(
-        f"soak seed {seed} (replay: CARDQUOTA_SOAK_SEED={seed} pytest -k soak tests/e2e/test_scheduler_agreement.py)"
+        f"soak seed {seed}, {tenant.mode} mode (replay: CARDQUOTA_SOAK_SEED={seed} pytest -k"
+        f" 'soak and {tenant.mode}' tests/e2e/test_scheduler_agreement.py)"
     )
     rng = random.Random(seed)
     tenant.set_quota({card: rng.randint(0, cap) for card, cap in CAPACITY.items()})

@@ -340,3 +340,69 @@ def test_a_child_queue_under_a_full_parent_is_denied_with_the_parent_named(
         assert f"pod {namespace}/train-" in message
     finally:
         control_plane.kubectl("delete", "queue", child, parent, check=False)
+
+
+def gated_pods(plane: ControlPlane, namespace: str, prefix: str) -> list[dict[str, Any]]:
+    return [
+        p
+        for p in plane.get("pods", namespace=namespace)["items"]
+        if p["metadata"]["name"].startswith(f"{prefix}-")
+        and any(g["name"] == "cardquota.volcano.sh/waiting" for g in p["spec"].get("schedulingGates") or [])
+    ]
+
+
+def test_in_wait_mode_a_pod_that_does_not_fit_waits_gated_and_no_one_else_may_ungate_it(
+    control_plane: ControlPlane, webhook: Process, namespace: str, card_quota: Quota
+) -> None:
+    queue_name = card_quota({H200: 1})
+    control_plane.kubectl("annotate", "queue", queue_name, "cardquota.volcano.sh/over-quota=wait")
+    control_plane.apply(queued_deployment("hog", 1, queue_name), namespace=namespace)
+    wait_for("the hog's pod", lambda: control_plane.get("pods", namespace=namespace)["items"], timeout=60)
+    control_plane.apply(queued_deployment("web", 1, queue_name), namespace=namespace)
+    (held,) = wait_for(
+        "web's pod, held under the gate", lambda: gated_pods(control_plane, namespace, "web"), timeout=30
+    )
+    name = held["metadata"]["name"]
+    waiting = events(control_plane, namespace, "CardQuotaWaiting")
+    assert not events(control_plane, namespace, "FailedCreate")
+    # Someone with every right to update pods in the namespace tries to let it through.
+    rbac = [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "pod-editor"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "update", "patch"]}
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "pod-editor"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-editor"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "mallory"}],
+        },
+    ]
+    control_plane.apply(*rbac, namespace=namespace)
+    remove = json.dumps([{"op": "remove", "path": "/spec/schedulingGates/0"}])
+    args = ("--as=mallory", "patch", "-n", namespace, f"pod/{name}", "--type=json", "-p", remove)
+    denied = control_plane.kubectl(*args, check=False)
+    assert denied.returncode != 0
+    assert (
+        f'pod {namespace}/{name} waits 1st in queue "{queue_name}"\'s line for 1 NVIDIA-H200 under the'
+        " scheduling gate cardquota.volcano.sh/waiting; only the card-quota webhook removes it"
+    ) in denied.stderr, denied.stderr
+    assert gated_pods(control_plane, namespace, "web")
+    wait_for(
+        "the CardQuotaWaiting Event",
+        lambda: events(control_plane, namespace, "CardQuotaWaiting") or waiting,
+        timeout=10,
+    )
+    # Its card frees: the webhook itself removes the gate (its removal is never sent to it).
+    control_plane.kubectl("delete", "-n", namespace, "deployment/hog", "--wait=false")
+    wait_for("web released", lambda: not gated_pods(control_plane, namespace, "web"), timeout=30)
+    (released,) = events(control_plane, namespace, "CardQuotaReleased")
+    assert released["involvedObject"]["name"] == name
+    assert released["message"].startswith(
+        f'cards freed in queue "{queue_name}": released to run on 1 NVIDIA-H200'
+    )

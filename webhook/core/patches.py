@@ -48,7 +48,7 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
     demand = pod_demand(template, state.inventory, state.policy)
     if not isinstance(demand, PodDemand):
         return Allowed("not a card pod (or refused by validation)")
-    gate = _gate_ops(state, request, now)
+    gate = _gate_ops(state, request, template, now)
     chosen = None
     if gate is not None:
         ops = [*_card_name_ops(template, demand.spec), *gate]
@@ -95,7 +95,9 @@ def _card_name_ops(template: PodTemplate, spec: CardSpec) -> list[PatchOp]:
     return []
 
 
-def _gate_ops(state: ClusterState, request: Request, now: float) -> list[PatchOp] | None:
+def _gate_ops(
+    state: ClusterState, request: Request, template: PodTemplate, now: float
+) -> list[PatchOp] | None:
     """The ops that hold the pod under our gate with its waiting mark: those still missing when it
     carries the gate already (a second pass, or a template that sets it), None when it is not to
     wait (it fits, or it is refused whatever the mode)."""
@@ -104,6 +106,13 @@ def _gate_ops(state: ClusterState, request: Request, now: float) -> list[PatchOp
     gates = spec.get("schedulingGates")
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     if pod_waiting(gates, annotations) is None:
+        if not state.policy.waiting_line or controller_of(pod) is None:
+            return None
+        record = pod_record(pod, template)
+        if not record.namespace or record.namespace == "default":
+            record = replace(record, namespace=request.namespace or record.namespace)
+        if state.over_quota(state.queue_of_pod(record)) != "wait":
+            return None  # deny mode: validation alone decides (no second check on the hot path)
         decision = decisions.decide_pod_create(state, request, now)
         if not (isinstance(decision, Denied) and decision.cause == WAITS):
             return None
