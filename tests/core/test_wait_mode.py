@@ -9,6 +9,7 @@ import pytest
 
 from tests.builders import H200, R4090, cluster, node, owner, pod, podgroup, queue, request, scale_request
 from tests.builders import deployment as deployment_obj
+from tests.builders import replicaset as replicaset_obj
 from webhook.core import admission, calls, keys, patches
 from webhook.core.cards import UNIT
 from webhook.core.objects import pod_record, podgroup_record
@@ -277,3 +278,24 @@ def test_a_smaller_pod_behind_a_larger_head_is_not_released_into_the_room_the_he
     assert release(state, 30.0) == []
     state.delete_pod("occ-1")
     assert [p["metadata"]["name"] for p in release(state, 31.0)] == ["big"]
+
+
+def test_a_volcano_workload_holds_one_pod_at_a_time_until_its_podgroup_is_enqueued() -> None:
+    """The capacity-card plugin enqueues a PodGroup only when every pod of it fits, gated ones
+    included: so while the ReplicaSet's group is not enqueued, its second pod is refused and the
+    ReplicaSet waits in the line instead; once the group runs, its pods wait gated again."""
+    ref = owner("ReplicaSet", "web", "uid-web")
+    rs = replicaset_obj("web", 3, "web")
+    rs["metadata"]["uid"] = "uid-web"
+    state = full(rs, podgroup("pg-web", "Pending", f'{{"{H200}": 1}}', owner_ref=ref))
+    volcano = {"schedulerName": "volcano"}
+    first = held(state, rs_pod("web-0", spec=volcano), 10.0)
+    assert first["spec"]["schedulingGates"] == [{"name": keys.GATE}]
+    decision, second = create(state, rs_pod("web-1", spec=volcano), 11.0)
+    assert isinstance(decision, Denied) and "schedulingGates" not in second["spec"]
+    assert decision.message.endswith(
+        "its controller waits 2nd in the queue's line and is told to retry the moment its cards free"
+    )
+    state.upsert_podgroup(podgroup_record(podgroup("pg-web", "Running", f'{{"{H200}": 1}}', owner_ref=ref)))
+    decision, third = create(state, rs_pod("web-2", spec=volcano), 12.0)
+    assert isinstance(decision, Allowed) and third["spec"]["schedulingGates"] == [{"name": keys.GATE}]

@@ -178,9 +178,11 @@ class Case:
         t.plane.apply(hog(t), namespace=t.ns)
         wait_for(f"the hog of {t.ns} to be bound", lambda: t.settled(1), timeout=60)
         t.plane.apply(app("web", web, card, t), namespace=t.ns)
-        if t.mode == "wait":
-            held = lambda: len([p for p in pods_of(t, "web") if gated(p)]) == web  # noqa: E731
+        if t.mode == "wait":  # one pod held; more would keep its PodGroup from being enqueued
+            held = lambda: len([p for p in pods_of(t, "web") if gated(p)]) == 1  # noqa: E731
             wait_for(f"web of {t.ns} to be held under the gate", held, timeout=30)
+            if web > 1:
+                wait_for(f"the rest of web of {t.ns} to be refused", lambda: refused(t, "web"), timeout=30)
         else:
             wait_for(f"web of {t.ns} to be refused", lambda: refused(t, "web"), timeout=30)
 

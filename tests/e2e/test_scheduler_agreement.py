@@ -363,15 +363,17 @@ def squeeze(soak: Soak, front: Process) -> None:
     t.wait_settled(len(cards))
     for name, (spec, per_pod, replicas) in wanted.items():
         t.plane.apply(flex_deployment(name, replicas, spec, t.queue, per_pod), namespace=t.ns)
-    if t.mode == "deny":
-        waiting = sum(1 for _, _, replicas in wanted.values() if replicas)
-    else:
-        waiting = sum(replicas for _, _, replicas in wanted.values())
+    # Deny mode: each ReplicaSet waits. Wait mode: its first pod waits under the gate, and the
+    # ReplicaSet of the rest (its PodGroup is enqueued only whole, so one pod is held at a time).
+    held = sum(1 for _, _, replicas in wanted.values() if replicas) if t.mode == "wait" else 0
+    waiting = sum(1 for _, _, replicas in wanted.values() if replicas > (1 if t.mode == "wait" else 0))
     wait_for(
-        "every refused ReplicaSet or held pod in line", lambda: line_waiters(front) == waiting, timeout=30
+        "every refused ReplicaSet and held pod in line",
+        lambda: line_waiters(front) == waiting + held,
+        timeout=30,
     )
-    assert t.mode == "deny" or len([p for p in t.pods() if gated(p)]) == waiting
-    soak.log.append(f"squeeze: {waiting} waiting")
+    assert len([p for p in t.pods() if gated(p)]) == held
+    soak.log.append(f"squeeze: {waiting} ReplicaSets and {held} pods waiting")
     t.set_quota(quota)
     for i in range(len(cards)):
         t.plane.kubectl("delete", "-n", t.ns, f"deployment/hog{i}", "--wait=false")

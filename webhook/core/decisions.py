@@ -169,10 +169,21 @@ def _waits(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand) -
     (it is refused: the line is off, it is no controller's pod, or it could never fit)."""
     if not state.policy.waiting_line or not _may_wait(state, pod, queue, demand):
         return ""
-    if state.over_quota(queue) == "wait":
+    if state.over_quota(queue) == "wait" and not _one_gated_already(state, pod):
         return "wait"
     owner = state.workloads_by_uid.get(pod.owner.uid) if pod.owner is not None else None
     return "deny" if owner is not None and owner.kind in WAITING_KINDS else ""
+
+
+def _one_gated_already(state: ClusterState, pod: PodRecord) -> bool:
+    """A Volcano pod whose workload has a pod under our gate already and no PodGroup enqueued yet:
+    the capacity-card plugin enqueues a PodGroup only when every pod of it fits, gated ones
+    included (``capacity_card_job.go``: its request sums every task), so a second gated pod would
+    keep the first from running once released. It is refused instead, and its controller waits in
+    the line (deny mode's way) until the group is enqueued."""
+    if pod.owner is None or pod.template.scheduler not in state.policy.volcano_schedulers:
+        return False
+    return state.unenqueued_gated(pod.owner.uid) > 0
 
 
 def _may_wait(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand) -> bool:

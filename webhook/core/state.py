@@ -298,6 +298,19 @@ class ClusterState:
         """Workloads that wait in line or carry a waiting mark (``calls.marks`` reconciles them)."""
         return self._refused.all()
 
+    def unenqueued_gated(self, owner_uid: str) -> int:
+        """How many pods of ``owner_uid`` wait under our gate while none of its PodGroups is
+        Inqueue or Running (0 once one is): those pods' group is enqueued only whole."""
+        groups = self._owner_groups.get(owner_uid, ())
+        if any(
+            (g := self.podgroups.get(key)) is not None and g.phase in ("Inqueue", "Running") for key in groups
+        ):
+            return 0
+        pods = self.pods
+        return sum(
+            1 for uid in self.charged.owned_by(owner_uid) if (p := pods.get(uid)) and p.waiting and p.is_live
+        )
+
     def waiting_pods(self, waiter: Waiter) -> int:
         """The pods ``waiter`` still waits for: those not called yet (held in the ledger)."""
         entry = self.ledger.get(waiter.hold)
