@@ -299,3 +299,17 @@ def test_a_volcano_workload_holds_one_pod_at_a_time_until_its_podgroup_is_enqueu
     state.upsert_podgroup(podgroup_record(podgroup("pg-web", "Running", f'{{"{H200}": 1}}', owner_ref=ref)))
     decision, third = create(state, rs_pod("web-2", spec=volcano), 12.0)
     assert isinstance(decision, Allowed) and third["spec"]["schedulingGates"] == [{"name": keys.GATE}]
+
+
+def test_a_released_pod_still_pending_keeps_its_siblings_from_the_gate_until_its_group_is_enqueued() -> None:
+    ref = owner("ReplicaSet", "web", "uid-web")
+    rs = replicaset_obj("web", 2, "web")
+    rs["metadata"]["uid"] = "uid-web"
+    state = full(rs, podgroup("pg-web", "Pending", f'{{"{H200}": 1}}', owner_ref=ref))
+    volcano = {"schedulerName": "volcano"}
+    held(state, rs_pod("web-0", spec=volcano), 10.0)
+    state.delete_pod("occ-0")
+    [released] = release(state, 11.0)  # pending: its group not enqueued yet
+    assert "nodeName" not in released["spec"]
+    decision, second = create(state, rs_pod("web-1", spec=volcano), 12.0)
+    assert isinstance(decision, Denied) and "schedulingGates" not in second["spec"]

@@ -176,14 +176,14 @@ def _waits(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand) -
 
 
 def _one_gated_already(state: ClusterState, pod: PodRecord) -> bool:
-    """A Volcano pod whose workload has a pod under our gate already and no PodGroup enqueued yet:
-    the capacity-card plugin enqueues a PodGroup only when every pod of it fits, gated ones
-    included (``capacity_card_job.go``: its request sums every task), so a second gated pod would
-    keep the first from running once released. It is refused instead, and its controller waits in
-    the line (deny mode's way) until the group is enqueued."""
+    """A Volcano pod whose workload has an unbound pod already (gated, or released and pending)
+    and no PodGroup enqueued yet: the capacity-card plugin enqueues a PodGroup only when every pod
+    of it fits, gated ones included (``capacity_card_job.go``: its request sums every task), so a
+    second gated pod would keep the first from running once released. It is refused instead, and
+    its controller waits in the line (deny mode's way) until the group is enqueued."""
     if pod.owner is None or pod.template.scheduler not in state.policy.volcano_schedulers:
         return False
-    return state.unenqueued_gated(pod.owner.uid) > 0
+    return state.unenqueued_pods(pod.owner.uid) > 0
 
 
 def _may_wait(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand) -> bool:

@@ -298,9 +298,10 @@ class ClusterState:
         """Workloads that wait in line or carry a waiting mark (``calls.marks`` reconciles them)."""
         return self._refused.all()
 
-    def unenqueued_gated(self, owner_uid: str) -> int:
-        """How many pods of ``owner_uid`` wait under our gate while none of its PodGroups is
-        Inqueue or Running (0 once one is): those pods' group is enqueued only whole."""
+    def unenqueued_pods(self, owner_uid: str) -> int:
+        """How many live pods of ``owner_uid`` are not bound (gated, or released and pending) while
+        none of its PodGroups is Inqueue or Running (0 once one is): their group is enqueued only
+        when all of them fit."""
         groups = self._owner_groups.get(owner_uid, ())
         if any(
             (g := self.podgroups.get(key)) is not None and g.phase in ("Inqueue", "Running") for key in groups
@@ -308,7 +309,9 @@ class ClusterState:
             return 0
         pods = self.pods
         return sum(
-            1 for uid in self.charged.owned_by(owner_uid) if (p := pods.get(uid)) and p.waiting and p.is_live
+            1
+            for uid in self.charged.owned_by(owner_uid)
+            if (p := pods.get(uid)) and p.is_live and not p.node_name
         )
 
     def waiting_pods(self, waiter: Waiter) -> int:
