@@ -10,7 +10,7 @@ import pytest
 from tests.builders import H200, R4090, cluster, node, owner, pod, podgroup, queue, request, scale_request
 from tests.builders import deployment as deployment_obj
 from tests.builders import replicaset as replicaset_obj
-from webhook.core import admission, calls, keys, patches
+from webhook.core import admission, calls, keys, patches, report
 from webhook.core.cards import UNIT
 from webhook.core.objects import pod_record, podgroup_record
 from webhook.core.state import ClusterState
@@ -313,3 +313,15 @@ def test_a_released_pod_still_pending_keeps_its_siblings_from_the_gate_until_its
     assert "nodeName" not in released["spec"]
     decision, second = create(state, rs_pod("web-1", spec=volcano), 12.0)
     assert isinstance(decision, Denied) and "schedulingGates" not in second["spec"]
+
+
+def test_waiting_lists_the_held_pods_in_order_in_their_namespace() -> None:
+    state = full()
+    for now, name in ((10.0, "a"), (20.0, "b")):
+        held(state, rs_pod(name), now)
+    listed = report.lines(state, namespace="ns")
+    assert [(e["place"], e["workload"], e["pods"]) for e in listed["q"]] == [
+        (1, "pod ns/a", 1),
+        (2, "pod ns/b", 1),
+    ]
+    assert report.lines(state, namespace="other") == {}

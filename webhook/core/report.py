@@ -75,8 +75,8 @@ def lines(state: ClusterState, namespace: str = "") -> dict[str, list[dict[str, 
     for queue in state.line.queues():
         entries = []
         for place, waiter in enumerate(state.line.line(queue), start=1):
-            workload = state.workloads_by_uid.get(waiter.key)
-            where = workload.namespace if workload is not None else ""
+            owner = state.pods.get(waiter.key) if waiter.pod else state.workloads_by_uid.get(waiter.key)
+            where = owner.namespace if owner is not None else ""
             if namespace and where != namespace:
                 continue
             entries.append(
