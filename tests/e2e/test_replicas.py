@@ -6,7 +6,7 @@ import contextlib
 import ssl
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -284,23 +284,8 @@ def test_a_leader_killed_while_a_workload_waits_leaves_the_line_to_the_next_one_
             )
 
         wait_for("web to be refused and marked as waiting", marked, timeout=30)
-        leader = next(p for p in replicas if ready(p))
-        leader.proc.kill()
-        wait_for("a new leader", lambda: [p for p in replicas if p is not leader and ready(p)], timeout=40)
-        control_plane.kubectl("delete", "-n", namespace, "deployment/hog", "--wait=false")
-        wait_for(
-            "web's pod, called by the new leader",
-            lambda: pods_named(control_plane, namespace, "web"),
-            timeout=30,
-        )
-        time.sleep(3)  # a second call would have come by now
-        called = [
-            e
-            for e in control_plane.get("events", namespace=namespace)["items"]
-            if e["reason"] == "CardQuotaCalled"
-        ]
-        assert len(called) == 1, [e["message"] for e in called]
-        assert len(pods_named(control_plane, namespace, "web")) == 1
+        served = lambda: pods_named(control_plane, namespace, "web")  # noqa: E731
+        kill_the_leader_then_free_the_card(control_plane, replicas, namespace, served, "CardQuotaCalled")
         wait_for("the mark removed", lambda: not marked(), timeout=15)
 
 
@@ -314,26 +299,33 @@ def test_a_leader_killed_while_a_pod_waits_under_the_gate_leaves_it_to_the_next_
         wait_for("the hog's pod", lambda: pods_named(control_plane, namespace, "hog"), timeout=60)
         control_plane.apply(queued_deployment("web", 1, queue_name), namespace=namespace)
         wait_for("web's pod under the gate", lambda: gated_pods(control_plane, namespace, "web"), timeout=30)
-        leader = next(p for p in replicas if ready(p))
-        leader.proc.kill()
-        wait_for("a new leader", lambda: [p for p in replicas if p is not leader and ready(p)], timeout=40)
-        control_plane.kubectl("delete", "-n", namespace, "deployment/hog", "--wait=false")
-        wait_for(
-            "web's pod, released by the new leader",
-            lambda: (
-                pods_named(control_plane, namespace, "web")
-                and not gated_pods(control_plane, namespace, "web")
-            ),
-            timeout=30,
-        )
-        time.sleep(3)  # a second release would have come by now
-        released = [
-            e
-            for e in control_plane.get("events", namespace=namespace)["items"]
-            if e["reason"] == "CardQuotaReleased"
-        ]
-        assert len(released) == 1, [e["message"] for e in released]
-        assert len(pods_named(control_plane, namespace, "web")) == 1
+
+        def served() -> bool:
+            return bool(pods_named(control_plane, namespace, "web")) and not gated_pods(
+                control_plane, namespace, "web"
+            )
+
+        kill_the_leader_then_free_the_card(control_plane, replicas, namespace, served, "CardQuotaReleased")
+
+
+def kill_the_leader_then_free_the_card(
+    control_plane: ControlPlane,
+    replicas: list[Process],
+    namespace: str,
+    served: Callable[[], Any],
+    reason: str,
+) -> None:
+    """SIGKILL the leader while web waits; once another leads, the hog goes: web is served by the
+    new leader exactly once (one Event ``reason``) and has one pod."""
+    leader = next(p for p in replicas if ready(p))
+    leader.proc.kill()
+    wait_for("a new leader", lambda: [p for p in replicas if p is not leader and ready(p)], timeout=40)
+    control_plane.kubectl("delete", "-n", namespace, "deployment/hog", "--wait=false")
+    wait_for("web served by the new leader", served, timeout=30)
+    time.sleep(3)  # a second call or release would have come by now
+    events = [e for e in control_plane.get("events", namespace=namespace)["items"] if e["reason"] == reason]
+    assert len(events) == 1, [e["message"] for e in events]
+    assert len(pods_named(control_plane, namespace, "web")) == 1
 
 
 def pods_named(plane: ControlPlane, namespace: str, prefix: str) -> list[dict[str, Any]]:
