@@ -464,7 +464,7 @@ def test_in_cert_manager_mode_cert_manager_issues_the_certificate_and_injects_it
             ]
 
         wait_for("the CA injector to fill every caBundle", lambda: all(bundles()), timeout=60)
-        assert bundles() == [secret["ca.crt"]] * 3
+        assert bundles() == [secret["ca.crt"]] * 4  # validate, gates.validate, pods and podgroups mutate
         certificate = x509.load_pem_x509_certificate(base64.b64decode(secret["tls.crt"]))
         names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         assert f"{release}.{namespace}.svc" in names.get_values_for_type(x509.DNSName)
