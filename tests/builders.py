@@ -113,6 +113,35 @@ def deployment(
     }
 
 
+def batch_job(
+    name: str,
+    parallelism: int | None = 1,
+    card: str | None = H200,
+    *,
+    completions: int | None = None,
+    succeeded: int = 0,
+    suspend: bool = False,
+    finished: str = "",
+    **kw: Any,
+) -> dict[str, Any]:
+    """A batch/v1 Job; ``finished``: a condition type set True (e.g. "Complete")."""
+    status: dict[str, Any] = {"succeeded": succeeded}
+    if finished:
+        status["conditions"] = [{"type": finished, "status": "True"}]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": "ns", "uid": f"uid-batch-{name}"},
+        "spec": {
+            "parallelism": parallelism,
+            "completions": completions,
+            "suspend": suspend,
+            "template": template(card, **kw),
+        },
+        "status": status,
+    }
+
+
 def replicaset(
     name: str, replicas: int, deployment_name: str, card: str | None = H200, **kw: Any
 ) -> dict[str, Any]:

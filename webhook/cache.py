@@ -21,7 +21,7 @@ from typing import Any, Protocol
 import orjson
 
 from webhook import listing
-from webhook.core import ingest
+from webhook.core import ingest, objects
 from webhook.core.state import ClusterState
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,11 @@ class Kind:
     name: str  # the object kind, e.g. "Pod"
     api_version: str  # e.g. "v1", "apps/v1"
     plural: str  # e.g. "pods"
+
+    @property
+    def record(self) -> str:
+        """The kind the state holds its objects under (a batch/v1 Job is ``Job.batch``)."""
+        return objects.record_kind(self.name, self.api_version)
 
     @property
     def path(self) -> str:
@@ -54,10 +59,17 @@ KINDS = (
     Kind("StatefulSet", "apps/v1", "statefulsets"),
     Kind("ReplicaSet", "apps/v1", "replicasets"),
     Kind("Job", "batch.volcano.sh/v1alpha1", "jobs"),
+    Kind("Job", "batch/v1", "jobs"),
     Kind("PodGroup", "scheduling.volcano.sh/v1beta1", "podgroups"),
     Kind("Pod", "v1", "pods"),
 )
 PODS = KINDS[-1]
+
+
+def kind_of(name: str, api_version: str) -> Kind | None:
+    """The watched kind an owner reference names (its API group told apart: two kinds are Jobs)."""
+    group = api_version.rpartition("/")[0]
+    return next((k for k in KINDS if k.name == name and k.api_version.rpartition("/")[0] == group), None)
 
 
 class Expired(Exception):

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from webhook import cache
 from webhook.core import calls, keys, patches
 from webhook.core.cards import amount
-from webhook.core.line import Waiter, ordinal
+from webhook.core.line import CALLED_KINDS, Waiter, ordinal
 from webhook.core.objects import PodRecord, WorkloadRecord, moment
 from webhook.core.state import ClusterState
 
@@ -173,9 +173,10 @@ class LineCaller:
         self._written[workload.uid] = (mark.text, now)
 
     async def _event(self, workload: WorkloadRecord, reason: str, message: str) -> None:
+        kind = _kind(workload)
         involved = {
-            "apiVersion": "apps/v1",
-            "kind": workload.kind,
+            "apiVersion": kind.api_version if kind else "apps/v1",
+            "kind": kind.name if kind else workload.kind,
             "name": workload.name,
             "uid": workload.uid,
         }
@@ -188,7 +189,7 @@ class LineCaller:
 def _kind(workload: WorkloadRecord | None) -> cache.Kind | None:
     if workload is None:
         return None
-    return next((k for k in cache.KINDS if k.name == workload.kind and k.api_version == "apps/v1"), None)
+    return next((k for k in cache.KINDS if k.record == workload.kind and k.record in CALLED_KINDS), None)
 
 
 def _cards(waiter: Waiter) -> str:

@@ -197,7 +197,7 @@ class LiveSource:
                 log.warning("could not record an Event", extra={"queue": queue, "error": str(exc)})
 
     async def fetch(self, ref: OwnerRef, namespace: str) -> dict[str, Any] | None:
-        kind = next((k for k in cache.KINDS if k.name == ref.kind), None)
+        kind = cache.kind_of(ref.kind, ref.api_version)
         if self._transport is None or kind is None:
             return None
         try:

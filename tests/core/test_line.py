@@ -9,9 +9,22 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests.builders import H200, R4090, cluster, node, owner, pod, queue, replicaset, request, scale_request
+from tests.builders import (
+    H200,
+    R4090,
+    batch_job,
+    cluster,
+    node,
+    owner,
+    pod,
+    queue,
+    replicaset,
+    request,
+    scale_request,
+    vcjob,
+)
 from tests.builders import deployment as deployment_obj
-from webhook.core import admission, calls, report
+from webhook.core import admission, calls, ingest, report
 from webhook.core.objects import mark_text, pod_record, queue_record, waiting_mark, workload_record
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
@@ -268,6 +281,66 @@ def test_status_lists_each_queues_line_in_order() -> None:
     table = report.status_table(report.cluster_status(state))
     assert "WAITING LINES (first in line first)" in table
     assert "q                    1  replicaset ns/b" in table
+
+
+def job_pod(job: str, index: int, **kw: Any) -> dict[str, Any]:
+    return pod(f"{job}-{index}", owner=owner("Job", job, f"uid-batch-{job}", api="batch/v1"), **kw)
+
+
+def test_a_refused_batch_job_waits_in_line_is_called_and_its_pods_are_covered() -> None:
+    state = full_queue(batch_job("train", 2, completions=4))
+    decision = create(state, job_pod("train", 0), now=10.0)
+    assert isinstance(decision, Denied)
+    assert decision.message.endswith(
+        "its controller waits 1st in the queue's line and is told to retry the moment its cards free"
+    )
+    assert order(state) == [("job.batch ns/train", 2)]
+    assert [(m.kind, m.name) for m in calls.marks(state)] == [("Job.batch", "train")]
+    state.delete_pod("uid-ns-occupant-0")
+    assert [(c.waiter.what, c.pods) for c in calls.call_next(state, now=11.0)] == [("job.batch ns/train", 1)]
+    assert isinstance(create(state, pod("other"), now=11.5), Denied)  # held for the job
+    assert isinstance(create(state, job_pod("train", 0), now=12.0), Allowed)
+    assert order(state) == [("job.batch ns/train", 1)]
+
+
+@pytest.mark.parametrize(
+    ("job", "wants"),
+    [
+        pytest.param(batch_job("j", 3), 3, id="parallelism without completions"),
+        pytest.param(batch_job("j", 3, succeeded=1), 0, id="a work queue once one pod succeeded"),
+        pytest.param(batch_job("j", 3, completions=5, succeeded=3), 2, id="no more than completions left"),
+        pytest.param(batch_job("j", 2, completions=5, succeeded=1), 2, id="parallelism when more are left"),
+        pytest.param(batch_job("j", None, completions=4), 1, id="parallelism defaults to 1"),
+        pytest.param(batch_job("j", 3, suspend=True), 0, id="suspended"),
+        pytest.param(batch_job("j", 3, finished="Complete"), 0, id="complete"),
+        pytest.param(batch_job("j", 3, finished="FailureTarget"), 0, id="failing"),
+        pytest.param(batch_job("j", 0), 0, id="parallelism 0"),
+    ],
+)
+def test_a_batch_job_waits_for_the_pods_its_controller_still_wants(job: dict[str, Any], wants: int) -> None:
+    assert workload_record(job).replicas == wants
+
+
+def test_a_batch_job_that_completes_or_is_deleted_leaves_the_line() -> None:
+    state = full_queue(batch_job("a", 1), batch_job("b", 1))
+    for name in ("a", "b"):
+        assert isinstance(create(state, job_pod(name, 0), now=10.0), Denied)
+    assert len(order(state)) == 2
+    state.upsert_workload(workload_record(batch_job("a", 1, finished="Complete")))
+    ingest.remove(state, batch_job("b", 1))
+    assert order(state) == []
+
+
+def test_a_batch_job_and_a_volcano_job_of_one_name_are_held_apart() -> None:
+    volcano = vcjob("train", [(1, replicaset("x", 1, "x")["spec"]["template"])])
+    state = full_queue(volcano, batch_job("train", 1))
+    assert state.workload("Job", "ns", "train") is not None
+    assert state.workload("Job.batch", "ns", "train") is not None
+    ingest.remove(state, batch_job("train", 1))
+    assert state.workload("Job.batch", "ns", "train") is None
+    assert state.workload("Job", "ns", "train") is not None
+    assert set(ingest.identities(state, "Job", "batch.volcano.sh/v1alpha1")) == {"ns/train"}
+    assert ingest.identities(state, "Job", "batch/v1") == {}
 
 
 def test_with_the_line_off_a_refusal_is_all_there_is() -> None:

@@ -155,8 +155,20 @@ def app(name: str, replicas: int, card: str, t: Tenant, **annotations: str) -> d
     return deployment_of(name, replicas, template)
 
 
-def pods_of(t: Tenant, name: str) -> list[dict[str, Any]]:
-    return [p for p in t.pods() if p["metadata"]["name"].startswith(f"{name}-")]
+def batch_job(name: str, pods: int, card: str, t: Tenant) -> dict[str, Any]:
+    """A batch/v1 Job of ``pods`` card pods, all at once (its parallelism and completions)."""
+    template = card_template(card, t.queue)
+    template["spec"]["restartPolicy"] = "Never"
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name},
+        "spec": {"parallelism": pods, "completions": pods, "template": template},
+    }
+
+
+def pods_of(t: Tenant, name: str, finished: bool = False) -> list[dict[str, Any]]:
+    return [p for p in t.pods(finished) if p["metadata"]["name"].startswith(f"{name}-")]
 
 
 def refused(t: Tenant, name: str) -> bool:
@@ -169,15 +181,18 @@ def gated(pod: dict[str, Any]) -> bool:
 
 
 class Case:
-    """A queue of one card, full: a hog holds it, and the Deployment ``web`` is refused (deny mode)
-    or its pods are held under our gate (wait mode)."""
+    """A queue of one card, full: a hog holds it, and ``web`` (a Deployment, or with ``job`` a batch
+    Job) is refused (deny mode) or its pods are held under our gate (wait mode)."""
 
-    def __init__(self, t: Tenant, card: str, hog: Callable[[Tenant], dict[str, Any]], web: int = 1) -> None:
-        self.t, self.web = t, web
+    def __init__(
+        self, t: Tenant, card: str, hog: Callable[[Tenant], dict[str, Any]], web: int = 1, job: bool = False
+    ) -> None:
+        self.t, self.web, self.job = t, web, job
         t.set_quota({card: 1})
         t.plane.apply(hog(t), namespace=t.ns)
         wait_for(f"the hog of {t.ns} to be bound", lambda: t.settled(1), timeout=60)
-        t.plane.apply(app("web", web, card, t), namespace=t.ns)
+        workload = batch_job("web", web, card, t) if job else app("web", web, card, t)
+        t.plane.apply(workload, namespace=t.ns)
         if t.mode == "wait":  # one pod held; more would keep its PodGroup from being enqueued
             held = lambda: len([p for p in pods_of(t, "web") if gated(p)]) == 1  # noqa: E731
             wait_for(f"web of {t.ns} to be held under the gate", held, timeout=30)
@@ -186,9 +201,13 @@ class Case:
         else:
             wait_for(f"web of {t.ns} to be refused", lambda: refused(t, "web"), timeout=30)
 
+    def pods(self) -> list[dict[str, Any]]:
+        """Its pods; a batch Job's that ran to the end too (kwok completes a Job's pods at once)."""
+        return pods_of(self.t, "web", finished=self.job)
+
     def has_its_pods(self) -> bool:
         """Deny mode: its missing pods exist. Wait mode: they are released (ungated)."""
-        return len([p for p in pods_of(self.t, "web") if not gated(p)]) == self.web
+        return len([p for p in self.pods() if not gated(p)]) == self.web
 
     def ready(self) -> bool:
         """What must hold within 2 s of the cards freeing: deny mode, the pods exist (the
@@ -196,7 +215,7 @@ class Case:
         return self.has_its_pods() if self.t.mode == "deny" else self.bound()
 
     def bound(self) -> bool:
-        return self.has_its_pods() and all(p["spec"].get("nodeName") for p in pods_of(self.t, "web"))
+        return self.has_its_pods() and all(p["spec"].get("nodeName") for p in self.pods())
 
 
 def hog_pod(card: str) -> Callable[[Tenant], dict[str, Any]]:

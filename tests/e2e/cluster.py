@@ -28,7 +28,7 @@ from tests.e2e.pki import ensure_pki
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-CONTROLLERS = "deployment-controller,replicaset-controller,horizontal-pod-autoscaler-controller,garbage-collector-controller,namespace-controller"
+CONTROLLERS = "deployment-controller,replicaset-controller,job-controller,horizontal-pod-autoscaler-controller,garbage-collector-controller,namespace-controller"
 
 
 def free_port() -> int:

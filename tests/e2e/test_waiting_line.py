@@ -20,6 +20,7 @@ from tests.e2e.agreement import (
     H200,
     H800,
     R4090,
+    R4090D,
     Case,
     Tenant,
     app,
@@ -39,6 +40,7 @@ from tests.edges.serving import Process
 # controller's back-off to pass two minutes (it doubles from 5 ms per refusal, up to 1000 s).
 REFUSED_SECONDS = float(os.environ.get("CARDQUOTA_E2E_REFUSED_SECONDS", "180"))
 WITHIN = 2.0  # seconds from the cards freeing to the missing pods existing
+JOB_CARD = {"deny": R4090D, "wait": H800}
 
 
 @pytest.fixture(scope="module")
@@ -73,12 +75,18 @@ def test_a_workload_refused_or_held_for_minutes_gets_its_pods_within_2s_of_its_c
     tenants: Callable[..., Tenant],
 ) -> None:
     """Both modes side by side: deny (its missing pods exist) and wait (its held pods are released
-    and bound), each freed by a quota raised, a pod of another workload deleted, a pod finished."""
+    and bound), each freed by a quota raised, a pod of another workload deleted, a pod finished; and
+    a batch Job's, freed by a quota raised (its controller's back-off is capped at 60 s, its call
+    answered after the Job controller's 1 s batching of updates)."""
     cases = {
         mode: {
             "quota raised": Case(tenants(mode), H200, hog_deployment(H200), web=2),
             "a pod of another workload deleted": Case(tenants(mode), H800, hog_deployment(H800)),
             "a pod finished": Case(tenants(mode), R4090, hog_pod(R4090)),
+            # the nodes' last whole cards: the rtx4090d node's 2, the h800 node's 6th and 5th
+            "quota raised (a batch Job)": Case(
+                tenants(mode), JOB_CARD[mode], hog_deployment(JOB_CARD[mode]), job=True
+            ),
         }
         for mode in ("deny", "wait")
     }
@@ -92,6 +100,7 @@ def test_a_workload_refused_or_held_for_minutes_gets_its_pods_within_2s_of_its_c
     done = json.dumps({"status": {"phase": "Succeeded"}})
     frees: dict[str, Callable[[Tenant], Any]] = {
         "quota raised": lambda t: t.set_quota({H200: 3}),
+        "quota raised (a batch Job)": lambda t: t.set_quota({JOB_CARD[t.mode]: 2}),
         "a pod of another workload deleted": lambda t: t.plane.kubectl(
             "delete", "-n", t.ns, "deployment/hog", "--wait=false"
         ),
@@ -116,7 +125,8 @@ def test_a_workload_refused_or_held_for_minutes_gets_its_pods_within_2s_of_its_c
                 for e in case.t.plane.get("events", namespace=case.t.ns)["items"]
             }
             if mode == "deny":
-                assert ("CardQuotaCalled", "ReplicaSet") in reasons, reasons
+                called = "Job" if case.job else "ReplicaSet"
+                assert ("CardQuotaCalled", called) in reasons, reasons
             else:
                 assert {("CardQuotaWaiting", "Pod"), ("CardQuotaReleased", "Pod")} <= reasons, reasons
 

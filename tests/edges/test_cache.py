@@ -9,13 +9,14 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 from prometheus_client import generate_latest
 
-from tests.builders import H200, H800, node, pod, queue
-from webhook.cache import KINDS, Backoff, Expired, Informer, Kind, Unavailable
+from tests.builders import H200, H800, batch_job, node, pod, queue
+from tests.edges.test_fuzz import json_values, paths, replaced
+from webhook.cache import KINDS, Backoff, Expired, Informer, Kind, Unavailable, kind_of
 from webhook.core.cards import units
 from webhook.core.policy import Policy
 from webhook.core.report import cluster_status
@@ -26,6 +27,7 @@ from webhook.sources import LiveSource
 
 POD = next(k for k in KINDS if k.name == "Pod")
 QUEUE = next(k for k in KINDS if k.name == "Queue")
+BATCH_JOBS = kind_of("Job", "batch/v1")
 Raw = dict[str, Any]
 End = object()  # a watch stream that ends normally (the server's timeout)
 
@@ -176,6 +178,36 @@ def test_an_object_in_an_odd_shape_is_skipped_reported_and_the_informer_goes_on(
     metrics.watch_state(lambda: inf.state)
     scraped = generate_latest(metrics.registry).decode()
     assert 'cardquota_objects_skipped{kind="Queue"} 1.0' in scraped
+
+
+def test_batch_jobs_and_volcano_jobs_are_watched_apart() -> None:
+    assert BATCH_JOBS is not None and BATCH_JOBS.path == "/apis/batch/v1/jobs"
+    volcano = kind_of("Job", "batch.volcano.sh/v1alpha1")
+    assert volcano is not None and volcano.path == "/apis/batch.volcano.sh/v1alpha1/jobs"
+    assert kind_of("Job", "batch/v2") == BATCH_JOBS  # an owner reference may name another version
+    assert kind_of("Job", "apps/v1") is None
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), value=json_values)
+def test_a_batch_job_with_any_field_replaced_by_anything_is_read_or_skipped_never_fatal(
+    data: st.DataObject, value: Any
+) -> None:
+    """A batch Job is listed with one node replaced by any JSON value, then another is watched:
+    the informer never dies, and what it holds wants a count of pods >= 0."""
+    base = versioned(batch_job("train", 2, completions=4, succeeded=1), 3)
+    hostile = replaced(base, data.draw(st.sampled_from(list(paths(base)))), value)
+    try:
+        orjson.dumps(hostile)
+    except TypeError:
+        assume(False)  # beyond what an API server's JSON can carry to the informer's reader
+    good = versioned(batch_job("other", 1), 4)
+    assert BATCH_JOBS is not None
+    inf, _ = informer(BATCH_JOBS, Scripted([[hostile]], 3, [[{"type": "ADDED", "object": good}, End]]))
+    asyncio.run(run_script(inf))
+    held = {w.name: w for w in inf.state.workloads_by_uid.values()}
+    assert held["other"].replicas == 1 and held["other"].kind == "Job.batch"
+    assert all(w.replicas >= 0 for w in held.values())
 
 
 def test_a_watch_error_that_is_not_410_is_retried_like_a_broken_connection() -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import H200, cluster, node, owner, pod, queue, replicaset, request
+from tests.builders import H200, batch_job, cluster, node, owner, pod, queue, replicaset, request
 from webhook.cache import Kind, Unavailable
 from webhook.caller import LineCaller
 from webhook.core import admission, keys
@@ -93,6 +93,27 @@ def test_a_called_workload_is_annotated_told_by_an_event_and_its_cards_held() ->
     )
     entry = state.ledger.get("scale:Deployment/ns/web") or state.ledger.get("scale:ReplicaSet/ns/web")
     assert entry is not None and entry.pods == 1
+
+
+def test_a_called_batch_job_is_annotated_as_a_batch_v1_job() -> None:
+    state = cluster(
+        node("h200", H200),
+        queue("q", f'{{"{H200}": 1}}'),
+        pod("occupant", node_name="h200", phase="Running"),
+        batch_job("train", 1, completions=1),
+    )
+    refused = request(pod("train-0", owner=owner("Job", "train", "uid-batch-train", api="batch/v1")))
+    admission.admit(state, refused, admission.validate(state, refused, 100.0), 100.0)
+    state.delete_pod("uid-ns-occupant")
+    api = Api()
+    run(LineCaller(state, api, lambda: True, clock=lambda: 101.0))  # type: ignore[arg-type]
+    assert api.annotated[0] == ("jobs", "ns", "train", {keys.CALLED: "1970-01-01T00:01:41.000Z"})
+    [(namespace, involved, _, _)] = [e for e in api.events if e[2] == "CardQuotaCalled"]
+    assert namespace == "ns" and (involved["apiVersion"], involved["kind"], involved["name"]) == (
+        "batch/v1",
+        "Job",
+        "train",
+    )
 
 
 def test_a_waiter_is_reported_served_once_it_has_its_pods_called_or_not() -> None:

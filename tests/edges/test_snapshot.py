@@ -40,7 +40,7 @@ def test_unknown_kinds_are_skipped_with_a_note(tmp_path: Path) -> None:
     write(
         tmp_path,
         "misc.yaml",
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\napiVersion: batch/v1\nkind: Job\nmetadata: {name: j}\n",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n---\napiVersion: batch/v1\nkind: CronJob\nmetadata: {name: j}\n",
     )
     state = load_snapshot(tmp_path)
     assert len(state.notes) == 2 and "document 1: skipped v1 ConfigMap" in state.notes[0]

@@ -17,7 +17,6 @@ from webhook.core.usage import queue_usage, tree_has_room, tree_usage
 from webhook.core.verdicts import TOO_COMPLEX, WAITS, Allowed, Decision, Denied, Hold, Join, Request
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
-WAITING_KINDS = frozenset({"ReplicaSet", "StatefulSet"})  # controllers that wait in line (deny mode)
 # the owners whose pods wait under our gate (wait mode): (kind, API group of apiVersion)
 GATED_OWNERS = frozenset({("ReplicaSet", "apps"), ("StatefulSet", "apps"), ("Job", "batch")})
 
@@ -172,7 +171,7 @@ def _waits(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand) -
     if state.over_quota(queue) == "wait" and not _one_gated_already(state, pod):
         return "wait"
     owner = state.workloads_by_uid.get(pod.owner.uid) if pod.owner is not None else None
-    return "deny" if owner is not None and owner.kind in WAITING_KINDS else ""
+    return "deny" if owner is not None and owner.kind in line.CALLED_KINDS else ""
 
 
 def _one_gated_already(state: ClusterState, pod: PodRecord) -> bool:

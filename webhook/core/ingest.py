@@ -26,7 +26,7 @@ ORDER = ("Node", "Queue", "Workload", "PodGroup", "Pod")
 def bucket(obj: Mapping[str, Any]) -> str | None:
     """Which part of the state an object feeds, or None when the decisions do not use its kind."""
     kind, api = str(obj.get("kind", "")), str(obj.get("apiVersion", ""))
-    if kind in WORKLOAD_KINDS or (kind == "Job" and api.startswith("batch.volcano.sh")):
+    if kind in WORKLOAD_KINDS or (kind == "Job" and api.startswith(("batch.volcano.sh", "batch/"))):
         return "Workload"
     if kind in ("PodGroup", "Queue") and api.startswith("scheduling.volcano.sh"):
         return kind
@@ -45,7 +45,7 @@ def upsert(state: ClusterState, obj: Mapping[str, Any]) -> str:
     where = bucket(obj)
     if where is None:
         return f"{obj.get('kind', '?')} is not used"
-    problem = shapes.problem(RESOURCES[where], "", obj)
+    problem = shapes.problem(_resource(where, obj), "", obj)
     if problem:
         state.skip(key(obj), problem)
         return problem
@@ -67,11 +67,18 @@ def remove(state: ClusterState, obj: Mapping[str, Any]) -> None:
     elif where == "Queue":
         state.delete_queue(name)
     elif where == "Workload":
-        state.delete_workload(str(obj.get("kind")), f"{namespace}/{name}")
+        kind = objects.record_kind(str(obj.get("kind")), str(obj.get("apiVersion", "")))
+        state.delete_workload(kind, f"{namespace}/{name}")
     elif where == "PodGroup":
         state.delete_podgroup(f"{namespace}/{name}")
     else:
         state.delete_pod(str(meta.get("uid") or f"{meta.get('namespace', '')}/{name}"))
+
+
+def _resource(where: str, obj: Mapping[str, Any]) -> str:
+    """The shape ``obj`` is checked against: a batch/v1 Job's own, else its part's."""
+    kind = objects.record_kind(str(obj.get("kind", "")), str(obj.get("apiVersion", "")))
+    return "jobs.batch" if kind == objects.BATCH_JOB else RESOURCES[where]
 
 
 def _apply(state: ClusterState, where: str, obj: Mapping[str, Any]) -> None:
@@ -119,5 +126,6 @@ def identities(
         return {f"/{name}": stub("", name) for name in state.queues if f"/{name}" not in exclude}
     if kind == "PodGroup":
         return {key: stub(*key.split("/", 1)) for key in state.podgroups if key not in exclude}
-    kept = (key for (held, key) in state.workloads if held == kind and key not in exclude)
+    held_as = objects.record_kind(kind, api_version)
+    kept = (key for (held, key) in state.workloads if held == held_as and key not in exclude)
     return {key: stub(*key.split("/", 1)) for key in kept}

@@ -13,9 +13,12 @@ from collections.abc import Iterator
 from webhook.core import keys
 from webhook.core.cards import CardSpec
 from webhook.core.demand import PodDemand
-from webhook.core.objects import BEHIND, PodRecord, WorkloadRecord
+from webhook.core.objects import BATCH_JOB, BEHIND, PodRecord, WorkloadRecord
 from webhook.core.values import value_class
 
+# The controllers that wait in line when refused (deny mode), by the kind the state holds them under:
+# each reacts to an update of its own object (our call mark) by syncing again at once.
+CALLED_KINDS = frozenset({"ReplicaSet", "StatefulSet", BATCH_JOB})
 Place = tuple[int, float, str]  # (-priority, since, key): the line's order, smallest first
 
 
@@ -47,7 +50,7 @@ def workload_waiter(
     priority: int,
     hold: str,
 ) -> Waiter | None:
-    """The place of a refused workload (a ReplicaSet or StatefulSet) that has ``live`` pods and
+    """The place of a refused workload (a ReplicaSet, StatefulSet or batch Job) that has ``live`` pods and
     wants ``workload.replicas``; None once it has them all."""
     missing = workload.replicas - live
     if missing <= 0:

@@ -17,6 +17,8 @@ from webhook.core.values import value_class
 
 Raw = Mapping[str, Any]
 TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+BATCH_JOB = "Job.batch"  # a batch/v1 Job's record kind ("Job" is a Volcano Job's), as kubectl names it
+FINISHED = frozenset({"Complete", "Failed", "SuccessCriteriaMet", "FailureTarget"})  # a batch Job's end
 
 
 @value_class(weakref_slot=True)
@@ -219,9 +221,36 @@ def _int(value: Any, default: int = 0) -> int:
         return default
 
 
+def record_kind(kind: str, api_version: str) -> str:
+    """The kind a workload is held under: a batch/v1 Job is ``Job.batch``, any other its kind."""
+    return BATCH_JOB if kind == "Job" and api_version.startswith("batch/") else kind
+
+
+def batch_job_wants(spec: Raw, status: Raw) -> int:
+    """How many pods a batch/v1 Job's controller wants running: none while suspended or once
+    finished; else its parallelism, no more than the completions left (a Job without completions
+    wants none more once one pod succeeded), as the Job controller counts them."""
+    conditions = status.get("conditions") or []
+    if spec.get("suspend") is True or any(
+        isinstance(c, Mapping) and c.get("type") in FINISHED and c.get("status") == "True" for c in conditions
+    ):
+        return 0
+    parallelism = max(0, _int(spec.get("parallelism"), 1))
+    succeeded = max(0, _int(status.get("succeeded"), 0))
+    completions = spec.get("completions")
+    if completions is None:
+        return 0 if succeeded else parallelism
+    return max(0, min(parallelism, _int(completions, 1) - succeeded))
+
+
 def workload_record(obj: Raw) -> WorkloadRecord:
-    meta, spec, kind = _meta(obj), obj.get("spec") or {}, str(obj.get("kind", ""))
-    if kind == "Job":  # Volcano Job (batch.volcano.sh): tasks, each with a template
+    meta, spec = _meta(obj), obj.get("spec") or {}
+    kind = record_kind(str(obj.get("kind", "")), str(obj.get("apiVersion", "")))
+    tasks: tuple[Task, ...]
+    if kind == BATCH_JOB:
+        replicas = batch_job_wants(spec, obj.get("status") or {})
+        tasks = (Task("", replicas, pod_template_of(spec.get("template") or {})),)
+    elif kind == "Job":  # Volcano Job (batch.volcano.sh): tasks, each with a template
         tasks = tuple(
             Task(str(t.get("name", "")), _int(t.get("replicas"), 0), pod_template_of(t.get("template") or {}))
             for t in spec.get("tasks") or []

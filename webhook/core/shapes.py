@@ -195,6 +195,16 @@ WORKLOAD = obj(
         ),
     }
 )
+CONDITION = obj({"type": text, "status": text})
+BATCH_JOB = obj(  # a batch/v1 Job, as the cache reads it (the webhook reviews none)
+    {
+        "metadata": META,
+        "spec": obj(
+            {"parallelism": integer, "completions": integer, "suspend": boolean, "template": TEMPLATE}
+        ),
+        "status": obj({"succeeded": integer, "conditions": items(CONDITION)}),
+    }
+)
 SCALE = obj({"metadata": META, "spec": obj({"replicas": integer})})
 PODGROUP = obj(
     {
@@ -222,6 +232,7 @@ BY_RESOURCE: Mapping[str, Check] = {
     "podgroups": PODGROUP,
     "queues": QUEUE,
     "nodes": NODE,
+    "jobs.batch": BATCH_JOB,  # not reviewed: for the cache
 }
 
 

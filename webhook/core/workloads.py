@@ -1,5 +1,5 @@
-"""The workloads the decisions read: Deployments, StatefulSets, ReplicaSets and Volcano Jobs, found by
-kind and name or by uid, with each owner's children (a Deployment's ReplicaSets)."""
+"""The workloads the decisions read: Deployments, StatefulSets, ReplicaSets, batch Jobs and Volcano
+Jobs, found by kind and name or by uid, with each owner's children (a Deployment's ReplicaSets)."""
 
 from collections import defaultdict
 from collections.abc import Iterator, Mapping, Set
