@@ -59,7 +59,7 @@ e2e-bin: $(STAMP)
 e2e: e2e-bin
 	$(BIN)/pytest -q tests/e2e
 
-## cluster: a local control plane with fake GPU nodes and the webhook on its live cache, to try with kubectl
+## cluster: a local control plane with fake GPU nodes and the webhook on its live cache, to try with kubectl (VOLCANO=stock: released Volcano instead of the capacity-card fork)
 cluster: e2e-bin
 	$(BIN)/python -m tests.e2e.cluster up
 

@@ -27,6 +27,8 @@ log = logging.getLogger(__name__)
 CALLED = "CardQuotaCalled"
 WAITING = "CardQuotaWaiting"
 RELEASED = "CardQuotaReleased"
+REFUSED = "CardQuotaEnqueueRefused"
+TELL_EVERY = 60.0  # seconds between two Events about one PodGroup refused at enqueue
 MARK_PATIENCE = 10.0  # seconds a written mark is trusted to reach the cache before it is written again
 
 
@@ -44,6 +46,7 @@ class LineCaller:
         self.interval, self.clock, self.on_served = interval, clock, on_served
         self._written: dict[str, tuple[str | None, float]] = {}  # uid -> (mark, when written)
         self._standing: dict[str, Waiter] = {}  # the line at the last pass, by key
+        self._told: dict[str, float] = {}  # PodGroup key -> when its refusal was last told
         self._started = clock()
 
     async def run(self) -> None:
@@ -58,6 +61,7 @@ class LineCaller:
         now = self.clock()
         self._served(now)
         await self._tell_new()
+        await self._tell_refusals(now)
         for call in calls.call_next(self.state, now):
             await (self._release(call, now) if call.waiter.pod else self._call(call, now))
         for mark in calls.marks(self.state):
@@ -68,8 +72,10 @@ class LineCaller:
         there: it has its pods, whether called or served by its controller's own retry (or it
         wants no more). A deleted workload was not served."""
         standing = {waiter.key: waiter for waiter in self.state.line}
+        groups = {g.uid for g in self.state.podgroups.values()} if self._standing else set()
         for key, waiter in self._standing.items():
-            if key not in standing and (key in self.state.workloads_by_uid or key in self.state.pods):
+            there = key in self.state.workloads_by_uid or key in self.state.pods or key in groups
+            if key not in standing and there:
                 self.on_served(waiter, max(0.0, now - waiter.since))
         self._new = [w for k, w in standing.items() if w.pod and k not in self._standing]
         self._standing = standing
@@ -90,8 +96,44 @@ class LineCaller:
             )
             await self._pod_event(pod, WAITING, message)
 
+    async def _tell_refusals(self, now: float) -> None:
+        """An Event on each PodGroup refused at enqueue, and on its Volcano Job (what ``kubectl
+        describe vcjob`` shows), at most once a minute per group."""
+        refusals, self.state.refusals = self.state.refusals, {}
+        for key, message in refusals.items():
+            group = self.state.podgroups.get(key)
+            if group is None or now - self._told.get(key, -TELL_EVERY) < TELL_EVERY:
+                continue
+            self._told[key] = now
+            involved = [
+                {
+                    "apiVersion": "scheduling.volcano.sh/v1beta1",
+                    "kind": "PodGroup",
+                    "name": group.name,
+                    "uid": group.uid,
+                }
+            ]
+            owner = group.owner
+            if owner is not None and owner.kind == "Job" and owner.api_version.startswith("batch.volcano.sh"):
+                involved.append(
+                    {"apiVersion": owner.api_version, "kind": "Job", "name": owner.name, "uid": owner.uid}
+                )
+            for target in involved:
+                try:
+                    await self.transport.record_event(group.namespace, target, REFUSED, message, "Warning")
+                except cache.Unavailable as exc:
+                    log.warning("could not record an Event", extra={"podgroup": key, "error": str(exc)})
+        for key in [k for k, at in self._told.items() if now - at >= TELL_EVERY]:
+            del self._told[key]
+
     async def _call(self, call: calls.Call, now: float) -> None:
         waiter = call.waiter
+        if waiter.group:  # the scheduler retries it every period: its cards are held until then
+            log.info(
+                "held cards for a PodGroup's next enqueue",
+                extra={"podgroup": waiter.what, "queue": waiter.queue, "card": _cards(waiter)},
+            )
+            return
         workload = self.state.workloads_by_uid.get(waiter.key)
         kind = _kind(workload)
         if workload is None or kind is None:

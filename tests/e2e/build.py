@@ -17,6 +17,7 @@ import tarfile
 import tempfile
 import time
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -248,14 +249,23 @@ def ensure_binaries() -> Path:
     return out
 
 
-# The real Volcano scheduler (with the capacity-card plugin) and controller-manager, built from the
-# source tarball beside the repository (../shared/volcano), cached by the tarball's digest.
-VOLCANO_SOURCE = Path(
-    os.environ.get(
-        "CARDQUOTA_VOLCANO_SRC", HERE.parents[2] / "shared" / "volcano" / "capacity-card-src.tar.gz"
-    )
-)
-VOLCANO_MAINS = {"vc-scheduler": "./cmd/scheduler", "vc-controller-manager": "./cmd/controller-manager"}
+# The real Volcano schedulers: the capacity-card fork and stock v1.15.1, each built from its source
+# tarball beside the repository (../shared/volcano), cached by the tarball's digest.
+SHARED_VOLCANO = HERE.parents[2] / "shared" / "volcano"
+
+
+@dataclass(frozen=True)
+class Partner:
+    """One Volcano release the webhook pairs with: its source, and the scheduler configuration its
+    own installer ships."""
+
+    name: str  # "fork" or "stock"
+    source: Path
+    conf: str  # the scheduler configuration, inside the source
+    crds: tuple[str, ...]
+    what: str
+
+
 VOLCANO_CRDS = (
     "batch.volcano.sh_jobs.yaml",
     "scheduling.volcano.sh_podgroups.yaml",
@@ -264,28 +274,54 @@ VOLCANO_CRDS = (
     "topology.volcano.sh_hypernodes.yaml",
     "nodeinfo.volcano.sh_numatopologies.yaml",
 )
-VOLCANO_CONF = "installer/helm/chart/volcano/config/volcano-scheduler-capacity-card-ci.conf"
-NO_VOLCANO = (
-    f"the real Volcano scheduler's source is not there ({VOLCANO_SOURCE}): the scheduler-agreement"
-    " tests need ../shared/volcano beside the repository"
-)
+PARTNERS = {
+    "fork": Partner(
+        "fork",
+        Path(os.environ.get("CARDQUOTA_VOLCANO_SRC", SHARED_VOLCANO / "capacity-card-src.tar.gz")),
+        "installer/helm/chart/volcano/config/volcano-scheduler-capacity-card-ci.conf",
+        VOLCANO_CRDS,
+        "the capacity-card fork",
+    ),
+    "stock": Partner(
+        "stock",
+        Path(os.environ.get("CARDQUOTA_VOLCANO_STOCK_SRC", SHARED_VOLCANO / "stock-v1.15.1-src.tar.gz")),
+        "installer/helm/chart/volcano/config/volcano-scheduler.conf",
+        (*VOLCANO_CRDS, "batch.volcano.sh_cronjobs.yaml", "shard.volcano.sh_nodeshards.yaml"),
+        "stock Volcano v1.15.1",
+    ),
+}
+VOLCANO_SOURCE = PARTNERS["fork"].source
+VOLCANO_MAINS = {"vc-scheduler": "./cmd/scheduler", "vc-controller-manager": "./cmd/controller-manager"}
 
 
-def volcano_dir() -> Path | None:
-    """The cache directory of the real scheduler's binaries, CRDs and configuration for the source
-    tarball at hand; None when there is no tarball."""
-    if not VOLCANO_SOURCE.is_file():
+def no_volcano(partner: str = "fork") -> str:
+    """Why the tests that need ``partner`` are skipped."""
+    chosen = PARTNERS[partner]
+    return (
+        f"the source of {chosen.what} is not there ({chosen.source}): the tests against the real"
+        " Volcano scheduler need ../shared/volcano beside the repository"
+    )
+
+
+NO_VOLCANO = no_volcano()
+
+
+def volcano_dir(partner: str = "fork") -> Path | None:
+    """The cache directory of ``partner``'s binaries, CRDs and configuration for the source tarball
+    at hand; None when there is no tarball."""
+    source = PARTNERS[partner].source
+    if not source.is_file():
         return None
-    digest = hashlib.sha256(VOLCANO_SOURCE.read_bytes()).hexdigest()[:16]
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
     root = Path(os.environ.get("CARDQUOTA_E2E_CACHE", Path.home() / ".cache" / "cardquota" / "e2e"))
     return root / "volcano" / digest
 
 
-def ensure_volcano() -> Path | None:
-    """Build vc-scheduler and vc-controller-manager once per source tarball (about 4 minutes cold on
-    2 cores, Go modules from the proxy); their CRDs and the capacity-card scheduler configuration
+def ensure_volcano(partner: str = "fork") -> Path | None:
+    """Build ``partner``'s vc-scheduler and vc-controller-manager once per source tarball (about 4
+    minutes cold on 2 cores each, Go modules from the proxy); its CRDs and scheduler configuration
     are kept beside them. None when the source is absent."""
-    out = volcano_dir()
+    chosen, out = PARTNERS[partner], volcano_dir(partner)
     if out is None:
         return None
     wanted = [*VOLCANO_MAINS, "crds", "scheduler.conf"]
@@ -295,9 +331,9 @@ def ensure_volcano() -> Path | None:
         raise SystemExit("go is not on PATH: the real Volcano scheduler is built from its Go source")
     out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    print(f"Building the real Volcano scheduler and controller-manager into {out} (about 4 minutes cold).")
+    print(f"Building {chosen.what}'s scheduler and controller-manager into {out} (about 4 minutes cold).")
     with tempfile.TemporaryDirectory(dir=out) as tmp:
-        with tarfile.open(VOLCANO_SOURCE) as tar:
+        with tarfile.open(chosen.source) as tar:
             tar.extractall(tmp, filter="data")
         env = {**_go_env(), "GOFLAGS": "-mod=mod"}
         for name, main in VOLCANO_MAINS.items():
@@ -308,21 +344,22 @@ def ensure_volcano() -> Path | None:
                 staging.replace(out / name)
         crds = out / "crds.building"
         crds.mkdir(exist_ok=True)
-        for name in VOLCANO_CRDS:
+        for name in chosen.crds:
             shutil.copy(Path(tmp) / "config" / "crd" / "volcano" / "bases" / name, crds / name)
         crds.replace(out / "crds")
-        conf = (Path(tmp) / VOLCANO_CONF).read_text()
-        # Its 1.34 client libraries do not match a 1.36 API server's DRA types.
+        conf = (Path(tmp) / chosen.conf).read_text()
+        # Its client libraries do not match a 1.36 API server's DRA types.
         conf = conf.replace(
             "predicate.DynamicResourceAllocationEnable: true",
             "predicate.DynamicResourceAllocationEnable: false",
         )
         (out / "scheduler.conf").write_text(conf)
-    print(f"Volcano binaries ready in {out} after {(time.monotonic() - started) / 60:.1f} min.", flush=True)
+    print(f"{chosen.what} ready in {out} after {(time.monotonic() - started) / 60:.1f} min.", flush=True)
     return out
 
 
 if __name__ == "__main__":
     print(ensure_binaries())
-    volcano = ensure_volcano()
-    print(volcano if volcano else f"skipped: {NO_VOLCANO}")
+    for partner in PARTNERS:
+        volcano = ensure_volcano(partner)
+        print(volcano if volcano else f"skipped: {no_volcano(partner)}")

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from tests.e2e.build import NO_VOLCANO, ensure_binaries, ensure_volcano
+from tests.e2e.build import PARTNERS, ensure_binaries, ensure_volcano, no_volcano
 from tests.e2e.pki import ensure_pki
 
 HERE = Path(__file__).resolve().parent
@@ -43,6 +43,8 @@ KWOK_DELETE_DELAY = """  delay:
       expressionFrom: '.metadata.annotations["pod-delete.stage.kwok.x-k8s.io/delay"]'
 """
 SHUTDOWN = "pod-delete.stage.kwok.x-k8s.io/delay"  # a pod annotated "20s" takes 20 s to stop on kwok
+KWOK_COMPLETE_DELAY = KWOK_DELETE_DELAY.replace("pod-delete", "pod-complete")
+RUNS_FOR = "pod-complete.stage.kwok.x-k8s.io/delay"  # a Job's pod annotated "1h" runs that long on kwok
 
 
 class ComponentDied(RuntimeError):
@@ -112,11 +114,13 @@ def gpu_nodes() -> list[dict[str, Any]]:
 class ControlPlane:
     """Start, use and stop one control plane under ``workdir``; component logs in ``workdir/logs``."""
 
-    def __init__(self, workdir: Path, certs: Path | None = None, volcano: Path | None = None) -> None:
+    def __init__(
+        self, workdir: Path, certs: Path | None = None, volcano: Path | None = None, partner: str = "fork"
+    ) -> None:
         """``volcano``: the directory of the real Volcano binaries (``build.ensure_volcano``); with it
         the control plane runs the real CRDs, vc-controller-manager and vc-scheduler (capacity-card)."""
         self.workdir = workdir
-        self.volcano = volcano
+        self.volcano, self.partner = volcano, partner
         self.logs = workdir / "logs"
         self.certs = ensure_pki(certs or ROOT / "certs")
         self.bin = ensure_binaries()
@@ -234,11 +238,14 @@ class ControlPlane:
     def _stages(self) -> Path:
         """kwok's stages, with a shutdown time: a pod annotated ``pod-delete.stage.kwok.x-k8s.io/delay:
         "20s"`` stays Terminating (holding its card) that long after its deletion, as a real pod with a
-        20 s shutdown does; others go at once, as before."""
+        20 s shutdown does; others go at once, as before. Likewise a Job's pod annotated
+        ``pod-complete.stage.kwok.x-k8s.io/delay: "1h"`` runs that long before it succeeds."""
         documents = (self.bin / "kwok-stages.yaml").read_text().split("\n---\n")
         for index, document in enumerate(documents):
             if "name: pod-delete" in document:
                 documents[index] = document.replace("\nspec:\n", "\nspec:\n" + KWOK_DELETE_DELAY, 1)
+            if "name: pod-complete" in document:
+                documents[index] = document.replace("\nspec:\n", "\nspec:\n" + KWOK_COMPLETE_DELAY, 1)
         target = self.workdir / "kwok-stages.yaml"
         target.write_text("\n---\n".join(documents))
         return target
@@ -394,17 +401,20 @@ def up() -> None:
     """The control plane, and the webhook serving from its live cache, registered by URL."""
     if (STATE / "pids.json").exists():
         raise SystemExit(f"a cluster is already up (state in {STATE}); run make cluster-down first")
-    volcano = ensure_volcano()
-    plane = ControlPlane(STATE, volcano=volcano).start()
+    partner = os.environ.get("VOLCANO") or "fork"
+    if partner not in PARTNERS:
+        raise SystemExit(f"VOLCANO={partner}: say fork (the capacity-card plugin) or stock (v1.15.1)")
+    volcano = ensure_volcano(partner)
+    plane = ControlPlane(STATE, volcano=volcano, partner=partner).start()
     webhook = _serve_webhook(plane)
     pids = {name: p.pid for name, p in plane.procs.items()} | {"cardquota": webhook.pid}
     (STATE / "pids.json").write_text(json.dumps(pids))
     demo = ROOT / "examples" / "try"
     print(
-        "\nThe real Volcano controller-manager and capacity-card scheduler run beside it: pods with"
-        " schedulerName: volcano are scheduled for real."
+        f"\nThe real Volcano controller-manager and scheduler of {PARTNERS[partner].what} run beside it:"
+        " pods with schedulerName: volcano are scheduled for real (VOLCANO=fork|stock chooses)."
         if volcano
-        else f"\nNo Volcano scheduler runs: {NO_VOLCANO}."
+        else f"\nNo Volcano scheduler runs: {no_volcano(partner)}."
     )
     print(
         f"\nThe control plane and the webhook are up (logs in {plane.logs}).\n\n"

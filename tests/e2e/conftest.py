@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.build import NO_VOLCANO, ensure_volcano
+from tests.e2e.build import ensure_volcano, no_volcano
 from tests.e2e.cluster import ROOT, ControlPlane, wait_for
 from tests.e2e.objects import SELECTOR, card_queue
 from tests.e2e.recorder import Recorder
@@ -139,16 +139,24 @@ def serving_webhook(plane: ControlPlane, tmp: Path, *extra: str) -> Iterator[Pro
         process.stop()
 
 
-@pytest.fixture(scope="module")
-def volcano(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
-    built = ensure_volcano()
+@contextlib.contextmanager
+def partner_plane(partner: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane with ``partner``'s real Volcano scheduler and controller ("fork": the
+    capacity-card plugin; "stock": released v1.15.1); skipped, with the reason, without its source."""
+    built = ensure_volcano(partner)
     if built is None:
-        pytest.skip(NO_VOLCANO)
-    plane = ControlPlane(tmp_path_factory.mktemp("volcano-plane"), volcano=built)
+        pytest.skip(no_volcano(partner))
+    plane = ControlPlane(tmp_path_factory.mktemp(f"volcano-{partner}"), volcano=built, partner=partner)
     try:
         yield plane.start()
     finally:
         plane.stop()
+
+
+@pytest.fixture(scope="module")
+def volcano(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with partner_plane("fork", tmp_path_factory) as plane:
+        yield plane
 
 
 @pytest.fixture(scope="module")

@@ -36,6 +36,12 @@ SYSTEM_NAMESPACES = {
 
 HAS_GATE = "has({0}.spec.schedulingGates) && {0}.spec.schedulingGates.exists(g, g.name == '{1}')"
 GATE_REMOVED = f"({HAS_GATE.format('oldObject', keys.GATE)}) && !({HAS_GATE.format('object', keys.GATE)})"
+IN = "has({0}.status) && has({0}.status.phase) && {0}.status.phase in ['Inqueue', 'Running']"
+ENQUEUED = f"({IN.format('object')}) && !({IN.format('oldObject')})"
+CARD_PODGROUP = (
+    "has(object.metadata.annotations) && ('volcano.sh/card.request' in object.metadata.annotations"
+    " || 'volcano.sh/card.name' in object.metadata.annotations)"
+)
 
 
 def configurations(
@@ -80,11 +86,21 @@ def configurations(
         {"name": "not-by-the-webhook", "expression": f"request.userInfo.username != '{identity}'"},
     ]
     podgroups = [_rule("scheduling.volcano.sh", "v1beta1", ["podgroups"], ["CREATE"])]
+    enqueue = hook(
+        "enqueue.validate",
+        "/validate",
+        [_rule("scheduling.volcano.sh", "v1beta1", ["podgroups"], ["UPDATE"])],
+        "Fail",
+    )
+    enqueue["matchConditions"] = [
+        {"name": "enqueued", "expression": ENQUEUED},
+        {"name": "card-podgroups-only", "expression": CARD_PODGROUP},
+    ]
     return [
         configuration(
             "ValidatingWebhookConfiguration",
             "validate",
-            [hook("validate", "/validate", VALIDATING_RULES, "Fail"), gates],
+            [hook("validate", "/validate", VALIDATING_RULES, "Fail"), gates, enqueue],
         ),
         configuration(
             "MutatingWebhookConfiguration",

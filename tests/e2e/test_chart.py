@@ -147,7 +147,7 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
     objects = render(control_plane, "card-quota")
     validating = of_kind(objects, "ValidatingWebhookConfiguration")
     mutating = of_kind(objects, "MutatingWebhookConfiguration")
-    validate, gates = validating["webhooks"]
+    validate, gates, enqueue = validating["webhooks"]
     rules = {
         (r["apiGroups"][0], res, tuple(r["operations"])) for r in validate["rules"] for res in r["resources"]
     }
@@ -169,6 +169,12 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
         "oldObject.spec.schedulingGates.exists(g, g.name == 'cardquota.volcano.sh/waiting')"
         in (conditions["our-gate-removed"])
     )
+    # The enqueue gate: only a card PodGroup's move into Inqueue or Running is sent.
+    assert [(r["resources"], r["operations"]) for r in enqueue["rules"]] == [(["podgroups"], ["UPDATE"])]
+    conditions = {c["name"]: c["expression"] for c in enqueue["matchConditions"]}
+    assert "object.status.phase in ['Inqueue', 'Running']" in conditions["enqueued"]
+    assert "'volcano.sh/card.request' in object.metadata.annotations" in conditions["card-podgroups-only"]
+    assert (enqueue["failurePolicy"], enqueue["sideEffects"]) == ("Fail", "NoneOnDryRun")
     pods, podgroups = mutating["webhooks"]
     assert [r["resources"] for r in pods["rules"]] == [["pods"]]
     assert [r["resources"] for r in podgroups["rules"]] == [["podgroups"]]
@@ -178,7 +184,7 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
         "Fail",
         "Ignore",
     )
-    for hook in (validate, gates, pods, podgroups):
+    for hook in (validate, gates, enqueue, pods, podgroups):
         assert hook["admissionReviewVersions"] == ["v1"] and hook["matchPolicy"] == "Equivalent"
         assert hook["timeoutSeconds"] <= 10 and hook["clientConfig"]["service"]["namespace"] == "card-quota"
         (selector,) = hook["namespaceSelector"]["matchExpressions"]
@@ -211,6 +217,7 @@ def test_rbac_grants_reads_of_what_the_cache_watches_and_writes_only_leases_even
             if role["kind"] == "ClusterRole":  # the waiting line: marks, calls, releases and Events
                 assert (rule["resources"], written) in (
                     (["statefulsets", "replicasets"], {"patch"}),
+                    (["jobs"], {"patch"}),  # batch Jobs (deny mode's line)
                     (["pods"], {"patch"}),
                     (["events"], {"create"}),
                 ), rule
@@ -464,7 +471,9 @@ def test_in_cert_manager_mode_cert_manager_issues_the_certificate_and_injects_it
             ]
 
         wait_for("the CA injector to fill every caBundle", lambda: all(bundles()), timeout=60)
-        assert bundles() == [secret["ca.crt"]] * 4  # validate, gates.validate, pods and podgroups mutate
+        assert (
+            bundles() == [secret["ca.crt"]] * 5
+        )  # validate, gates and enqueue validate, pods and podgroups mutate
         certificate = x509.load_pem_x509_certificate(base64.b64decode(secret["tls.crt"]))
         names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
         assert f"{release}.{namespace}.svc" in names.get_values_for_type(x509.DNSName)

@@ -1,9 +1,10 @@
 """Admitted means it runs: the webhook in front of the REAL Volcano controller-manager and
-capacity-card scheduler (built from ../shared/volcano), SPEC §5b.
+scheduler (built from ../shared/volcano), SPEC §5b, against both partners: the capacity-card fork,
+and stock Volcano v1.15.1 (no card plugin: the enqueue gate, SPEC §5d, is the only check).
 
 Every scenario checks what a user would: each pod the webhook let in is bound to a node, no model's
 bound use goes over the queue's quota, and nothing is left Pending by quota. Skipped, with the
-reason, when the scheduler's source is not beside the repository.
+reason, when a partner's source is not beside the repository.
 """
 
 import json
@@ -29,9 +30,18 @@ from tests.e2e.agreement import (
     volcano_job,
 )
 from tests.e2e.cluster import ControlPlane, wait_for
-from tests.e2e.conftest import serving_webhook
+from tests.e2e.conftest import partner_plane, serving_webhook
 from tests.e2e.objects import card_queue, hpa
 from tests.edges.serving import Process
+
+
+@pytest.fixture(scope="module", params=["fork", "stock"])
+def volcano(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    """This module runs against each partner in turn."""
+    with partner_plane(request.param, tmp_path_factory) as plane:
+        yield plane
 
 
 @pytest.fixture(scope="module")

@@ -3,11 +3,12 @@ and an Event, its cards stay held; a write that fails gives them back; the waiti
 line; nothing is written while the replica does not serve."""
 
 import asyncio
+import copy
 from typing import Any
 
 import pytest
 
-from tests.builders import H200, batch_job, cluster, node, owner, pod, queue, replicaset, request
+from tests.builders import H200, batch_job, cluster, node, owner, pod, podgroup, queue, replicaset, request
 from webhook.cache import Kind, Unavailable
 from webhook.caller import LineCaller
 from webhook.core import admission, keys
@@ -113,6 +114,31 @@ def test_a_called_batch_job_is_annotated_as_a_batch_v1_job() -> None:
         "batch/v1",
         "Job",
         "train",
+    )
+
+
+def test_a_podgroup_refused_at_enqueue_is_told_on_it_and_its_job_once_a_minute() -> None:
+    job = owner("Job", "train", "uid-job-train", api="batch.volcano.sh/v1alpha1")
+    group = podgroup("train", "Pending", f'{{"{H200}": 2}}', owner_ref=job, minMember=2)
+    state = cluster(
+        node("h200", H200), queue("q", f'{{"{H200}": 2}}'), pod("occupant", node_name="h200"), group
+    )
+    new = copy.deepcopy(group)
+    new["status"]["phase"] = "Inqueue"
+    review = request(new, resource="podgroups", operation="UPDATE", old=group, group="scheduling.volcano.sh")
+    api, clock = Api(), [100.0]
+    caller = LineCaller(state, api, lambda: True, clock=lambda: clock[0])  # type: ignore[arg-type]
+    for now in (100.0, 101.0, 161.0):  # the scheduler retries every period
+        clock[0] = now
+        admission.admit(state, review, admission.validate(state, review, now), now)
+        run(caller)
+    told = [(e[1]["kind"], e[1]["name"], e[2]) for e in api.events]
+    assert (
+        told
+        == [("PodGroup", "train", "CardQuotaEnqueueRefused"), ("Job", "train", "CardQuotaEnqueueRefused")] * 2
+    )
+    assert api.events[0][3].startswith(
+        'queue "q" has 1 NVIDIA-H200 left (quota 2: 1 running); podgroup ns/train'
     )
 
 

@@ -1,10 +1,10 @@
 """The two entry points every front (CLI, server) calls: ``validate`` and ``mutate``, and
 ``admit`` to record what was really admitted. Routing by resource lives here and nowhere else."""
 
-from webhook.core import decisions, patches, scaling, shapes, writes
+from webhook.core import decisions, enqueue, patches, scaling, shapes, writes
 from webhook.core.ledger import Entry
 from webhook.core.state import ClusterState
-from webhook.core.verdicts import Allowed, Decision, Denied, Request
+from webhook.core.verdicts import Allowed, Decision, Denied, Hold, Request
 
 VOLCANO_BATCH = "batch.volcano.sh"
 # A multi-card pod's assignment waits for its validation, which follows its mutation within the same
@@ -31,6 +31,8 @@ def validate(state: ClusterState, request: Request, now: float) -> Decision:
         return scaling.validate_workload(state, request)
     if resource == "jobs" and request.group == VOLCANO_BATCH and request.operation in ("CREATE", "UPDATE"):
         return writes.decide_volcano_job(state, request)
+    if resource == "podgroups" and request.group == VOLCANO_SCHEDULING and request.operation == "UPDATE":
+        return enqueue.decide_enqueue(state, request, now)
     if (
         resource == "queues"
         and request.group == VOLCANO_SCHEDULING
@@ -80,11 +82,17 @@ def admit(state: ClusterState, request: Request, decision: Decision, now: float)
         for key in decision.release:
             state.ledger.settle(key)
         if decision.join is not None:
-            state.wait(decision.join.uid, now, decision.join.priority)
+            state.wait(decision.join.uid, now, decision.join.priority, decision.join.group)
+        if decision.podgroup:
+            state.refusals[decision.podgroup] = decision.message  # told on the PodGroup and its job
         return
-    hold = decision.hold
-    if hold is None:
+    if decision.hold is None:
         return
+    for hold in (decision.hold, *decision.more):
+        _record(state, hold, now)
+
+
+def _record(state: ClusterState, hold: Hold, now: float) -> None:
     for key in hold.transfer_from:
         state.ledger.settle(key)
     if hold.key in state.pods and not hold.key.startswith("scale:"):

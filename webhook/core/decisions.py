@@ -191,10 +191,16 @@ def _may_wait(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand
     owner = pod.owner
     if owner is None or (owner.kind, owner.api_version.split("/")[0]) not in GATED_OWNERS:
         return False
+    return ever_fits(state, queue, demand.spec, demand.count)
+
+
+def ever_fits(state: ClusterState, queue: str, spec: CardSpec, count: int) -> bool:
+    """Whether ``count`` units of ``spec`` (whole, on one of its cards) could fit the whole quota of
+    ``queue`` and of every ancestor that limits its cards: waiting for more would be forever."""
     for name in (queue, *state.ancestors.get(queue, ())):
         quota = state.queues[name].quota or {}
-        limits = name == queue or all(card in quota for card in demand.spec.cards)
-        if limits and all(quota.get(card, 0) < demand.count for card in demand.spec.cards):
+        limits = name == queue or all(card in quota for card in spec.cards)
+        if limits and all(quota.get(card, 0) < count for card in spec.cards):
             return False
     return True
 

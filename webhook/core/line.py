@@ -1,7 +1,8 @@
 """The waiting line (SPEC §5c): who waits for cards in each queue, and in what order.
 
 A ``Waiter`` is a workload whose controller was refused a pod and still wants more pods than it has
-(``deny`` mode), or a pod held under the webhook's scheduling gate (``wait`` mode). Each queue's
+(``deny`` mode), a pod held under the webhook's scheduling gate (``wait`` mode), or a PodGroup
+refused at enqueue (the enqueue gate, SPEC §5d). Each queue's
 waiters are ordered by priority (highest first), then by when they started waiting, then by key, so
 the order is total and the same on every replica that rebuilds it. ``WaitingLine`` owns the
 waiters; the state keeps it current from its events, and ``calls`` serves it.
@@ -13,7 +14,7 @@ from collections.abc import Iterator
 from webhook.core import keys
 from webhook.core.cards import CardSpec
 from webhook.core.demand import PodDemand
-from webhook.core.objects import BATCH_JOB, BEHIND, PodRecord, WorkloadRecord
+from webhook.core.objects import BATCH_JOB, BEHIND, PodGroupRecord, PodRecord, WorkloadRecord
 from webhook.core.values import value_class
 
 # The controllers that wait in line when refused (deny mode), by the kind the state holds them under:
@@ -36,6 +37,8 @@ class Waiter:
     what: str  # how messages and status name it: "replicaset ns/name", "pod ns/name"
     hold: str  # the ledger key what it is called for is held under (a scale-up's, a pod's uid)
     pod: bool = False  # a gated pod (wait mode), not a workload
+    group: bool = False  # a PodGroup refused at enqueue: the scheduler retries it every period
+    namespace: str = ""
 
     @property
     def place(self) -> Place:
@@ -57,14 +60,49 @@ def workload_waiter(
         return None
     queue = workload.tasks[0].template.annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
     what = f"{workload.kind.lower()} {workload.key}"
-    return Waiter(workload.uid, queue, demand.spec, demand.count, missing, priority, since, what, hold)
+    return Waiter(
+        workload.uid,
+        queue,
+        demand.spec,
+        demand.count,
+        missing,
+        priority,
+        since,
+        what,
+        hold,
+        namespace=workload.namespace,
+    )
 
 
 def pod_waiter(pod: PodRecord, demand: PodDemand, queue: str) -> Waiter:
     """The place of a pod held under our scheduling gate (wait mode): its hold is its own uid."""
     since, priority = pod.waiting or BEHIND
     what = f"pod {pod.key}"
-    return Waiter(pod.uid, queue, demand.spec, demand.count, 1, priority, since, what, pod.uid, pod=True)
+    return Waiter(
+        pod.uid,
+        queue,
+        demand.spec,
+        demand.count,
+        1,
+        priority,
+        since,
+        what,
+        pod.uid,
+        pod=True,
+        namespace=pod.namespace,
+    )
+
+
+def group_waiter(
+    group: PodGroupRecord, spec: CardSpec, count: int, since: float, priority: int, hold: str
+) -> Waiter:
+    """The place of a PodGroup refused at enqueue (SPEC §5d), waiting for ``count`` units of
+    ``spec`` (the first card it lacks), whole: one "pod" of them all."""
+    queue = group.queue or keys.DEFAULT_QUEUE
+    what = f"podgroup {group.key}"
+    return Waiter(
+        group.uid, queue, spec, count, 1, priority, since, what, hold, group=True, namespace=group.namespace
+    )
 
 
 def place_of(priority: int, since: float, key: str = "\uffff") -> Place:

@@ -75,9 +75,7 @@ def lines(state: ClusterState, namespace: str = "") -> dict[str, list[dict[str, 
     for queue in state.line.queues():
         entries = []
         for place, waiter in enumerate(state.line.line(queue), start=1):
-            owner = state.pods.get(waiter.key) if waiter.pod else state.workloads_by_uid.get(waiter.key)
-            where = owner.namespace if owner is not None else ""
-            if namespace and where != namespace:
+            if namespace and waiter.namespace != namespace:
                 continue
             entries.append(
                 {

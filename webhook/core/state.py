@@ -19,7 +19,7 @@ from webhook.core.demand import PodDemand, pod_demand
 from webhook.core.freecards import FreeCards
 from webhook.core.inventory import Inventory
 from webhook.core.ledger import Ledger
-from webhook.core.line import Refused, Waiter, WaitingLine, pod_waiter, workload_waiter
+from webhook.core.line import Refused, Waiter, WaitingLine, group_waiter, pod_waiter, workload_waiter
 from webhook.core.nodes import NodeCards
 from webhook.core.objects import (
     TERMINAL_PHASES,
@@ -31,7 +31,7 @@ from webhook.core.objects import (
 )
 from webhook.core.policy import Policy
 from webhook.core.queues import QueueInfo, QueueTree
-from webhook.core.reservations import Reservations, group_request
+from webhook.core.reservations import RESERVING_PHASES, Reservations, group_request
 from webhook.core.tally import Charge, ComputeCharge, Reservation, Tally
 from webhook.core.workloads import Workloads
 
@@ -59,6 +59,8 @@ class ClusterState:
         self.notes: list[str] = []
         self.skipped: dict[str, str] = {}  # kind/namespace/name -> why its shape cannot be read
         self._owner_groups: dict[str, set[str]] = defaultdict(set)  # owner uid -> PodGroup keys
+        self._group_keys: dict[str, str] = {}  # PodGroup uid -> key, for those refused at enqueue
+        self.refusals: dict[str, str] = {}  # PodGroup key -> its last enqueue refusal, not told yet
         self._deadlines: list[tuple[float, str]] = []
         self._pool = compact.Pool()
         self._charger = Charger(self.inventory, self.policy, self._pool, self.queue_of_pod)
@@ -282,9 +284,12 @@ class ClusterState:
             self._refresh_reservation(group)
 
     # ---- the waiting line (``line``) -------------------------------------------------------
-    def wait(self, uid: str, since: float, priority: int) -> None:
-        """The workload ``uid``, whose controller was just refused a pod, takes its place in its
-        queue's line; one already there keeps its place (its first refusal, its highest priority)."""
+    def wait(self, uid: str, since: float, priority: int, group: str = "") -> None:
+        """The workload ``uid``, whose controller was just refused a pod, or the PodGroup ``uid``
+        (key ``group``) refused at enqueue, takes its place in its queue's line; one already there
+        keeps its place (its first refusal, its highest priority)."""
+        if group:
+            self._group_keys[uid] = group
         self._refused.refuse(uid, since, priority)
         self._rewait(uid)
 
@@ -324,7 +329,13 @@ class ClusterState:
         wants (or is gone, or uses no card). ``leaving``: a pod being taken out, not counted."""
         workload, place = self.workloads_by_uid.get(uid), self._refused.place(uid)
         waiter = None
-        if workload is not None and place is not None and workload.tasks:
+        group = self.podgroups.get(self._group_keys.get(uid, ""))
+        if group is not None and place is not None and group.phase not in RESERVING_PHASES:
+            rest = self.unreserved(group)
+            if rest:
+                spec, count = next(iter(rest.items()))
+                waiter = group_waiter(group, spec, count, *place, enqueue_key(uid, 0))
+        elif workload is not None and place is not None and workload.tasks:
             demand = pod_demand(workload.tasks[0].template, self.inventory, self.policy)
             if isinstance(demand, PodDemand):
                 pods = self.pods
@@ -335,6 +346,7 @@ class ClusterState:
                 waiter = workload_waiter(workload, demand, live, *place, hold)
         if waiter is None:
             self._refused.served(uid)
+            self._group_keys.pop(uid, None)
             self.line.remove(uid)
         else:
             self.line.put(waiter)
@@ -353,6 +365,8 @@ class ClusterState:
             self._owner_groups[group.owner.uid].add(group.key)
         if old is None or old.queue != group.queue:
             self._recharge(list(self.charged.in_group(group.key)))
+        if group.phase in RESERVING_PHASES and (old is None or old.phase not in RESERVING_PHASES):
+            self._settle_enqueue(group.uid)  # its reservation counts from now on
         self._refresh_reservation(group.key)
 
     def delete_podgroup(self, key: str) -> None:
@@ -361,8 +375,30 @@ class ClusterState:
             return
         if group.owner is not None:
             self._owner_groups[group.owner.uid].discard(key)
+        self._settle_enqueue(group.uid)
+        self._refused.forget(group.uid)
+        self._group_keys.pop(group.uid, None)
+        self.line.remove(group.uid)
         self._refresh_reservation(key)
         self._recharge(list(self.charged.in_group(key)))
+
+    def unreserved(self, group: PodGroupRecord) -> dict[CardSpec, int]:
+        """What ``group`` asks for beyond what its pods (gated ones included) hold: what it reserves
+        once enqueued, per card spec, in card units."""
+        asked = self.group_request(group)
+        held = self.charged.group_demand(group.key)
+        gated = self._gated.get(group.key)
+        if gated:
+            held = held + gated
+        return {spec: count - held.get(spec, 0) for spec, count in asked.items() if count > held.get(spec, 0)}
+
+    def _settle_enqueue(self, uid: str) -> None:
+        """The cache shows the group enqueued (or gone): its enqueue holds are done."""
+        self.ledger.drop(enqueue_key(uid, 0))
+        index = 1
+        while self.ledger.get(enqueue_key(uid, index)) is not None:
+            self.ledger.drop(enqueue_key(uid, index))
+            index += 1
 
     def reservation_of(self, key: str) -> Reservation | None:
         return self.reserved.get(key)
@@ -391,7 +427,14 @@ class ClusterState:
         gated = self._gated.get(key)
         bound = self.charged.group_bound(key)
         self.reserved.refresh(key, group, asked, existing + gated if gated else existing, bound)
+        if group is not None and group.uid in self._refused:
+            self._rewait(group.uid)  # what it waits for changed with its pods or its phase
 
 
 def scale_key(workload: WorkloadRecord) -> str:
     return f"scale:{workload.kind}/{workload.key}"
+
+
+def enqueue_key(uid: str, index: int) -> str:
+    """The ledger key of a PodGroup's enqueue: one per card spec it asks for (``index``)."""
+    return f"enqueue:{uid}/{index}"

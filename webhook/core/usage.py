@@ -77,6 +77,16 @@ class QueueUsage:
     def fits(self, spec: CardSpec, per_pod: int, pods: int) -> bool:
         return fits(self.capacity(), self.groups, Group(spec.cards, per_pod, pods, "request"))
 
+    def plus(self, spec: CardSpec, per_pod: int, pods: int = 1, origin: str = "in flight") -> "QueueUsage":
+        """This usage with ``pods`` more of ``spec`` counted (an ``A|B`` group whole per pod)."""
+        if spec.is_multi:
+            groups = (*self.groups, Group(spec.cards, per_pod, pods, origin))
+            return QueueUsage(self.queue, self.quota, self.fixed, groups)
+        fixed = {card: dict(parts) for card, parts in self.fixed.items()}
+        slot = fixed.setdefault(spec.cards[0], {})
+        slot[origin] = slot.get(origin, 0) + per_pod * pods
+        return QueueUsage(self.queue, self.quota, fixed, self.groups)
+
     def without(self, *covers: Cover) -> "QueueUsage":
         """This usage less the flexible demand ``covers`` take over (a pod of a scale-up held in
         flight, or cards a PodGroup reserves, now held for one pod on its assigned model)."""
@@ -95,18 +105,11 @@ def queue_usage(
 
 def after(state: ClusterState, usage: QueueUsage, ahead: Iterable[Waiter]) -> QueueUsage:
     """``usage`` with the pods ``ahead`` still wait for counted, as "waiting"."""
-    fixed = {card: dict(parts) for card, parts in usage.fixed.items()}
-    groups = list(usage.groups)
     for waiter in ahead:
         pods = state.waiting_pods(waiter)
-        if pods <= 0:
-            continue
-        if waiter.spec.is_multi:
-            groups.append(Group(waiter.spec.cards, waiter.per_pod, pods, "waiting"))
-        else:
-            slot = fixed.setdefault(waiter.spec.cards[0], {})
-            slot["waiting"] = slot.get("waiting", 0) + waiter.per_pod * pods
-    return QueueUsage(usage.queue, usage.quota, fixed, tuple(groups))
+        if pods > 0:
+            usage = usage.plus(waiter.spec, waiter.per_pod, pods, "waiting")
+    return usage
 
 
 def tree_usage(state: ClusterState, queue: str, exclude_ledger: str = "") -> QueueUsage:

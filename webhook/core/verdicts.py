@@ -35,18 +35,21 @@ class Allowed:
     hold: Hold | None = None
     queue: str = ""
     card: str = ""
+    more: tuple[Hold, ...] = ()  # further holds: a PodGroup enqueued with several card specs
 
 
 @value_class
 class Join:
     """A refused controller (deny mode) that takes its place in its queue's waiting line."""
 
-    uid: str  # the ReplicaSet or StatefulSet
+    uid: str  # the ReplicaSet, StatefulSet or batch Job; or a PodGroup refused at enqueue
     priority: int  # its refused pod's
+    group: str = ""  # the PodGroup's key (namespace/name), when it is one
 
 
 TOO_COMPLEX = "too complex"  # a denial because the exact check gave up at its guard (fail closed)
 WAITS = "waits"  # a wait-mode controller's pod that does not fit now: the mutation gates it instead
+ENQUEUE = "enqueue"  # a PodGroup's move to Inqueue refused (the enqueue gate): its users are told
 
 
 @value_class
@@ -58,6 +61,7 @@ class Denied:
     cause: str = ""  # "" for a quota or shape denial; TOO_COMPLEX when the check gave up
     release: tuple[str, ...] = ()  # ledger entries the denied request had held (its assignment)
     join: Join | None = None  # the controller that waits in line for its cards (deny mode)
+    podgroup: str = ""  # a PodGroup refused at enqueue (namespace/name): told by an Event
 
 
 Decision = Allowed | Denied

@@ -80,3 +80,14 @@ namespaceSelector:
 {{- $has := "has(%s.spec.schedulingGates) && %s.spec.schedulingGates.exists(g, g.name == 'cardquota.volcano.sh/waiting')" -}}
 {{- printf "(%s) && !(%s)" (printf $has "oldObject" "oldObject") (printf $has "object" "object") -}}
 {{- end }}
+
+{{/* A PodGroup UPDATE that moves it into a phase that reserves cards (the enqueue gate). */}}
+{{- define "cqw.enqueued" -}}
+{{- $in := "has(%s.status) && has(%s.status.phase) && %s.status.phase in ['Inqueue', 'Running']" -}}
+{{- printf "(%s) && !(%s)" (printf $in "object" "object" "object") (printf $in "oldObject" "oldObject" "oldObject") -}}
+{{- end }}
+
+{{/* A PodGroup with card demand: the PodGroup mutation gives every card PodGroup these. */}}
+{{- define "cqw.cardPodGroup" -}}
+has(object.metadata.annotations) && ('volcano.sh/card.request' in object.metadata.annotations || 'volcano.sh/card.name' in object.metadata.annotations)
+{{- end }}

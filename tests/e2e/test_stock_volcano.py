@@ -1,0 +1,131 @@
+"""The enqueue gate (SPEC §5d, decisions.md §24) in front of stock Volcano v1.15.1, which has no card
+plugin: a Volcano Job beyond what is left of its queue's card quota stays Pending with none of its
+pods and says why on the job, and is enqueued within 2 s of its cards freeing; two jobs racing for
+the last cards: exactly one runs; an ``A|B`` job; a Deployment and a Volcano Job in one queue.
+Skipped, with the reason, when stock Volcano's source is not beside the repository."""
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.agreement import H200, H800, Tenant, app, hog_deployment, volcano_job
+from tests.e2e.cluster import RUNS_FOR, ControlPlane, wait_for
+from tests.e2e.conftest import partner_plane, serving_webhook
+from tests.edges.serving import Process
+
+WITHIN = 2.0  # seconds from the cards freeing to the job's PodGroup enqueued
+FLEX = f"{H200}|{H800}"
+
+
+@pytest.fixture(scope="module")
+def stock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    with partner_plane("stock", tmp_path_factory) as plane:
+        yield plane
+
+
+@pytest.fixture(scope="module")
+def front(stock: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+    with serving_webhook(stock, tmp_path_factory.mktemp("webhook")) as process:
+        yield process
+
+
+@pytest.fixture
+def tenant(stock: ControlPlane, front: Process) -> Iterator[Tenant]:
+    made = Tenant(stock)
+    yield made
+    made.delete()
+
+
+def long_job(name: str, replicas: int, spec: str, queue: str) -> dict[str, Any]:
+    """A Volcano Job whose pods run for an hour on kwok (they would succeed at once otherwise)."""
+    job = volcano_job(name, replicas, spec, queue)
+    job["spec"]["tasks"][0]["template"]["metadata"]["annotations"][RUNS_FOR] = "1h"
+    return job
+
+
+def phase(t: Tenant, job: str) -> str:
+    """The phase of the Volcano Job ``job``'s PodGroup ("" while it has none)."""
+    for group in t.plane.get("podgroups", namespace=t.ns)["items"]:
+        refs = group["metadata"].get("ownerReferences") or []
+        if any(r.get("kind") == "Job" and r.get("name") == job for r in refs):
+            return str((group.get("status") or {}).get("phase") or "")
+    return ""
+
+
+def job_pods(t: Tenant, job: str) -> list[dict[str, Any]]:
+    return [p for p in t.pods(finished=True) if p["metadata"]["name"].startswith(f"{job}-")]
+
+
+def told(t: Tenant) -> set[tuple[str, str]]:
+    """(kind, name) of what our enqueue refusal Events are about."""
+    events = t.plane.get("events", namespace=t.ns)["items"]
+    return {
+        (e["involvedObject"]["kind"], e["involvedObject"]["name"])
+        for e in events
+        if e.get("reason") == "CardQuotaEnqueueRefused"
+    }
+
+
+def seconds_until(check: Callable[[], bool], free: Callable[[], Any]) -> float:
+    started = time.monotonic()
+    free()
+    wait_for("the job to be enqueued", check, timeout=30, every=0.05)
+    return time.monotonic() - started
+
+
+def test_a_job_beyond_what_is_left_waits_with_no_pod_says_why_and_is_enqueued_within_2s(
+    tenant: Tenant,
+) -> None:
+    tenant.set_quota({H200: 2})
+    tenant.plane.apply(hog_deployment(H200)(tenant), namespace=tenant.ns)
+    wait_for("the hog to be bound", lambda: tenant.settled(1), timeout=60)
+    tenant.plane.apply(long_job("train", 2, H200, tenant.queue), namespace=tenant.ns)
+    wait_for("the job's PodGroup", lambda: phase(tenant, "train") == "Pending", timeout=30)
+    wait_for("the refusal told on the PodGroup and the job", lambda: ("Job", "train") in told(tenant))
+    assert any(kind == "PodGroup" for kind, _ in told(tenant))
+    time.sleep(3)  # stock Volcano retries every second: it is still refused
+    assert phase(tenant, "train") == "Pending" and job_pods(tenant, "train") == []
+    took = seconds_until(
+        lambda: phase(tenant, "train") in ("Inqueue", "Running"),
+        lambda: tenant.plane.kubectl("delete", "-n", tenant.ns, "deployment/hog", "--wait=false"),
+    )
+    print(f"enqueued {took:.2f} s after its cards freed")
+    assert took <= WITHIN
+    tenant.wait_settled(2)
+    tenant.check_agreement()
+
+
+def test_two_jobs_racing_for_the_last_cards_exactly_one_runs(tenant: Tenant) -> None:
+    tenant.set_quota({H200: 2})
+    for name in ("a", "b"):
+        tenant.plane.apply(long_job(name, 2, H200, tenant.queue), namespace=tenant.ns)
+    wait_for("one job to run", lambda: tenant.settled(2), timeout=60)
+    time.sleep(5)
+    phases = sorted(phase(tenant, name) for name in ("a", "b"))
+    assert phases[0] == "Pending" and phases[1] in ("Inqueue", "Running"), phases
+    assert tenant.settled(2)
+    tenant.check_agreement()
+
+
+def test_an_a_or_b_job_runs_whole_on_the_model_that_has_room(tenant: Tenant) -> None:
+    tenant.set_quota({H200: 1, H800: 2})
+    tenant.plane.apply(long_job("train", 2, FLEX, tenant.queue), namespace=tenant.ns)
+    tenant.wait_settled(2)
+    tenant.check_agreement()
+    cards = {p["metadata"]["annotations"]["volcano.sh/card.name"] for p in tenant.pods()}
+    assert cards == {H800}
+
+
+def test_a_deployment_and_a_volcano_job_in_one_queue_stay_within_its_quota(tenant: Tenant) -> None:
+    tenant.set_quota({H200: 3})
+    tenant.plane.apply(app("web", 2, H200, tenant), namespace=tenant.ns)
+    tenant.wait_settled(2)
+    tenant.plane.apply(long_job("train", 2, H200, tenant.queue), namespace=tenant.ns)
+    wait_for("the job refused at enqueue", lambda: ("Job", "train") in told(tenant))
+    assert job_pods(tenant, "train") == []
+    tenant.plane.kubectl("scale", "-n", tenant.ns, "deployment/web", "--replicas=1")
+    wait_for("the job to run", lambda: len(job_pods(tenant, "train")) == 2, timeout=30)
+    tenant.wait_settled(3)
+    tenant.check_agreement()
