@@ -78,8 +78,8 @@ def namespace(control_plane: ControlPlane) -> Iterator[str]:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> Any:
     report = yield
     args = getattr(item, "funcargs", {})
-    plane = args.get("control_plane") or args.get("volcano")
-    if report.failed and isinstance(plane, ControlPlane) and plane.logs.exists():
+    plane = next((a for a in args.values() if isinstance(a, ControlPlane)), None)
+    if report.failed and plane is not None and plane.logs.exists():
         target = OUT / item.name
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(plane.logs, target)

@@ -46,11 +46,12 @@ def long_job(name: str, replicas: int, spec: str, queue: str) -> dict[str, Any]:
 
 
 def phase(t: Tenant, job: str) -> str:
-    """The phase of the Volcano Job ``job``'s PodGroup ("" while it has none)."""
+    """The phase of the Volcano Job ``job``'s PodGroup ("Pending" until the scheduler writes one;
+    "" while it has none)."""
     for group in t.plane.get("podgroups", namespace=t.ns)["items"]:
         refs = group["metadata"].get("ownerReferences") or []
         if any(r.get("kind") == "Job" and r.get("name") == job for r in refs):
-            return str((group.get("status") or {}).get("phase") or "")
+            return str((group.get("status") or {}).get("phase") or "Pending")
     return ""
 
 
