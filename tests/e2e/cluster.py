@@ -115,12 +115,18 @@ class ControlPlane:
     """Start, use and stop one control plane under ``workdir``; component logs in ``workdir/logs``."""
 
     def __init__(
-        self, workdir: Path, certs: Path | None = None, volcano: Path | None = None, partner: str = "fork"
+        self,
+        workdir: Path,
+        certs: Path | None = None,
+        volcano: Path | None = None,
+        partner: str = "fork",
+        conf: str = "",
     ) -> None:
         """``volcano``: the directory of the real Volcano binaries (``build.ensure_volcano``); with it
         the control plane runs the real CRDs, vc-controller-manager and vc-scheduler (capacity-card)."""
         self.workdir = workdir
         self.volcano, self.partner = volcano, partner
+        self.conf = conf  # the scheduler's configuration, when not the one built beside it
         self.logs = workdir / "logs"
         self.certs = ensure_pki(certs or ROOT / "certs")
         self.bin = ensure_binaries()
@@ -225,7 +231,7 @@ class ControlPlane:
             [
                 *kubeconfig,
                 "--enable-metrics",
-                f"--scheduler-conf={bin_dir / 'scheduler.conf'}",
+                f"--scheduler-conf={self._scheduler_conf(bin_dir)}",
                 f"--listen-address={ports[2]}",
                 f"--healthz-address={ports[3]}",
                 "--v=3",
@@ -234,6 +240,13 @@ class ControlPlane:
         )
         time.sleep(2)
         self._check_alive()
+
+    def _scheduler_conf(self, bin_dir: Path) -> Path:
+        if not self.conf:
+            return bin_dir / "scheduler.conf"
+        path = self.workdir / "scheduler.conf"
+        path.write_text(self.conf)
+        return path
 
     def _stages(self) -> Path:
         """kwok's stages, with a shutdown time: a pod annotated ``pod-delete.stage.kwok.x-k8s.io/delay:

@@ -140,13 +140,18 @@ def serving_webhook(plane: ControlPlane, tmp: Path, *extra: str) -> Iterator[Pro
 
 
 @contextlib.contextmanager
-def partner_plane(partner: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+def partner_plane(
+    partner: str, tmp_path_factory: pytest.TempPathFactory, conf: Callable[[str], str] = str
+) -> Iterator[ControlPlane]:
     """A control plane with ``partner``'s real Volcano scheduler and controller ("fork": the
-    capacity-card plugin; "stock": released v1.15.1); skipped, with the reason, without its source."""
+    capacity-card plugin; "stock": released v1.15.1); skipped, with the reason, without its source.
+    ``conf``: how the scheduler configuration its release ships is changed for this plane."""
     built = ensure_volcano(partner)
     if built is None:
         pytest.skip(no_volcano(partner))
-    plane = ControlPlane(tmp_path_factory.mktemp(f"volcano-{partner}"), volcano=built, partner=partner)
+    changed = conf((built / "scheduler.conf").read_text())
+    workdir = tmp_path_factory.mktemp(f"volcano-{partner}")
+    plane = ControlPlane(workdir, volcano=built, partner=partner, conf=changed)
     try:
         yield plane.start()
     finally:

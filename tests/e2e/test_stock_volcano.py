@@ -4,6 +4,7 @@ pods and says why on the job, and is enqueued within 2 s of its cards freeing; t
 the last cards: exactly one runs; an ``A|B`` job; a Deployment and a Volcano Job in one queue.
 Skipped, with the reason, when stock Volcano's source is not beside the repository."""
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -13,6 +14,7 @@ import pytest
 from tests.e2e.agreement import H200, H800, Tenant, app, hog_deployment, volcano_job
 from tests.e2e.cluster import RUNS_FOR, ControlPlane, wait_for
 from tests.e2e.conftest import partner_plane, serving_webhook
+from tests.e2e.objects import card_queue
 from tests.edges.serving import Process
 
 WITHIN = 2.0  # seconds from the cards freeing to the job's PodGroup enqueued
@@ -36,6 +38,21 @@ def tenant(stock: ControlPlane, front: Process) -> Iterator[Tenant]:
     made = Tenant(stock)
     yield made
     made.delete()
+
+
+def hierarchical(conf: str) -> str:
+    """The release's configuration with the ``capacity`` plugin, hierarchy on, in place of
+    ``proportion``: how stock Volcano runs hierarchical queues."""
+    return conf.replace("  - name: proportion", "  - name: capacity\n    enableHierarchy: true")
+
+
+@pytest.fixture(scope="module")
+def stock_hierarchy(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Process]]:
+    with (
+        partner_plane("stock", tmp_path_factory, hierarchical) as plane,
+        serving_webhook(plane, tmp_path_factory.mktemp("webhook-hierarchy")) as process,
+    ):
+        yield plane, process
 
 
 def long_job(name: str, replicas: int, spec: str, queue: str) -> dict[str, Any]:
@@ -130,3 +147,33 @@ def test_a_deployment_and_a_volcano_job_in_one_queue_stay_within_its_quota(tenan
     wait_for("the job to run", lambda: len(job_pods(tenant, "train")) == 2, timeout=30)
     tenant.wait_settled(3)
     tenant.check_agreement()
+
+
+def test_a_job_in_a_child_queue_whose_parent_is_full_waits_until_the_parent_has_room(
+    stock_hierarchy: tuple[ControlPlane, Process],
+) -> None:
+    """Stock ``capacity`` plugin with hierarchy: the parent's card quota limits its children."""
+    plane, _ = stock_hierarchy
+    child, sibling = Tenant(plane), Tenant(plane)
+    parent = f"{child.queue}-parent"
+    child.queues.append(parent)
+    try:
+        plane.kubectl("apply", "-f", "-", stdin=json.dumps(card_queue(parent, {H200: 2})))
+        child.set_quota({H200: 2}, parent=parent)
+        sibling.set_quota({H200: 2}, parent=parent)
+        sibling.plane.apply(app("busy", 2, H200, sibling), namespace=sibling.ns)
+        sibling.wait_settled(2)
+        child.plane.apply(long_job("train", 1, H200, child.queue), namespace=child.ns)
+        wait_for("the refusal told on the job", lambda: ("Job", "train") in told(child))
+        events = child.plane.get("events", namespace=child.ns)["items"]
+        message = next(e["message"] for e in events if e.get("reason") == "CardQuotaEnqueueRefused")
+        assert message.startswith(f'queue "{parent}" (above "{child.queue}", counting all its queues)'), (
+            message
+        )
+        assert phase(child, "train") == "Pending" and job_pods(child, "train") == []
+        plane.kubectl("scale", "-n", sibling.ns, "deployment/busy", "--replicas=1")
+        child.wait_settled(1)
+        child.check_agreement()
+    finally:
+        sibling.delete()
+        child.delete()

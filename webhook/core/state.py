@@ -384,7 +384,9 @@ class ClusterState:
 
     def unreserved(self, group: PodGroupRecord) -> dict[CardSpec, int]:
         """What ``group`` asks for beyond what its pods (gated ones included) hold: what it reserves
-        once enqueued, per card spec, in card units."""
+        once enqueued, per card spec, in card units. Gated pods are taken off as the capacity-card
+        plugin takes them off its queue's inqueue tally (``DeductSchGatedResources``,
+        ``capacity_card_queue.go``)."""
         asked = self.group_request(group)
         held = self.charged.group_demand(group.key)
         gated = self._gated.get(group.key)

@@ -79,13 +79,19 @@ class QueueUsage:
 
     def plus(self, spec: CardSpec, per_pod: int, pods: int = 1, origin: str = "in flight") -> "QueueUsage":
         """This usage with ``pods`` more of ``spec`` counted (an ``A|B`` group whole per pod)."""
-        if spec.is_multi:
-            groups = (*self.groups, Group(spec.cards, per_pod, pods, origin))
-            return QueueUsage(self.queue, self.quota, self.fixed, groups)
+        return self.adding(((spec, per_pod, pods),), origin)
+
+    def adding(self, demands: Iterable[tuple[CardSpec, int, int]], origin: str) -> "QueueUsage":
+        """This usage with each ``(spec, per_pod, pods)`` of ``demands`` counted as ``origin``."""
         fixed = {card: dict(parts) for card, parts in self.fixed.items()}
-        slot = fixed.setdefault(spec.cards[0], {})
-        slot[origin] = slot.get(origin, 0) + per_pod * pods
-        return QueueUsage(self.queue, self.quota, fixed, self.groups)
+        groups = list(self.groups)
+        for spec, per_pod, pods in demands:
+            if spec.is_multi:
+                groups.append(Group(spec.cards, per_pod, pods, origin))
+            else:
+                slot = fixed.setdefault(spec.cards[0], {})
+                slot[origin] = slot.get(origin, 0) + per_pod * pods
+        return QueueUsage(self.queue, self.quota, fixed, tuple(groups))
 
     def without(self, *covers: Cover) -> "QueueUsage":
         """This usage less the flexible demand ``covers`` take over (a pod of a scale-up held in
@@ -105,11 +111,8 @@ def queue_usage(
 
 def after(state: ClusterState, usage: QueueUsage, ahead: Iterable[Waiter]) -> QueueUsage:
     """``usage`` with the pods ``ahead`` still wait for counted, as "waiting"."""
-    for waiter in ahead:
-        pods = state.waiting_pods(waiter)
-        if pods > 0:
-            usage = usage.plus(waiter.spec, waiter.per_pod, pods, "waiting")
-    return usage
+    waiting = ((w.spec, w.per_pod, state.waiting_pods(w)) for w in ahead)
+    return usage.adding(((spec, per_pod, pods) for spec, per_pod, pods in waiting if pods > 0), "waiting")
 
 
 def tree_usage(state: ClusterState, queue: str, exclude_ledger: str = "") -> QueueUsage:
