@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.e2e.agreement import Tenant
 from tests.e2e.build import ensure_volcano, no_volcano
 from tests.e2e.cluster import ROOT, ControlPlane, wait_for
 from tests.e2e.objects import SELECTOR, card_queue
@@ -160,8 +161,24 @@ def partner_plane(
 
 @pytest.fixture(scope="module")
 def volcano(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """The real-scheduler control plane (the fork's; a module may override it with another)."""
     with partner_plane("fork", tmp_path_factory) as plane:
         yield plane
+
+
+@pytest.fixture(scope="module")
+def front(volcano: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
+    """The webhook in front of the module's real-scheduler control plane."""
+    with serving_webhook(volcano, tmp_path_factory.mktemp("webhook")) as process:
+        yield process
+
+
+@pytest.fixture
+def tenant(volcano: ControlPlane, front: Process) -> Iterator[Tenant]:
+    """One test's namespace and queue on it, deleted afterwards."""
+    made = Tenant(volcano)
+    yield made
+    made.delete()
 
 
 @pytest.fixture(scope="module")

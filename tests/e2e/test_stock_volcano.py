@@ -22,22 +22,10 @@ FLEX = f"{H200}|{H800}"
 
 
 @pytest.fixture(scope="module")
-def stock(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+def volcano(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """This module's partner: stock Volcano."""
     with partner_plane("stock", tmp_path_factory) as plane:
         yield plane
-
-
-@pytest.fixture(scope="module")
-def front(stock: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
-    with serving_webhook(stock, tmp_path_factory.mktemp("webhook")) as process:
-        yield process
-
-
-@pytest.fixture
-def tenant(stock: ControlPlane, front: Process) -> Iterator[Tenant]:
-    made = Tenant(stock)
-    yield made
-    made.delete()
 
 
 def hierarchical(conf: str) -> str:

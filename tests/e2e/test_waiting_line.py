@@ -33,7 +33,6 @@ from tests.e2e.agreement import (
     rolled_out,
 )
 from tests.e2e.cluster import SHUTDOWN, ControlPlane, wait_for
-from tests.e2e.conftest import serving_webhook
 from tests.edges.serving import Process
 
 # How long the workloads are refused before their cards free: long enough for the ReplicaSet
@@ -41,12 +40,6 @@ from tests.edges.serving import Process
 REFUSED_SECONDS = float(os.environ.get("CARDQUOTA_E2E_REFUSED_SECONDS", "180"))
 WITHIN = 2.0  # seconds from the cards freeing to the missing pods existing
 JOB_CARD = {"deny": R4090D, "wait": H800}
-
-
-@pytest.fixture(scope="module")
-def front(volcano: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
-    with serving_webhook(volcano, tmp_path_factory.mktemp("webhook")) as process:
-        yield process
 
 
 @pytest.fixture
