@@ -21,7 +21,7 @@ from tests.builders import (
     request,
     template,
 )
-from webhook.core import admission, calls
+from webhook.core import admission, calls, report
 from webhook.core.objects import pod_record, podgroup_record, queue_record
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import ENQUEUE, Allowed, Denied
@@ -189,6 +189,20 @@ def test_a_waiting_job_keeps_its_cards_from_later_pods_and_is_enqueued_when_they
     seen["status"]["phase"] = "Inqueue"
     state.upsert_podgroup(podgroup_record(seen))
     assert state.line.line("q") == () and len(state.ledger) == 0
+
+
+def test_status_and_waiting_list_a_job_refused_at_enqueue_in_its_namespace() -> None:
+    pg = group(ask=f'{{"{H200}": 2}}')
+    state = cluster(*NODES, queue("q", f'{{"{H200}": 2}}'), running("a"), pg)
+    assert isinstance(enqueue(state, pg, now=10.0), Denied)
+    [entry] = report.lines(state, namespace="ns")["q"]
+    assert (entry["place"], entry["workload"], entry["pods"], entry["card"]) == (
+        1,
+        "podgroup ns/train",
+        1,
+        H200,
+    )
+    assert report.lines(state, namespace="other") == {}
 
 
 def test_a_deleted_job_leaves_the_line_and_the_ledger() -> None:
