@@ -172,6 +172,16 @@ class Informer:
         self.broken_since: float | None = None
         self.relists = 0
         self.skipped_events = 0
+        self._resync = asyncio.Event()
+        self._caught_up: list[asyncio.Future[None]] = []
+
+    async def catch_up(self) -> None:
+        """Return once a list taken after this call has been applied (the takeover barrier): the
+        watch stops, the kind is listed again, and the watch resumes from that list."""
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._caught_up.append(done)
+        self._resync.set()
+        await done
 
     async def run(self, listed: bool = False) -> None:
         """Keep watching for ever; ``listed``: the first list is already done."""
@@ -179,10 +189,19 @@ class Informer:
         listed_at = self.clock()
         while True:
             try:
-                if relist or self.clock() - listed_at >= self.resync_seconds:
-                    await self.relist()
+                if relist or self._resync.is_set() or self.clock() - listed_at >= self.resync_seconds:
+                    waiting, self._caught_up = self._caught_up, []
+                    self._resync.clear()
+                    try:
+                        await self.relist()
+                    except BaseException:
+                        self._caught_up += waiting
+                        raise
+                    for done in waiting:
+                        if not done.done():
+                            done.set_result(None)
                     listed_at, relist = self.clock(), False
-                await self._watch()
+                await self._watch_until_resync()
             except Expired:
                 log.info("watch expired, relisting", extra={"kind": self.kind.name})
                 relist = True
@@ -238,6 +257,24 @@ class Informer:
         self.version, self.synced = version, True
         self.relists += 1
         self._healthy()
+
+    async def _watch_until_resync(self) -> None:
+        """Watch until the stream ends, fails (raised here) or ``catch_up`` asks for a list."""
+        watch = asyncio.create_task(self._watch())
+        resync = asyncio.create_task(self._resync.wait())
+        try:
+            done, _ = await asyncio.wait({watch, resync}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            for task in (watch, resync):
+                task.cancel()
+            await asyncio.gather(watch, resync, return_exceptions=True)
+            raise
+        resync.cancel()
+        if watch not in done:
+            watch.cancel()
+        await asyncio.gather(watch, resync, return_exceptions=True)
+        if watch in done:
+            watch.result()  # the stream ended, or its error (or cancellation) goes on up
 
     async def _watch(self) -> None:
         async for event in self.transport.watch(self.kind, self.version):

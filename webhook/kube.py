@@ -231,8 +231,8 @@ async def _lines(stream: aiohttp.StreamReader) -> AsyncIterator[bytes]:
 class KubeLeaseClient:
     """The Lease ``namespace/name`` through the same connection, for ``lease.LeaderElector``."""
 
-    def __init__(self, transport: KubeTransport, namespace: str, name: str) -> None:
-        self.transport, self.name = transport, name
+    def __init__(self, transport: KubeTransport, namespace: str, name: str, timeout: float = 5.0) -> None:
+        self.transport, self.name, self.timeout = transport, name, timeout
         self.collection = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
 
     async def _call(self, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, bytes]:
@@ -244,7 +244,7 @@ class KubeLeaseClient:
                 header_params={"Content-Type": "application/json", "Accept": "application/json"},
                 auth_settings=["BearerToken"],
                 _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=5),
+                _request_timeout=aiohttp.ClientTimeout(total=self.timeout),
             )
             return response.status, await response.read()
         except (aiohttp.ClientError, TimeoutError, OSError) as exc:

@@ -1,12 +1,14 @@
 """One serving replica among several: a coordination.k8s.io Lease, and readiness tied to holding it.
 
-Only the holder is ready, so the Service sends every review to one replica and its in-flight holds
-see every admission. The holder renews every ``renew_every`` seconds and stops counting itself the
-leader ``renew_deadline`` after its last successful renewal; another replica takes the Lease only
-when it has seen the same record unchanged for ``duration`` seconds by its own clock (as client-go
-does, so clock skew between nodes does not matter). Because ``renew_deadline < duration``, two
-replicas never both consider themselves the leader. Updates use the Lease's resourceVersion:
-a conflict means someone else wrote first, and this round is lost.
+Only the holder decides, so its in-flight holds see every admission; the others forward what
+reaches them to the address the holder writes into the Lease (``ADDRESS_ANNOTATION``). The holder
+renews every ``renew_every`` seconds and stops counting itself the leader ``renew_deadline`` after
+its last successful renewal began; another replica takes the Lease only when it has seen the same
+record unchanged for ``duration`` seconds by its own clock (as client-go does, so clock skew between
+nodes does not matter). Because ``renew_deadline < duration``, two replicas never both consider
+themselves the leader. Updates use the Lease's resourceVersion: a conflict means someone else wrote
+first, and this round is lost. After ``release`` a replica keeps reading the Lease (never writing
+it), so it still knows whom to forward to while it drains.
 """
 
 import asyncio
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
+ADDRESS_ANNOTATION = "cardquota.volcano.sh/address"
 
 
 class LeaseConflict(Exception):
@@ -49,20 +52,36 @@ class LeaderElector:
     identity: str
     name: str
     namespace: str
-    duration: float = 15.0
-    renew_deadline: float = 10.0
-    renew_every: float = 2.0
+    duration: int = 2
+    renew_deadline: float = 1.5
+    renew_every: float = 0.25
     clock: Callable[[], float] = time.monotonic
+    address: str = ""  # host:port the other replicas reach this one at; "" when nobody forwards
+    on_won: Callable[[], None] = lambda: None  # called when this replica takes the Lease
 
     def __post_init__(self) -> None:
         self._held_until = 0.0
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
         self._released = False
+        self._leader_address: str | None = None
+        self.won = 0  # how many times this replica has taken the Lease (a takeover barrier each)
+        self.writes = 0  # Lease writes that succeeded (the API load of leading)
 
     @property
     def is_leader(self) -> bool:
         return self.clock() < self._held_until
+
+    @property
+    def leader_address(self) -> str | None:
+        """Where the current holder serves, as this replica last read the Lease: None when it
+        leads itself, nobody holds a live Lease, or the holder wrote no address."""
+        if self.is_leader:
+            return None
+        return self._leader_address
+
+    def _view(self, address: str | None) -> None:
+        self._leader_address = address
 
     async def release(self) -> None:
         """Give the Lease up (a graceful stop): stop renewing, and clear the holder so a standby
@@ -77,14 +96,17 @@ class LeaderElector:
                 return
             now = _now_micro()
             lease["spec"] = {**spec, "holderIdentity": "", "leaseDurationSeconds": 1, "renewTime": now}
+            annotations = (lease.get("metadata") or {}).get("annotations") or {}
+            annotations.pop(ADDRESS_ANNOTATION, None)
             await self.client.replace(lease)
+            self._view(None)
             log.info("lease released", extra={"lease": self.name, "identity": self.identity})
         except (LeaseConflict, LeaseUnavailable) as exc:
             extra = {"lease": self.name, "error": str(exc)}
             log.warning("could not release the lease; it expires", extra=extra)
 
     async def run(self) -> None:
-        while not self._released:
+        while True:
             try:
                 await self.try_acquire_or_renew()
             except LeaseUnavailable as exc:
@@ -92,12 +114,12 @@ class LeaderElector:
             await asyncio.sleep(self.renew_every)
 
     async def try_acquire_or_renew(self) -> bool:
-        if self._released:
-            return False
+        """One round: renew or take the Lease if this replica may; after ``release`` only read it."""
         started = self.clock()
         lease = await self.client.get()
         if lease is None:
-            return await self._write(self._fresh(), started, create=True)
+            self._view(None)
+            return False if self._released else await self._write(self._fresh(), started, create=True)
         spec = lease.get("spec") or {}
         record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("leaseTransitions"))
         if record != self._observed:
@@ -106,6 +128,11 @@ class LeaderElector:
         expired = self.clock() - self._observed_at > float(spec.get("leaseDurationSeconds") or self.duration)
         if holder and holder != self.identity and not expired:
             self._held_until = 0.0
+            address = ((lease.get("metadata") or {}).get("annotations") or {}).get(ADDRESS_ANNOTATION)
+            self._view(address if isinstance(address, str) and address else None)
+            return False
+        self._view(None)
+        if self._released:
             return False
         transitions = int(spec.get("leaseTransitions") or 0) + (0 if holder == self.identity else 1)
         now = _now_micro()
@@ -117,11 +144,21 @@ class LeaderElector:
             "acquireTime": spec.get("acquireTime") if holder == self.identity else now,
             "leaseTransitions": transitions,
         }
+        self._annotate(lease)
         return await self._write(lease, started, create=False)
+
+    def _annotate(self, lease: dict[str, Any]) -> None:
+        meta = lease.setdefault("metadata", {})
+        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+        if self.address:
+            annotations[ADDRESS_ANNOTATION] = self.address
+        else:
+            annotations.pop(ADDRESS_ANNOTATION, None)
+        meta["annotations"] = annotations
 
     def _fresh(self) -> dict[str, Any]:
         now = _now_micro()
-        return {
+        lease = {
             "apiVersion": "coordination.k8s.io/v1",
             "kind": "Lease",
             "metadata": {"name": self.name, "namespace": self.namespace},
@@ -133,6 +170,8 @@ class LeaderElector:
                 "leaseTransitions": 0,
             },
         }
+        self._annotate(lease)
+        return lease
 
     async def _write(self, lease: dict[str, Any], started: float, *, create: bool) -> bool:
         was_leader = self.is_leader
@@ -141,11 +180,14 @@ class LeaderElector:
         except LeaseConflict:
             self._held_until = 0.0
             return False
+        self.writes += 1
         if self._released:  # released while this round was under way: the next leader may be chosen
             return False
         # Counted from before the read: the deadline can only be early, never late.
         self._held_until = started + self.renew_deadline
         if not was_leader:
+            self.won += 1
+            self.on_won()
             log.info(
                 "leading: this replica serves reviews", extra={"lease": self.name, "identity": self.identity}
             )

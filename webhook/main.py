@@ -21,6 +21,7 @@ from webhook import logs, server
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
 from webhook.errors import ConfigError, NotReady
+from webhook.forward import Forwarder
 from webhook.lease import LeaderElector
 from webhook.metrics import Metrics
 from webhook.settings import ServeSettings
@@ -71,10 +72,38 @@ def _elector(settings: ServeSettings) -> Callable[[Any], LeaderElector]:
     from webhook.kube import KubeLeaseClient
 
     def elect(transport: Any) -> LeaderElector:
-        client = KubeLeaseClient(transport, namespace, settings.lease_name)
-        return LeaderElector(client, identity, settings.lease_name, namespace)
+        # A Lease call that takes longer than the renew deadline is of no use to the round.
+        client = KubeLeaseClient(
+            transport, namespace, settings.lease_name, settings.lease_renew_deadline_seconds
+        )
+        return LeaderElector(
+            client,
+            identity,
+            settings.lease_name,
+            namespace,
+            duration=settings.lease_duration_seconds,
+            renew_deadline=settings.lease_renew_deadline_seconds,
+            renew_every=settings.lease_retry_seconds,
+            address=advertised(settings),
+        )
 
     return elect
+
+
+def advertised(settings: ServeSettings) -> str:
+    """host:port the other replicas forward to: ``--advertise-address``, else the pod's IP (the
+    downward API's POD_IP), else loopback (replicas on one machine), with ``--port``."""
+    if settings.advertise_address:
+        return settings.advertise_address
+    host = os.environ.get("POD_IP") or "127.0.0.1"
+    return f"[{host}]:{settings.port}" if ":" in host else f"{host}:{settings.port}"
+
+
+def _forwarder(settings: ServeSettings) -> Forwarder | None:
+    if not settings.leader_elect or settings.cluster is not None:
+        return None
+    cert = settings.cert_dir / "tls.crt"
+    return Forwarder(cert, settings.cert_dir / "tls.key", settings.forward_ca, settings.client_ca is not None)
 
 
 def live_state(
@@ -145,7 +174,10 @@ async def serve(settings: ServeSettings) -> int:
     source = build_source(settings, metrics)
     metrics.cert_expiry.set_function(lambda: store.expires)
     stopped: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-    app = server.make_app(source, metrics, health, settings.max_body_bytes)
+    forwarder = _forwarder(settings)
+    app = server.make_app(
+        source, metrics, health, settings.max_body_bytes, forwarder, settings.forward_wait_seconds
+    )
     app.cleanup_ctx.append(_background("log flusher", logs.flush_periodically, stopped))
     app.cleanup_ctx.append(_background("state source", source.run, stopped))
     app.cleanup_ctx.append(
@@ -172,10 +204,14 @@ async def serve(settings: ServeSettings) -> int:
     code = await stopped
     if code == 0:
         health.draining = True
-        await source.step_down()  # with leader election: a standby takes over now, not at expiry
+        # With leader election: the Lease is handed over first (a standby takes it at its next
+        # round, not at expiry); what still reaches this replica is forwarded to the new holder.
+        await source.step_down()
         log.info("draining", extra={"seconds": settings.drain_seconds})
         await asyncio.sleep(settings.drain_seconds)
     await runner.cleanup()
+    if forwarder is not None:
+        await forwarder.close()
     log.info("stopped")
     logs.flush()
     return code

@@ -85,6 +85,12 @@ class Metrics:
             buckets=WAIT_BUCKETS,
             registry=self.registry,
         )
+        self.forwarded = Counter(
+            "cardquota_forwarded_reviews",
+            "reviews this replica forwarded to the Lease holder, by the holder's HTTP status",
+            ["status"],
+            registry=self.registry,
+        )
         self.cert_reloads = Counter(
             "cardquota_certificate_reloads", "serving certificate reloads", registry=self.registry
         )

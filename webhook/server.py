@@ -18,7 +18,7 @@ import orjson
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from webhook import review, wire
+from webhook import forward, review, wire
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import TOO_COMPLEX, Allowed, Denied
 from webhook.errors import BadReview, NotReady
@@ -40,13 +40,26 @@ SOURCE = web.AppKey("source", StateSource)
 METRICS = web.AppKey("metrics", Metrics)
 HEALTH = web.AppKey("health", Health)
 BODY_LIMIT = web.AppKey("body_limit", int)
+FORWARDER = web.AppKey("forwarder", forward.Forwarder)
+FORWARD_WAIT = web.AppKey("forward_wait", float)
 OWNER_READ_SECONDS = 1.0
 UID = web.RequestKey("uid", str)  # the review uid, once parsed, for the bug log line
 
 
-def make_app(source: StateSource, metrics: Metrics, health: Health, max_body_bytes: int) -> web.Application:
+def make_app(
+    source: StateSource,
+    metrics: Metrics,
+    health: Health,
+    max_body_bytes: int,
+    forwarder: forward.Forwarder | None = None,
+    forward_wait: float = 4.0,
+) -> web.Application:
+    """``forwarder``: a replica that does not decide sends each review to the one that does."""
     app = web.Application(client_max_size=max_body_bytes, middlewares=[_errors])
     app[SOURCE], app[METRICS], app[HEALTH], app[BODY_LIMIT] = source, metrics, health, max_body_bytes
+    app[FORWARD_WAIT] = forward_wait
+    if forwarder is not None:
+        app[FORWARDER] = forwarder
     metrics.ready.set_function(lambda: float(not health.draining and not source.readiness_reason()))
     metrics.serving.set_function(lambda: float(is_ready(app)))
     metrics.watch_state(lambda: source.state)
@@ -95,11 +108,30 @@ async def _body(request: web.Request) -> bytes:
 
 
 async def _review(request: web.Request, webhook: review.Webhook) -> web.Response:
+    response = await _answer_review(request, webhook)
+    if request.app[HEALTH].draining:
+        response.force_close()  # the API server's next review opens a connection to a ready replica
+    return response
+
+
+async def _answer_review(request: web.Request, webhook: review.Webhook) -> web.Response:
     started = time.perf_counter()
     body = await _body(request)
+    source, forwarder = request.app[SOURCE], request.app.get(FORWARDER)
+    if forwarder is not None and not source.ready and forward.FORWARDED_HEADER not in request.headers:
+        relayed = await forward.relay(
+            forwarder,
+            lambda: source.ready,
+            source.leader_address,
+            request.path,
+            body,
+            request.app[FORWARD_WAIT],
+        )
+        if relayed is not None:
+            request.app[METRICS].forwarded.labels(str(relayed[0])).inc()
+            return web.Response(status=relayed[0], body=relayed[1], content_type="application/json")
     raw = wire.parse_review(body)
     request[UID] = raw.uid
-    source = request.app[SOURCE]
     state = source.state
     if not source.ready or state is None:
         raise NotReady(f"cache not ready: {source.not_ready_reason()}")

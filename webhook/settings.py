@@ -11,7 +11,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from webhook.core.policy import Policy
@@ -155,6 +155,29 @@ class ServeSettings(PolicySettings):
         "own pod cardquota.volcano.sh/serving=true for the Service to select (POD_NAME, POD_NAMESPACE)",
     )
     lease_name: str = Field("card-quota-webhook", description="the Lease replicas elect a leader with")
+    lease_duration_seconds: int = Field(
+        2, ge=1, le=60, description="a standby takes the Lease after seeing it unrenewed this long"
+    )
+    lease_renew_deadline_seconds: float = Field(
+        1.5, gt=0, description="the holder stops deciding when it has not renewed for this long"
+    )
+    lease_retry_seconds: float = Field(
+        0.25, gt=0, description="how often the holder renews the Lease and the standbys read it"
+    )
+    advertise_address: str = Field(
+        "",
+        description="host:port the other replicas forward reviews to while this one leads "
+        "(default: POD_IP, else 127.0.0.1, and --port)",
+    )
+    forward_ca: Path | None = Field(
+        None,
+        description="CA of the other replicas' serving certificates (default: ca.crt beside tls.crt)",
+    )
+    forward_wait_seconds: float = Field(
+        4.0,
+        gt=0,
+        description="how long a review waits for a leader to forward it to (below timeoutSeconds)",
+    )
     lease_namespace: str = Field(
         "", description="namespace of the Lease (default: the pod's namespace, else default)"
     )
@@ -171,6 +194,17 @@ class ServeSettings(PolicySettings):
         5.0, ge=0, description="after the drain: how long in-flight requests may take to finish"
     )
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = Field("INFO", description="log level")
+
+    @model_validator(mode="after")
+    def _lease_timings(self) -> "ServeSettings":
+        if not self.lease_retry_seconds < self.lease_renew_deadline_seconds < self.lease_duration_seconds:
+            raise ValueError(
+                "lease timings must satisfy retry < renew deadline < duration, got"
+                f" {self.lease_retry_seconds:g} / {self.lease_renew_deadline_seconds:g}"
+                f" / {self.lease_duration_seconds} s"
+            )
+        return self
+
     uvloop: bool = Field(True, description="run on uvloop (faster event loop) when it is installed")
 
 

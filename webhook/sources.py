@@ -45,6 +45,9 @@ class StateSource(Protocol):
     async def step_down(self) -> None:
         """A graceful stop: stop answering reviews and hand leadership over, if there is any."""
 
+    def leader_address(self) -> str | None:
+        """Where the replica that decides serves, when it is another one (forwarding); else None."""
+
 
 class SnapshotSource:
     """A snapshot directory, loaded once in a worker thread; ready when loaded."""
@@ -73,6 +76,9 @@ class SnapshotSource:
     async def step_down(self) -> None:
         return None
 
+    def leader_address(self) -> str | None:
+        return None
+
     async def run(self) -> None:
         state = await asyncio.to_thread(snapshot.load_snapshot, self.directory, self.policy)
         settle_heap()
@@ -93,6 +99,7 @@ def settle_heap() -> None:
 log = logging.getLogger(__name__)
 OVERCOMMITTED = "CardQuotaOvercommitted"
 EVENT_INTERVAL = 600.0
+BARRIER_KINDS = frozenset({"Pod", "PodGroup"})  # what an admission charges: listed again at a takeover
 
 
 class LiveSource:
@@ -126,6 +133,9 @@ class LiveSource:
         self._state = ClusterState(policy)
         self.informers: list[cache.Informer] = []
         self._transport: cache.Transport | None = None
+        self._term = 0  # the last term as leader (``elector.won``) whose takeover barrier has passed
+        self._won = asyncio.Event()
+        self.takeovers: list[float] = []  # seconds each takeover barrier took
 
     @property
     def state(self) -> ClusterState:
@@ -141,12 +151,19 @@ class LiveSource:
         why = self._sync_reason()
         if not why and self.elector is not None and not self.elector.is_leader:
             return f"another replica holds the lease {self.elector.namespace}/{self.elector.name} and serves"
+        if not why and self.elector is not None and self._term != self.elector.won:
+            return "this replica just took the lease and is catching up with the cluster"
         return why
 
+    def leader_address(self) -> str | None:
+        return self.elector.leader_address if self.elector is not None else None
+
     def readiness_reason(self) -> str:
-        if self.labeler is None:
+        """With leader election every synced replica is ready: one that does not decide forwards
+        to the one that does, so the Service may send a review to any of them."""
+        if self.elect is None:
             return self.not_ready_reason()
-        if self.labeler.applied is None:
+        if self.label_pod is not None and (self.labeler is None or self.labeler.applied is None):
             return "this pod's serving label has not been cleared yet"
         return self._sync_reason()
 
@@ -176,6 +193,23 @@ class LiveSource:
                     extra={"kind": informer.kind.name, "error": str(exc), "retry_in": round(delay, 2)},
                 )
                 await asyncio.sleep(delay)
+
+    async def _takeovers(self) -> None:
+        """The takeover barrier: after winning the Lease, serve only once the kinds an admission
+        charges have been listed again (after the win), so every pod the previous leader admitted
+        is counted; the in-flight ledger starts empty from there."""
+        assert self.elector is not None
+        while True:
+            await self._won.wait()
+            self._won.clear()
+            term, started = self.elector.won, self.clock()
+            while not self.informers or not all(i.synced for i in self.informers):
+                await asyncio.sleep(0.05)  # the first sync is a list taken after the win anyway
+            await asyncio.gather(*(i.catch_up() for i in self.informers if i.kind.name in BARRIER_KINDS))
+            self._state.ledger.clear()
+            self._term = term
+            self.takeovers.append(self.clock() - started)
+            log.info("took over: serving", extra={"barrier_seconds": round(self.takeovers[-1], 3)})
 
     async def _audit(self, transport: cache.Transport) -> None:
         """Usage above quota (quota lowered, nodes lost, webhook bypassed) becomes a Warning Event on
@@ -214,7 +248,9 @@ class LiveSource:
         tasks: list[asyncio.Task[None]] = []
         if self.elect is not None:
             self.elector = self.elect(transport)
+            self.elector.on_won = self._won.set
             tasks.append(asyncio.create_task(self.elector.run(), name="leader election"))
+            tasks.append(asyncio.create_task(self._takeovers(), name="takeover barrier"))
             if self.label_pod is not None:
                 self.labeler = ServingLabel(self.label_pod(transport), lambda: self.ready)
                 tasks.append(asyncio.create_task(self.labeler.run(), name="serving label"))

@@ -294,21 +294,28 @@ def test_the_decision_values_reach_the_server_as_settings_it_accepts(
     assert wrong.returncode != 0 and "preemptable" in wrong.stderr
 
 
-def test_the_service_selects_the_lease_holder_and_the_pdb_counts_every_ready_replica(
+def test_the_service_selects_every_replica_and_an_upgrade_never_leaves_the_leader_without_a_successor(
     control_plane: ControlPlane,
 ) -> None:
     def services(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
         return {o["metadata"]["name"]: o["spec"]["selector"] for o in objects if o["kind"] == "Service"}
 
     three = render(control_plane, "card-quota")
-    pods = of_kind(three, "Deployment")["spec"]["selector"]["matchLabels"]
-    assert services(three) == {"cq": {**pods, "cardquota.volcano.sh/serving": "true"}, "cq-metrics": pods}
+    deployment = of_kind(three, "Deployment")
+    pods = deployment["spec"]["selector"]["matchLabels"]
+    assert services(three) == {"cq": pods, "cq-metrics": pods}  # standbys forward to the leader
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1},  # a new replica is ready first
+    }
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
     assert of_kind(three, "PodDisruptionBudget")["spec"] == {
         "maxUnavailable": 1,
         "selector": {"matchLabels": pods},
         "unhealthyPodEvictionPolicy": "AlwaysAllow",
     }
-    one = render(control_plane, "card-quota", "--set", "replicas=1")  # no election, no label
+    one = render(control_plane, "card-quota", "--set", "replicas=1")
     assert services(one) == {"cq": pods, "cq-metrics": pods}
 
 

@@ -331,14 +331,14 @@ class Soak:
         self.settle()
 
 
-def line_waiters(front: Process) -> int:
-    """Workloads in the webhook's waiting lines, from its metrics."""
+def line_waiters(front: Process, queue: str) -> int:
+    """Waiters in ``queue``'s line, from the webhook's metrics (other tests' queues left out)."""
     with front.client() as client:
         text = client.get("/metrics").text
     return sum(
         int(float(line.rsplit(" ", 1)[1]))
         for line in text.splitlines()
-        if line.startswith("cardquota_line_waiters{")
+        if line.startswith(f'cardquota_line_waiters{{queue="{queue}"}}')
     )
 
 
@@ -382,9 +382,14 @@ def squeeze(soak: Soak, front: Process) -> None:
         every = t.mode == "deny" or all(
             any(gated(p) for p in t.pods() if p["metadata"]["name"].startswith(f"{name}-")) for name in asked
         )
-        return every and line_waiters(front) == held + short
+        return every and line_waiters(front, t.queue) == held + short
 
-    wait_for("every refused ReplicaSet and held pod in line", in_line, timeout=30)
+    try:
+        wait_for("every refused ReplicaSet and held pod in line", in_line, timeout=30)
+    except TimeoutError as exc:
+        with front.client() as client:
+            lines = [x for x in client.get("/metrics").text.splitlines() if x.startswith("cardquota_line_")]
+        raise AssertionError(f"(held, short) {standing()}; the webhook's lines: {lines}") from exc
     held, short = standing()
     if t.mode == "wait" and t.plane.partner == "fork":
         assert held == len(asked) and short == sum(1 for n in asked.values() if n > 1), (held, short)
@@ -395,7 +400,7 @@ def squeeze(soak: Soak, front: Process) -> None:
     for i in range(len(cards)):
         t.plane.kubectl("delete", "-n", t.ns, f"deployment/hog{i}", "--wait=false")
     soak.settle()
-    wait_for("the line to empty", lambda: line_waiters(front) == 0, timeout=10)
+    wait_for("the line to empty", lambda: line_waiters(front, t.queue) == 0, timeout=10)
 
 
 @pytest.mark.parametrize("mode", ["deny", "wait"])

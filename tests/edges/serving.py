@@ -18,6 +18,7 @@ import httpx
 from cryptography import x509
 
 from webhook import devcerts, server
+from webhook.forward import Forwarder
 from webhook.metrics import Metrics
 from webhook.sources import StateSource
 from webhook.tls import CertStore
@@ -140,14 +141,24 @@ def serve_process(
 
 
 @contextmanager
-def serve_in_thread(source: StateSource, certs: Path, max_body_bytes: int = 7 * 2**20) -> Iterator[str]:
+def serve_in_thread(
+    source: StateSource,
+    certs: Path,
+    max_body_bytes: int = 7 * 2**20,
+    forwarder: Forwarder | None = None,
+    forward_wait: float = 4.0,
+    metrics: Metrics | None = None,
+    port: int | None = None,
+) -> Iterator[str]:
     """The app factory over real TLS in a background event loop, for sources a process cannot have."""
     devcerts.ensure_dev_certs(certs)
     store = CertStore(certs)
     loop = asyncio.new_event_loop()
-    app = server.make_app(source, Metrics(), server.Health(), max_body_bytes)
+    app = server.make_app(
+        source, metrics or Metrics(), server.Health(), max_body_bytes, forwarder, forward_wait
+    )
     runner = server.web.AppRunner(app, access_log=None)
-    port = free_port()
+    port = port or free_port()
 
     async def start() -> None:
         await runner.setup()
@@ -160,6 +171,8 @@ def serve_in_thread(source: StateSource, certs: Path, max_body_bytes: int = 7 * 
         yield f"https://127.0.0.1:{port}"
     finally:
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(timeout=10)
+        if forwarder is not None:
+            asyncio.run_coroutine_threadsafe(forwarder.close(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
         loop.close()

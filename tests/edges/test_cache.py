@@ -375,3 +375,40 @@ def test_the_auditor_warns_once_per_interval_about_a_queue_above_its_quota() -> 
     now[0] = 601.0
     asyncio.run(source.audit_once(events))  # type: ignore[arg-type]
     assert len(events.sent) == 2
+
+
+class Lagging(Scripted):
+    """A watch that has delivered nothing of what the server holds now (a takeover right after
+    the previous leader admitted a pod): it stays silent until cancelled."""
+
+    def __init__(self, pages: list[list[Raw]], version: int) -> None:
+        super().__init__(pages, version, [])
+
+    async def watch(self, kind: Kind, version: str) -> AsyncIterator[Raw]:
+        self.watched_from.append(version)
+        await asyncio.Event().wait()
+        yield {}
+
+
+def test_catch_up_lists_again_while_the_watch_is_silent_and_resumes_from_that_list() -> None:
+    async def scenario() -> tuple[set[str], set[str], list[str], int]:
+        transport = Lagging([[versioned(pod("a", H200), 1)]], 5)
+        inf, _ = informer(POD, transport)
+        task = asyncio.create_task(inf.run())
+        while not transport.watched_from:
+            await asyncio.sleep(0)
+        before = pods_of(inf.state)
+        # The previous leader admitted b and a vanished; the watch has shown neither yet.
+        transport.pages, transport.version = [[versioned(pod("b", H200), 7)]], 9
+        await asyncio.wait_for(inf.catch_up(), 5)
+        after = pods_of(inf.state)
+        while len(transport.watched_from) < 2:
+            await asyncio.sleep(0)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return before, after, transport.watched_from, transport.lists
+
+    before, after, watched_from, lists = asyncio.run(scenario())
+    assert before == {"a"} and after == {"b"}
+    assert watched_from == ["5", "9"] and lists == 2

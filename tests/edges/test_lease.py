@@ -43,10 +43,20 @@ class Client:
         self.store.lease["metadata"]["resourceVersion"] = str(self.store.version)
 
 
-def electors(n: int, now: list[float]) -> list[LeaderElector]:
+def electors(n: int, now: list[float], duration: int = 15, deadline: float = 10.0) -> list[LeaderElector]:
+    """``n`` replicas on one Lease; client-go's timings unless told (the defaults are a webhook's)."""
     store = Store()
     return [
-        LeaderElector(Client(store), f"replica-{i}", "cardquota", "ns", clock=lambda: now[0])
+        LeaderElector(
+            Client(store),
+            f"replica-{i}",
+            "cardquota",
+            "ns",
+            duration=duration,
+            renew_deadline=deadline,
+            clock=lambda: now[0],
+            address=f"10.0.0.{i}:8443",
+        )
         for i in range(n)
     ]
 
@@ -96,6 +106,50 @@ def test_a_released_lease_is_taken_at_the_next_round_and_the_old_leader_never_le
     now[0] = 2.0  # long before the 15 s the Lease would have run for
     assert asyncio.run(b.try_acquire_or_renew()) and b.is_leader
     assert not asyncio.run(a.try_acquire_or_renew()) and not a.is_leader
+
+
+def test_the_standbys_know_where_the_leader_serves_until_it_lets_go_and_a_released_one_keeps_watching() -> (
+    None
+):
+    now = [0.0]
+    a, b, c = electors(3, now, duration=2, deadline=1.5)
+    won: list[str] = []
+    for replica in (a, b, c):
+        replica.on_won = lambda name=replica.identity: won.append(name)
+    for replica in (a, b, c):
+        asyncio.run(replica.try_acquire_or_renew())
+    assert a.is_leader and a.leader_address is None  # the leader decides itself
+    assert b.leader_address == c.leader_address == "10.0.0.0:8443" and won == ["replica-0"]
+    asyncio.run(a.release())  # a graceful stop: the Lease is handed over
+    assert a.leader_address is None
+    now[0] = 0.25
+    assert asyncio.run(b.try_acquire_or_renew()) and won == ["replica-0", "replica-1"]
+    asyncio.run(a.try_acquire_or_renew())  # released: a only reads now, and forwards to b
+    assert not a.is_leader and a.leader_address == "10.0.0.1:8443"
+    asyncio.run(c.try_acquire_or_renew())
+    assert c.leader_address == "10.0.0.1:8443"
+    now[0] = 0.25 + 2.01  # b died: once its record has stood unchanged for the duration, nobody leads
+    asyncio.run(a.try_acquire_or_renew())
+    assert a.leader_address is None and not a.is_leader
+    assert asyncio.run(c.try_acquire_or_renew()) and c.is_leader  # ...and c takes the Lease
+    assert won == ["replica-0", "replica-1", "replica-2"]
+
+
+def test_at_the_default_timings_a_dead_leader_is_replaced_within_two_and_a_half_seconds() -> None:
+    now = [0.0]
+    a, b = (
+        LeaderElector(Client(store), name, "cardquota", "ns", clock=lambda: now[0])
+        for store in [Store()]
+        for name in ("a", "b")
+    )
+    while now[0] < 5:  # both run their rounds every renew_every; a leads
+        asyncio.run(a.try_acquire_or_renew())
+        asyncio.run(b.try_acquire_or_renew())
+        now[0] += a.renew_every
+    died = now[0]
+    while not asyncio.run(b.try_acquire_or_renew()):
+        now[0] += b.renew_every
+    assert b.is_leader and a.duration - a.renew_every <= now[0] - died <= a.duration + b.renew_every
 
 
 def test_a_standby_releasing_leaves_the_leaders_lease_alone() -> None:

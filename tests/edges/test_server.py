@@ -272,6 +272,9 @@ class FakeSource:
     async def step_down(self) -> None:
         return None
 
+    def leader_address(self) -> str | None:
+        return None
+
 
 class Unsynced(FakeSource):
     """A state source that has not synced: what the live cache is before its first list."""

@@ -50,6 +50,11 @@ class Ledger:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def clear(self) -> None:
+        """Forget every hold: a replica that takes the Lease starts from what its cache counts."""
+        self._entries.clear()
+        self._assignments.clear()
+
     def record(self, key: str, entry: Entry) -> None:
         self._entries[key] = entry
 
