@@ -67,7 +67,7 @@ class Forwarder:
                 timeout=limit,
             ) as response:
                 return response.status, await response.read()
-        except (aiohttp.ClientError, OSError, TimeoutError) as exc:
+        except (aiohttp.ClientError, OSError, TimeoutError, ValueError) as exc:  # ValueError: a bad address
             raise Unreachable(f"{address}: {exc!r}") from exc
 
     async def close(self) -> None:

@@ -2,18 +2,21 @@
 answer is the leader's, a forwarded review is never forwarded again, and a review waits for a
 leader through a handover instead of failing."""
 
+import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import httpx
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client import generate_latest
 
 from tests.edges.serving import CLUSTER, REVIEWS, client_context, free_port, serve_in_thread
 from tests.edges.test_server import FakeSource
 from webhook import devcerts, review, snapshot
 from webhook.core.state import ClusterState
-from webhook.forward import FORWARDED_HEADER, Forwarder
+from webhook.forward import FORWARDED_HEADER, Forwarder, Unreachable
 from webhook.metrics import Metrics
 
 
@@ -106,3 +109,22 @@ def test_a_review_that_arrives_during_a_handover_is_answered_by_the_new_leader(t
         ) as standby:
             answer = post(standby, tmp_path, "pod-fits.json")
     assert answer.status_code == 200 and answer.json()["response"]["allowed"] is True
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(max_size=40))
+def test_whatever_address_the_lease_carries_a_forward_fails_cleanly(tmp_path: Path, address: str) -> None:
+    """The address comes from an object anyone with write access to the Lease may edit."""
+
+    async def attempt() -> str:
+        relay = forwarder(tmp_path)
+        try:
+            await relay.send(address, "/validate", b"{}", 0.2)
+        except Unreachable as exc:
+            return str(exc)
+        finally:
+            await relay.close()
+        return "answered"
+
+    outcome = asyncio.run(attempt())
+    assert outcome == "answered" or outcome.startswith(f"{address}: ")
