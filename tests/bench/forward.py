@@ -18,13 +18,13 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import httpx
 
 from tests.edges.serving import CLUSTER, REVIEWS, client_context, free_port, serve_process
+from tests.edges.test_lease import Client, Store
 from webhook import devcerts
-from webhook.lease import LeaderElector, LeaseConflict
+from webhook.lease import LeaderElector
 from webhook.settings import ServeSettings
 
 BODY = (REVIEWS / "pod-fits.json").read_bytes()
@@ -48,47 +48,9 @@ def percentiles(samples: list[float]) -> tuple[float, float]:
     return statistics.median(ordered), ordered[int(len(ordered) * 0.99)]
 
 
-class Lease:
-    def __init__(self) -> None:
-        self.lease: dict[str, Any] | None = None
-        self.version, self.reads, self.writes = 0, 0, 0
-
-
-class Client:
-    def __init__(self, store: Lease) -> None:
-        self.store = store
-
-    async def get(self) -> dict[str, Any] | None:
-        self.store.reads += 1
-        return (
-            None
-            if self.store.lease is None
-            else {**self.store.lease, "metadata": dict(self.store.lease["metadata"])}
-        )
-
-    async def create(self, lease: dict[str, Any]) -> None:
-        if self.store.lease is not None:
-            raise LeaseConflict("exists")
-        self._put(lease)
-
-    async def replace(self, lease: dict[str, Any]) -> None:
-        assert self.store.lease is not None
-        if lease["metadata"].get("resourceVersion") != self.store.lease["metadata"]["resourceVersion"]:
-            raise LeaseConflict("changed")
-        self._put(lease)
-
-    def _put(self, lease: dict[str, Any]) -> None:
-        self.store.version += 1
-        self.store.writes += 1
-        self.store.lease = {
-            **lease,
-            "metadata": {**lease["metadata"], "resourceVersion": str(self.store.version)},
-        }
-
-
 async def lease_load(seconds: float) -> tuple[float, float, ServeSettings]:
     defaults = ServeSettings()
-    store = Lease()
+    store = Store()
     electors = [
         LeaderElector(
             Client(store),
@@ -103,12 +65,12 @@ async def lease_load(seconds: float) -> tuple[float, float, ServeSettings]:
     ]
     tasks = [asyncio.create_task(e.run()) for e in electors]
     await asyncio.sleep(1)
-    reads, writes = store.reads, store.writes
+    reads, writes = store.reads, store.version
     await asyncio.sleep(seconds)
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    return (store.writes - writes) / seconds, (store.reads - reads) / seconds, defaults
+    return (store.version - writes) / seconds, (store.reads - reads) / seconds, defaults
 
 
 def main() -> None:

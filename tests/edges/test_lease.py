@@ -16,7 +16,8 @@ class Store:
 
     def __init__(self) -> None:
         self.lease: dict[str, Any] | None = None
-        self.version = 0
+        self.version = 0  # also the number of writes
+        self.reads = 0
 
 
 class Client:
@@ -24,6 +25,7 @@ class Client:
         self.store = store
 
     async def get(self) -> dict[str, Any] | None:
+        self.store.reads += 1
         return copy.deepcopy(self.store.lease)
 
     async def create(self, lease: dict[str, Any]) -> None:
