@@ -1,9 +1,10 @@
 """The fault soak: three replicas behind a balancer that, like a Service, sends to every ready
 replica, under a steady load of card pod creates, Deployment scale-ups and deletions, while every
 replica is replaced one by one (an upgrade), the leader is killed several times, and the API server
-restarts (every watch breaks; those older than its new watch cache expire and relist). Nothing may
-go over quota at any moment, the webhook's figures must equal a recount afterwards, and the reviews
-that failed are reported per fault: none across the upgrade.
+restarts (every watch breaks; those older than its new watch cache expire and relist). No queue may
+hold more cards than its quota in any sample (every 0.2 s, from the API server), the webhook's
+figures must equal a recount afterwards, and the reviews that failed are reported per fault: none
+across the upgrade.
 
 Seeded (``CARDQUOTA_FAULT_SEED``), bounded (a fixed plan of faults) and stopping by itself.
 """
@@ -297,8 +298,10 @@ def test_upgrades_kills_and_api_server_restarts_under_load_lose_no_review_at_an_
             return all(used.get(q, 0) == recount.get(q, 0) for q in queues) and not any(flight.values())
 
         wait_for("the leader's figures to equal a recount, its ledger empty", agree, timeout=45)
+        assert not any(figures(leader, "overcommitted").values())
         relisted = sum(p.log().count("watch expired, relisting") for p in fleet.replicas)
         print(f"watches that expired and relisted after the restart: {relisted}")
+        assert relisted > 0, "the API server restart expired no watch: the 410 path went untested"
     finally:
         for config in registered:
             control_plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
