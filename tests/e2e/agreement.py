@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from tests.e2e.cluster import ControlPlane, wait_for
+from tests.e2e.cluster import RUNS_FOR, ControlPlane, wait_for
 from tests.e2e.objects import SELECTOR, card_queue, deployment_of
 from webhook.core import keys
 
@@ -83,14 +83,19 @@ class Tenant:
         found = self.pods()
         return len(found) == pods and all(p["spec"].get("nodeName") for p in found)
 
-    def wait_settled(self, pods: int, timeout: float = 90) -> None:
+    def wait_settled(self, pods: int, timeout: float = 90, refused: str = "") -> None:
+        """Until exactly ``pods`` live pods exist, every one bound. ``refused``: a workload the
+        webhook refuses pods of; then its refusal is awaited too, and the count must still hold after
+        it: the pods it did not get were refused, not late."""
         wait_for(f"{pods} pods of {self.ns}, every one bound", lambda: self.settled(pods), timeout=timeout)
-        time.sleep(2)  # nothing more arrives: a denied pod would have been created by now
-        assert self.settled(pods), [p["metadata"]["name"] for p in self.pods()]
+        if refused:
+            wait_for(f"the refusal of {refused} in {self.ns}", lambda: any_refused(self, refused), timeout=30)
+            assert self.settled(pods), [p["metadata"]["name"] for p in self.pods()]
 
-    def check_agreement(self) -> None:
-        """Every pod bound, no model over the quota, every assigned pod on its own model."""
-        pods = self.pods()
+    def check_agreement(self, gated_too: bool = False) -> None:
+        """Every pod bound (``gated_too``: but those held under our gate), no model over the quota,
+        every assigned pod on its own model."""
+        pods = [p for p in self.pods() if not (gated_too and gated(p))]
         assert all(p["spec"].get("nodeName") for p in pods), "pods left Pending"
         use = self.use()
         over = {card: n for card, n in use.items() if n > self.quota.get(card, 0)}
@@ -104,14 +109,19 @@ class Tenant:
         return [e["message"] for e in events if e.get("reason") in ("FailedCreate", "FailedRescale")]
 
     def delete(self) -> None:
-        """The namespace, then its queue: the real scheduler dies on a PodGroup (even of a finished
-        job) whose queue is gone (a nil queue in its session's status update), so the queue goes
-        only after everything in the namespace has."""
+        """The namespace; the tenant is gone when its pods and PodGroups are (they hold cards and
+        queue shares). Its queues go in the background once the namespace has (``reap_queues``).
+        The namespace controller starts on a deleted namespace's content only after 5 s: the pods and
+        PodGroups are deleted at once here (a terminating namespace takes no new ones)."""
         self.plane.kubectl("delete", "namespace", self.ns, "--wait=false", check=False)
-        gone = lambda: "NotFound" in self.plane.kubectl("get", "namespace", self.ns, check=False).stderr  # noqa: E731
-        wait_for(f"namespace {self.ns} to go", gone, timeout=120)
-        for queue in self.queues:
-            self.plane.kubectl("delete", "queue", queue, "--ignore-not-found", check=False)
+        kinds = "pods,podgroups.scheduling.volcano.sh"
+        self.plane.kubectl("delete", kinds, "--all", "-n", self.ns, "--wait=false", check=False)
+
+        def gone() -> bool:
+            return not any(self.plane.get(kind, namespace=self.ns)["items"] for kind in ("pods", "podgroups"))
+
+        wait_for(f"the pods and PodGroups of {self.ns} to go", gone, timeout=120)
+        self.plane.reap_queues(self.ns, self.queues)
 
 
 def card_template(spec: str, queue: str, gpus: int = 1) -> dict[str, Any]:
@@ -149,6 +159,13 @@ def volcano_job(name: str, replicas: int, spec: str, queue: str) -> dict[str, An
     }
 
 
+def long_job(name: str, replicas: int, spec: str, queue: str) -> dict[str, Any]:
+    """A Volcano Job whose pods run for an hour on kwok (they would succeed at once otherwise)."""
+    job = volcano_job(name, replicas, spec, queue)
+    job["spec"]["tasks"][0]["template"]["metadata"]["annotations"][RUNS_FOR] = "1h"
+    return job
+
+
 def app(name: str, replicas: int, card: str, t: Tenant, **annotations: str) -> dict[str, Any]:
     template = card_template(card, t.queue)
     template["metadata"]["annotations"].update(annotations)
@@ -173,6 +190,11 @@ def pods_of(t: Tenant, name: str, finished: bool = False) -> list[dict[str, Any]
 
 def refused(t: Tenant, name: str) -> bool:
     return any(name in message and t.queue in message for message in t.denials())
+
+
+def any_refused(t: Tenant, name: str) -> bool:
+    """A denial of ``name``'s pods, naming any queue (an ancestor's, say)."""
+    return any(f"{name}-" in message or f"/{name}" in message for message in t.denials())
 
 
 def gated(pod: dict[str, Any]) -> bool:

@@ -15,6 +15,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Callable, Sequence
@@ -23,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from tests.e2e.api import NotServed, Reader
 from tests.e2e.build import PARTNERS, ensure_binaries, ensure_volcano, no_volcano
 from tests.e2e.pki import ensure_pki
 
@@ -68,6 +70,17 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0, every: 
     raise TimeoutError(
         f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last})" if last else "")
     )
+
+
+def holds_for(what: str, check: Callable[[], Any], seconds: float, every: float = 0.25) -> None:
+    """Assert ``check`` holds throughout ``seconds``: a window for something that must not arrive,
+    sized by the caller to what could arrive in it."""
+    deadline = time.monotonic() + seconds
+    while True:
+        assert check(), f"{what} stopped holding"
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(every)
 
 
 def headroom(plane: "ControlPlane", ref: str) -> dict[str, Any]:
@@ -134,6 +147,11 @@ class ControlPlane:
         self._logs: list[Any] = []
         self.api_port = free_port()
         self.kubeconfig = workdir / "kubeconfig"
+        self.reader = Reader(self.api_port, self.certs)
+        self._reaping: list[tuple[str, list[str]]] = []  # (namespace, its queues), see reap_queues
+        self._reaper: threading.Thread | None = None
+        self._reap_lock = threading.Lock()
+        self._stopping = threading.Event()
 
     # ---- processes -------------------------------------------------------------------
     def _start(self, name: str, args: Sequence[str], bin_dir: Path | None = None) -> None:
@@ -367,7 +385,35 @@ class ControlPlane:
         self._apiserver()
         wait_for("kube-apiserver /readyz after a restart", self._ready, timeout=120)
 
+    def reap_queues(self, namespace: str, queues: list[str]) -> None:
+        """Delete ``queues`` (in that order) once ``namespace`` is gone, in the background: the real
+        scheduler dies on a PodGroup (even of a finished job) whose queue is gone, and the namespace
+        controller keeps a deleted namespace for its pods' grace period after they are gone."""
+        with self._reap_lock:
+            self._reaping.append((namespace, list(queues)))
+            if self._reaper is None:
+                self._reaper = threading.Thread(target=self._reap, name="queue-reaper", daemon=True)
+                self._reaper.start()
+
+    def _reap(self) -> None:
+        while not self._stopping.wait(1.0):
+            with self._reap_lock:
+                pending = list(self._reaping)
+            for namespace, queues in pending:  # in order: a parent queue after its children
+                try:
+                    if self.reader.exists("namespace", namespace):
+                        break
+                except (OSError, RuntimeError, http.client.HTTPException):
+                    break  # the API server restarting: next round
+                for queue in queues:
+                    self.kubectl("delete", "queue", queue, "--ignore-not-found", "--wait=false", check=False)
+                with self._reap_lock:
+                    self._reaping.remove((namespace, queues))
+
     def stop(self) -> None:
+        self._stopping.set()
+        if self._reaper is not None:
+            self._reaper.join(timeout=70)
         for proc in reversed(list(self.procs.values())):
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -379,6 +425,7 @@ class ControlPlane:
                 proc.wait()
         for log in self._logs:
             log.close()
+        self.reader.close()
 
     # ---- kubectl -----------------------------------------------------------------------
     def kubectl(
@@ -403,8 +450,21 @@ class ControlPlane:
         self.kubectl("apply", "-f", str(path))
 
     def get(self, *what: str, namespace: str | None = None) -> Any:
+        """What ``kubectl get WHAT -o json`` prints; read over the plane's keep-alive connection
+        (``api.Reader``) when WHAT is ``KIND``, ``KIND NAME`` or ``KIND -l SELECTOR``."""
+        simple = len(what) == 1 or (len(what) == 2 and not what[1].startswith("-"))
+        labelled = len(what) == 3 and what[1] in ("-l", "--selector")
+        if (simple or labelled) and "," not in what[0] and "/" not in what[0]:
+            name = what[1] if simple and len(what) == 2 else ""
+            try:
+                return self.reader.get(what[0], name, namespace or "", what[2] if labelled else "")
+            except NotServed:
+                pass  # kubectl says what it says of an unknown kind
         args = ["get", *what, "-o", "json"] + (["-n", namespace] if namespace else [])
         return json.loads(self.kubectl(*args).stdout)
+
+    def exists(self, kind: str, name: str, namespace: str = "") -> bool:
+        return self.reader.exists(kind, name, namespace)
 
 
 STATE = Path(os.environ.get("CARDQUOTA_E2E_CACHE", Path.home() / ".cache" / "cardquota" / "e2e")) / "cluster"

@@ -10,9 +10,9 @@ reason, when a partner's source is not beside the repository.
 import json
 import os
 import random
-import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -27,9 +27,10 @@ from tests.e2e.agreement import (
     Tenant,
     flex_deployment,
     gated,
+    long_job,
     volcano_job,
 )
-from tests.e2e.cluster import ControlPlane, wait_for
+from tests.e2e.cluster import ControlPlane, holds_for, wait_for
 from tests.e2e.conftest import partner_plane
 from tests.e2e.objects import card_queue, hpa
 from tests.edges.serving import Process
@@ -52,11 +53,10 @@ def deployment_case(quota: dict[str, int], spec: str, replicas: int, running: in
     def run(t: Tenant) -> None:
         t.set_quota(quota)
         t.plane.apply(flex_deployment("app", replicas, spec, t.queue), namespace=t.ns)
-        t.wait_settled(running)
+        t.wait_settled(running, refused="app" if running < replicas else "")
         t.check_agreement()
         if running < replicas:
-            wait_for("the webhook's denial in the ReplicaSet's events", t.denials, timeout=30)
-            assert any(t.queue in message for message in t.denials())
+            assert any(t.queue in message for message in t.denials()), t.denials()
 
     return run
 
@@ -113,10 +113,10 @@ def hierarchy_case(t: Tenant) -> None:
     t.plane.kubectl("apply", "-f", "-", stdin=json.dumps(card_queue(parent, {R4090: 1, R4090D: 1})))
     t.set_quota({R4090: 2, R4090D: 2}, parent=parent)
     t.plane.apply(flex_deployment("app", 3, FLEX, t.queue), namespace=t.ns)
-    t.wait_settled(2)
+    t.wait_settled(2, refused="app")
     t.check_agreement()
     assert t.use() == Counter({R4090: 1, R4090D: 1})
-    wait_for("the parent queue's denial", lambda: any(parent in m for m in t.denials()), timeout=30)
+    assert any(parent in m for m in t.denials()), t.denials()
 
 
 SCENARIOS = [
@@ -170,7 +170,7 @@ def test_kubectl_apply_of_an_oversized_deployment_warns_and_exactly_the_pods_tha
         f' queue "{tenant.queue}" has 2 {H200} left (quota 4: 2 running); the other 1 will be refused'
         " until cards free up"
     ) in stderr, stderr
-    tenant.wait_settled(4)
+    tenant.wait_settled(4, refused="chat")
     tenant.check_agreement()
     never = kubectl_apply(tenant, flex_deployment("huge", 5, H200, tenant.queue))
     assert f'the whole quota of queue "{tenant.queue}" (4 {H200}) holds at most 4 of them' in never, never
@@ -185,7 +185,7 @@ def test_kubectl_apply_of_an_oversized_multi_card_deployment_warns_per_model(ten
         f' queue "{tenant.queue}" has 1 {R4090} left (quota 2: 1 running) and 1 {R4090D} left (quota 1);'
         " the other 1 will be refused until cards free up"
     ) in stderr, stderr
-    tenant.wait_settled(3)
+    tenant.wait_settled(3, refused="chat")
     tenant.check_agreement()
 
 
@@ -205,9 +205,21 @@ def test_kubectl_apply_of_an_oversized_volcano_job_warns_and_its_pods_come_when_
         f' queue "{tenant.queue}" has 2 {H200} left (quota 4: 2 running); it waits in the queue with'
         " none of its pods created until cards free up"
     ) in stderr, stderr
-    time.sleep(10)  # the scheduler's sessions run every second: it had every chance to enqueue it
+    wait_for(
+        "the job's PodGroup",
+        lambda: [
+            g
+            for g in tenant.plane.get("podgroups", namespace=tenant.ns)["items"]
+            if any(r.get("name") == "train" for r in g["metadata"].get("ownerReferences") or [])
+        ],
+    )
+    # The scheduler's sessions run every second: three of them had every chance to enqueue it.
+    holds_for(
+        "no pod of the job",
+        lambda: not [p for p in tenant.pods(finished=True) if p["metadata"]["name"].startswith("train-")],
+        3,
+    )
     tenant.wait_settled(2)
-    assert not [p for p in tenant.pods(finished=True) if p["metadata"]["name"].startswith("train-")]
     tenant.plane.kubectl("scale", "-n", tenant.ns, "deployment/busy", "--replicas=1")
 
     def bound_train_pods() -> list[str]:  # kwok runs them to completion: count finished ones too
@@ -227,24 +239,102 @@ def test_kubectl_apply_of_an_oversized_volcano_job_warns_and_its_pods_come_when_
 CAPACITY = {R4090: 4, R4090D: 2, H200: 7, H800: 6}  # whole cards the kwok nodes carry
 SOAK_SPECS = [R4090, FLEX, f"{R4090D}|{R4090}", f"{H200}|{H800}", f"{H800}|{R4090}|{R4090D}", H200]
 SOAK_OPS = int(os.environ.get("CARDQUOTA_SOAK_OPS", "60"))
+JOB_WINDOW = 3.0  # seconds a job predicted not to fit must stay un-enqueued: three scheduler sessions
 
 
-def _fits(room: dict[str, int], spec: str, per_pod: int, pods: int) -> bool:
-    """The test's own count: ``pods`` more pods of ``per_pod`` cards, each on one model of ``spec``."""
-    return sum(max(0, room.get(card, 0)) // per_pod for card in spec.split("|")) >= pods
+@dataclass(frozen=True)
+class Demand:
+    """``pods`` pods of ``per_pod`` cards each, every pod on one model of ``spec`` (a Volcano Job's
+    task, which must fit whole on one model, is one pod of all its cards)."""
+
+    spec: str
+    per_pod: int
+    pods: int
+
+    @property
+    def cards(self) -> set[str]:
+        return set(self.spec.split("|"))
+
+
+def fits(room: dict[str, int], ahead: list[Demand], request: Demand) -> bool:
+    """The test's own count (SPEC §5c), independent of the webhook's code: ``request`` fits after
+    the demand that waits ahead of it, on the cards it can reach. A one-model waiter takes its cards
+    off the room; an ``A|B`` waiter ties its models together. Over the request's cards and every
+    model tied to them: nothing over, and some assignment of every pod of those waiters and of the
+    request (tried exhaustively: the soak's states are small). Waiters on other cards block nothing."""
+    if request.pods <= 0:
+        return True
+    free = dict(room)
+    groups = []
+    for demand in ahead:
+        if demand.pods <= 0:
+            continue
+        if len(demand.cards) == 1:
+            (card,) = demand.cards
+            free[card] = free.get(card, 0) - demand.per_pod * demand.pods
+        else:
+            groups.append(demand)
+    reach, related = set(request.cards), []
+    grown = True
+    while grown:
+        grown = False
+        for group in groups:
+            if group not in related and group.cards & reach:
+                related.append(group)
+                reach |= group.cards
+                grown = True
+    if any(free.get(card, 0) < 0 for card in reach):
+        return False
+    pods = [(d.spec.split("|"), d.per_pod) for d in [*related, request] for _ in range(d.pods)]
+
+    def place(index: int) -> bool:
+        if index == len(pods):
+            return True
+        cards, size = pods[index]
+        for card in cards:
+            if free.get(card, 0) >= size:
+                free[card] -= size
+                if place(index + 1):
+                    return True
+                free[card] += size
+        return False
+
+    return place(0)
+
+
+@dataclass
+class Workload:
+    spec: str
+    per_pod: int
+    replicas: int
+    arrived: int  # the op that made it: waiters stand in that order (all at priority 0)
 
 
 class Soak:
+    """Random creates, scales and deletes of Deployments and long-running Volcano Jobs in one
+    queue. Every decision is predicted by the test's own count (``fits``) over the cluster's
+    pods, after what waits ahead in the line (SPEC §5c): a scale-up and a job fit only after the
+    Deployments that wait for pods; a Deployment made larger than what is left waits, and must get
+    every pod that fits as soon as it fits."""
+
     def __init__(self, t: Tenant, rng: random.Random) -> None:
         self.t, self.rng = t, rng
-        self.deployments: dict[str, tuple[str, int, int]] = {}  # name -> spec, cards per pod, replicas
+        self.deployments: dict[str, Workload] = {}
+        self.jobs: dict[str, Workload] = {}  # running Volcano Jobs (their pods run for an hour)
         self.log: list[str] = []
+        self.waited: set[str] = set()  # Deployments seen waiting, and those later served
+        self.served: set[str] = set()
+        self.short: dict[str, int] = {}  # the waiting ones at the last settle: how many pods each had
 
-    def room(self) -> dict[str, int]:
-        """Quota minus the cards of every live pod (but those held under our gate), by the model
-        its card.name names."""
+    # ---- what the cluster shows -------------------------------------------------------------
+    def _of(self, name: str, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [p for p in pods if p["metadata"]["name"].startswith(f"{name}-")]
+
+    def room(self, pods: list[dict[str, Any]] | None = None) -> dict[str, int]:
+        """Quota minus the cards of every live pod but those held under our gate, by the model its
+        card.name names (the webhook gives each ``A|B`` pod one)."""
         used: Counter[str] = Counter()
-        for pod in self.t.pods():
+        for pod in self.t.pods() if pods is None else pods:
             if gated(pod):
                 continue
             card = pod["metadata"]["annotations"]["volcano.sh/card.name"]
@@ -252,83 +342,191 @@ class Soak:
             used[card] += int(next(iter(limits.values())))
         return {card: self.t.quota.get(card, 0) - used[card] for card in CAPACITY}
 
-    def settle(self) -> None:
-        want = sum(replicas for _, _, replicas in self.deployments.values())
-        self.t.wait_settled(want, timeout=60)
-        self.t.check_agreement()
+    def waiting(self, pods: list[dict[str, Any]]) -> list[tuple[str, Demand]]:
+        """The Deployments short of pods (ungated ones), in the order they came, with what they lack."""
+        short = []
+        for name, w in sorted(self.deployments.items(), key=lambda item: item[1].arrived):
+            has = len([p for p in self._of(name, pods) if not gated(p)])
+            if has < w.replicas:
+                short.append((name, Demand(w.spec, w.per_pod, w.replicas - has)))
+        return short
 
+    def ahead(self, pods: list[dict[str, Any]]) -> list[Demand]:
+        return [demand for _, demand in self.waiting(pods)]
+
+    # ---- settling ---------------------------------------------------------------------------
+    def _settled(self) -> bool:
+        """Every ungated pod bound, no Deployment over its replicas, gated pods only of those that
+        wait, every job whole; and no waiter could get one more pod after those ahead of it."""
+        self.t.plane._check_alive()
+        pods = self.t.pods()
+        if not all(p["spec"].get("nodeName") for p in pods if not gated(p)):
+            return False
+        waiting = {name for name, _ in self.waiting(pods)}
+        for name, w in self.deployments.items():
+            mine = self._of(name, pods)
+            if len([p for p in mine if not gated(p)]) > w.replicas:
+                return False
+            if name not in waiting and any(gated(p) for p in mine):
+                return False
+        if any(len(self._of(name, pods)) != w.replicas for name, w in self.jobs.items()):
+            return False
+        known = [*self.deployments, *self.jobs]
+        if any(not any(p["metadata"]["name"].startswith(f"{n}-") for n in known) for p in pods):
+            return False  # pods of a deleted workload still going
+        room, line = self.room(pods), self.waiting(pods)
+        for index, (_, demand) in enumerate(line):
+            ahead = [d for _, d in line[:index]]
+            if fits(room, ahead, Demand(demand.spec, demand.per_pod, 1)):
+                return False  # it fits now: the line must serve it
+        return True
+
+    def settle(self) -> None:
+        try:
+            wait_for("the queue to settle (the line served, every pod bound)", self._settled, timeout=60)
+        except TimeoutError as exc:
+            pods = self.t.pods()
+            state = {
+                "room": self.room(pods),
+                "waiting": self.waiting(pods),
+                "pods": sorted(
+                    (p["metadata"]["name"], bool(p["spec"].get("nodeName")), gated(p)) for p in pods
+                ),
+            }
+            raise AssertionError(f"not settled: {state}") from exc
+        self.t.check_agreement(gated_too=True)
+        pods = self.t.pods()
+        has = {name: len([p for p in self._of(name, pods) if not gated(p)]) for name in self.deployments}
+        # Served: it waited at the last settle and has more pods now (the line called or released it).
+        self.served |= {name for name, before in self.short.items() if has.get(name, 0) > before}
+        self.short = {name: has[name] for name, _ in self.waiting(pods)}
+        self.waited |= set(self.short)
+
+    # ---- operations -------------------------------------------------------------------------
     def create(self) -> None:
+        """A Deployment of up to 4 pods the queue's whole quota can hold; beyond what is left it waits."""
         name = f"d{len(self.log)}"
         spec, per_pod = self.rng.choice(SOAK_SPECS), self.rng.choice([1, 1, 2])
-        self.t.plane.apply(flex_deployment(name, 0, spec, self.t.queue, per_pod), namespace=self.t.ns)
-        self.deployments[name] = (spec, per_pod, 0)
-        self.log.append(f"create {name} {spec} x{per_pod}")
-        self.scale(name)
+        holds = max(n for n in range(5) if fits(self.t.quota, [], Demand(spec, per_pod, n)))
+        pods = self.t.pods()
+        room, ahead = self.room(pods), self.ahead(pods)
+        fit = max(n for n in range(holds + 1) if fits(room, ahead, Demand(spec, per_pod, n)))
+        if fit < holds and self.rng.random() < 0.5:
+            replicas = min(holds, fit + self.rng.randint(1, 2))  # more than is left: it waits
+        else:
+            replicas = self.rng.randint(0, holds)
+        fit = min(fit, replicas)
+        self.t.plane.apply(flex_deployment(name, replicas, spec, self.t.queue, per_pod), namespace=self.t.ns)
+        self.deployments[name] = Workload(spec, per_pod, replicas, len(self.log))
+        self.log.append(f"create {name} {spec} x{per_pod} replicas {replicas}: {fit} fit now")
 
     def scale(self, name: str) -> None:
-        spec, per_pod, replicas = self.deployments[name]
-        target = self.rng.randint(0, 4)
-        fits = target <= replicas or _fits(self.room(), spec, per_pod, target - replicas)
+        w = self.deployments[name]
+        pods = self.t.pods()
+        has = len([p for p in self._of(name, pods) if not gated(p)])
+        # A Deployment that waits is only scaled down: it already stands in the line.
+        target = self.rng.randint(0, 4 if has >= w.replicas else w.replicas)
+        fit = target <= w.replicas or fits(
+            self.room(pods), self.ahead(pods), Demand(w.spec, w.per_pod, target - has)
+        )
         done = self.t.plane.kubectl(
             "scale", "-n", self.t.ns, f"deployment/{name}", f"--replicas={target}", check=False
         )
         self.log.append(
-            f"scale {name} {replicas}->{target}: {'allowed' if done.returncode == 0 else 'denied'}"
+            f"scale {name} {w.replicas}->{target}: {'allowed' if done.returncode == 0 else 'denied'}"
         )
-        assert (done.returncode == 0) == fits, (
-            f"{self.log[-1]} but the test's count says fits={fits}: {done.stderr}"
+        assert (done.returncode == 0) == fit, (
+            f"{self.log[-1]} but the test's count says fits={fit}: {done.stderr}"
         )
         if done.returncode == 0:
-            self.deployments[name] = (spec, per_pod, target)
+            w.replicas = target
+            self.short.pop(name, None)  # what it gets now comes from its own scale, not the line
 
     def delete(self, name: str) -> None:
         self.t.plane.kubectl("delete", "-n", self.t.ns, f"deployment/{name}", "--wait=false")
         del self.deployments[name]
         self.log.append(f"delete {name}")
-        wait_for(f"the pods of {name} to go", lambda: not self._of(name), timeout=60)
 
     def job(self) -> None:
+        """A Volcano Job whose pods run for an hour: enqueued iff its task fits whole on one model
+        after what waits ahead; one that does not fit must stay Pending with no pod, and goes."""
         name = f"j{len(self.log)}"
         spec, replicas = self.rng.choice(SOAK_SPECS), self.rng.randint(1, 3)
         never = not any(self.t.quota.get(card, 0) >= replicas for card in spec.split("|"))
+        pods = self.t.pods()
+        fit = fits(self.room(pods), self.ahead(pods), Demand(spec, replicas, 1))  # whole on one model
         done = self.t.plane.kubectl(
             "create",
             "-n",
             self.t.ns,
             "-f",
             "-",
-            stdin=json.dumps(volcano_job(name, replicas, spec, self.t.queue)),
+            stdin=json.dumps(long_job(name, replicas, spec, self.t.queue)),
             check=False,
         )
-        self.log.append(f"job {name} {spec} x{replicas}: {'allowed' if done.returncode == 0 else 'denied'}")
+        verdict = "denied" if done.returncode else ("runs" if fit else "waits")
+        self.log.append(f"job {name} {spec} x{replicas}: {verdict}")
         assert (done.returncode != 0) == never, (
             f"{self.log[-1]} but the test's count says never={never}: {done.stderr}"
         )
-        if done.returncode == 0:
-            try:
-                wait_for(f"job {name} to run", lambda: self._bound_of(name) == replicas, timeout=15)
-            except TimeoutError:
-                self.log.append(f"job {name} waits in the queue: deleted")
-            self.t.plane.kubectl("delete", "-n", self.t.ns, f"jobs.batch.volcano.sh/{name}", check=False)
-            wait_for(f"the pods of job {name} to go", lambda: not self._of(name, finished=True), timeout=60)
+        if never:
+            return
+        if fit:
+            self.jobs[name] = Workload(spec, 1, replicas, len(self.log))
+            return  # settle() waits for all its pods, bound
+        wait_for(f"the PodGroup of job {name}", lambda: self._group(name) is not None, timeout=30)
+        holds_for(
+            f"job {name} not enqueued, none of its pods made",
+            lambda: self._group(name) == "Pending" and not self._of(name, self.t.pods(finished=True)),
+            JOB_WINDOW,
+        )
+        self.t.plane.kubectl("delete", "-n", self.t.ns, f"jobs.batch.volcano.sh/{name}", check=False)
+        wait_for(f"job {name} to go", lambda: self._group(name) is None, timeout=60)
 
-    def _of(self, name: str, finished: bool = False) -> list[dict[str, Any]]:
-        return [p for p in self.t.pods(finished) if p["metadata"]["name"].startswith(f"{name}-")]
+    def _group(self, job: str) -> str | None:
+        """The phase of ``job``'s PodGroup ("Pending" until the scheduler writes one), None without one."""
+        for group in self.t.plane.get("podgroups", namespace=self.t.ns)["items"]:
+            if any(r.get("name") == job for r in group["metadata"].get("ownerReferences") or []):
+                return str((group.get("status") or {}).get("phase") or "Pending")
+        return None
 
-    def _bound_of(self, name: str) -> int:
-        return len([p for p in self._of(name, finished=True) if p["spec"].get("nodeName")])
+    def end_job(self, name: str) -> None:
+        self.t.plane.kubectl("delete", "-n", self.t.ns, f"jobs.batch.volcano.sh/{name}", "--wait=false")
+        del self.jobs[name]
+        self.log.append(f"end job {name}")
 
     def step(self) -> None:
         roll = self.rng.random()
-        if (roll < 0.2 and len(self.deployments) < 4) or not self.deployments:
+        if (roll < 0.25 and len(self.deployments) < 5) or not self.deployments:
             self.create()
-        elif roll < 0.7:
+        elif roll < 0.6:
             self.scale(self.rng.choice(sorted(self.deployments)))
-        elif roll < 0.8:
+        elif roll < 0.72:
             self.delete(self.rng.choice(sorted(self.deployments)))
-        else:
+        elif roll < 0.86 or not self.jobs:
             self.job()
+        else:
+            self.end_job(self.rng.choice(sorted(self.jobs)))
         self.settle()
+
+    def finish(self) -> None:
+        """The jobs end and every Deployment that does not wait goes; then, if the first in line
+        still waits, those behind it go too: its quota holds it whole, so it must get every pod."""
+        for name in sorted(self.jobs):
+            self.end_job(name)
+        line = [name for name, _ in self.waiting(self.t.pods())]
+        for name in sorted(set(self.deployments) - set(line)):
+            self.delete(name)
+        self.settle()
+        assert self.waited, "no Deployment ever waited: the line was not exercised"
+        if line and line[0] not in self.served:
+            for name in line[1:]:
+                self.delete(name)
+            self.settle()
+            assert line[0] in self.served, (line, sorted(self.served))
+        self.log.append(
+            f"finish: {len(self.waited)} waited, {len(self.served)} served: {sorted(self.served)}"
+        )
 
 
 def line_waiters(front: Process, queue: str) -> int:
@@ -342,13 +540,13 @@ def line_waiters(front: Process, queue: str) -> int:
     )
 
 
-def squeeze(soak: Soak, front: Process) -> None:
+def squeeze(soak: Soak, front: Process, wanted: dict[str, tuple[str, int, int]]) -> None:
     """The waiting line under the real scheduler: the Deployments are made again while hogs hold a
     quota of 2 of every card, so every pod is refused and each ReplicaSet waits in line (deny mode)
     or every pod is held under our gate (wait mode); then the quota comes back and the hogs go: each
     gets all its pods at once, within quota and bound, and the line ends empty."""
-    t, quota, wanted = soak.t, dict(soak.t.quota), dict(soak.deployments)
-    for name in wanted:
+    t, quota = soak.t, dict(soak.t.quota)
+    for name in soak.deployments:
         t.plane.kubectl("delete", "-n", t.ns, f"deployment/{name}", "--wait=false")
     gone = lambda: not t.pods() and not t.plane.get("replicasets", namespace=t.ns)["items"]  # noqa: E731
     wait_for("every pod and ReplicaSet to go", gone, timeout=60)
@@ -358,8 +556,11 @@ def squeeze(soak: Soak, front: Process) -> None:
         *(flex_deployment(f"hog{i}", 1, card, t.queue, 2) for i, card in enumerate(cards)), namespace=t.ns
     )
     t.wait_settled(len(cards))
+    soak.deployments = {}
     for name, (spec, per_pod, replicas) in wanted.items():
         t.plane.apply(flex_deployment(name, replicas, spec, t.queue, per_pod), namespace=t.ns)
+        soak.deployments[name] = Workload(spec, per_pod, replicas, len(soak.log))
+        soak.log.append(f"again {name} {spec} x{per_pod} replicas {replicas}")
     # Deny mode: each ReplicaSet waits. Wait mode: its first pod waits under the gate, and the
     # ReplicaSet of the rest, while its PodGroup is not enqueued (the capacity-card plugin enqueues it
     # only whole, so one pod is held at a time); stock Volcano enqueues it with gated pods, and the
@@ -400,6 +601,7 @@ def squeeze(soak: Soak, front: Process) -> None:
     for i in range(len(cards)):
         t.plane.kubectl("delete", "-n", t.ns, f"deployment/hog{i}", "--wait=false")
     soak.settle()
+    assert not soak.waiting(t.pods()), soak.waiting(t.pods())  # each got every pod it wants
     wait_for("the line to empty", lambda: line_waiters(front, t.queue) == 0, timeout=10)
 
 
@@ -426,8 +628,13 @@ def soak_in(tenant: Tenant, front: Process) -> None:
     try:
         for _ in range(SOAK_OPS):
             soak.step()
-        time.sleep(5)  # the scheduler given time to settle
-        soak.settle()
-        squeeze(soak, front)
+        pods = tenant.pods()
+        wanted = {  # the Deployments as they ran at the end: they all fit the quota together
+            name: (w.spec, w.per_pod, len([p for p in soak._of(name, pods) if not gated(p)]))
+            for name, w in soak.deployments.items()
+        }
+        soak.finish()
+        squeeze(soak, front, wanted)
+        print("\n".join(line for line in soak.log if line.startswith(("job", "finish", "squeeze"))))
     except BaseException as exc:
         raise AssertionError(f"soak seed {seed}, quota {tenant.quota}, after: {soak.log}") from exc

@@ -132,27 +132,37 @@ def rollout_seconds(t: Tenant, name: str) -> float:
     return time.monotonic() - started
 
 
+STEP_SLACK = (
+    1.0  # seconds a step of a rollout may add: the line's tick, the controller, the scheduler's period
+)
+
+
 @pytest.mark.parametrize("mode", ["deny", "wait"])
 def test_a_rolling_update_at_a_full_quota_completes_within_twice_one_with_room(
     tenants: Callable[..., Tenant], mode: str
 ) -> None:
+    """The same Deployment (4 pods of one H200, a 20 s shutdown, the default strategy) rolled out in
+    a queue it fills and in a queue with one H200 of room. With room the old pods' shutdowns run two
+    at a time, at a full quota one after another: twice as long is the floor, and what the line may
+    add is a second per pod, no more."""
     full, roomy = tenants(mode), tenants(mode)
     full.set_quota({H200: 4})
-    roomy.set_quota({H800: 5})
-    for t, card in ((full, H200), (roomy, H800)):
-        t.plane.apply(app("serve", 4, card, t, **{SHUTDOWN: "20s"}), namespace=t.ns)
+    roomy.set_quota({H200: 5})
+    timings = {}
+    for t in (full, roomy):  # one after the other: the nodes have 7 H200
+        t.plane.apply(app("serve", 4, H200, t, **{SHUTDOWN: "20s"}), namespace=t.ns)
         t.wait_settled(4, timeout=60)
-    at_full = rollout_seconds(full, "serve")
-    with_room = rollout_seconds(roomy, "serve")
+        timings[t.ns] = rollout_seconds(t, "serve")
+        t.wait_settled(4, timeout=60)
+        t.check_agreement()
+        t.plane.kubectl("delete", "-n", t.ns, "deployment/serve", "--wait=false")
+        wait_for(f"the pods of {t.ns} to go", lambda t=t: not t.pods(), timeout=60)  # type: ignore[misc]
+    at_full, with_room = timings[full.ns], timings[roomy.ns]
     print(
         f"{mode} mode: rollout of 4 pods with a 20 s shutdown: {at_full:.1f} s at a full quota,"
         f" {with_room:.1f} s with room"
     )
-    # At a full quota the old pods' 20 s shutdowns run one after another (4 x 20 s); with one card
-    # of room, two at a time: 2x is the floor, and 10% is this shared machine's noise.
-    assert at_full <= 2.2 * with_room, (at_full, with_room)
-    full.wait_settled(4, timeout=60)
-    full.check_agreement()
+    assert at_full <= 2 * with_room + 4 * STEP_SLACK, (at_full, with_room)
 
 
 def listed_line(t: Tenant) -> list[str]:
