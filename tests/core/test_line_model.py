@@ -2,12 +2,18 @@
 changes and priorities: it never calls or releases beyond quota, never leaves its head waiting
 while the head fits, serves no one ahead of someone before it who fits, and equals the line rebuilt
 from scratch. Deny mode: refused ReplicaSets wait and are called; wait mode: their pods are created
-under the gate and released."""
+under the gate and released.
 
+The expected answers come from the cluster the test keeps itself (its pods, which of them are
+gated, the ReplicaSets' replicas, who was refused when, at what priority), never from the webhook's
+ledger, line or tallies: every create's verdict, every call, and the line after every step are
+counted here first and then compared, so a slip in the webhook's bookkeeping fails the property."""
+
+from dataclasses import dataclass
 from typing import Any
 
 import jsonpatch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.builders import H200, cluster, node, owner, pod, queue, replicaset, request
@@ -24,6 +30,23 @@ ACTIONS = st.one_of(
     st.tuples(st.just("replicas"), st.sampled_from(WORKLOADS), st.integers(0, 4)),
     st.tuples(st.just("call"), st.just(0)),
 )
+UNIT = 1000  # a card in the webhook's units
+# What the test expects of a create, and the reason the webhook gives when it admits one.
+CALLED, FITS, GATED, JOINS, REFUSED = "called", "fits", "gated", "joins the line", "refused"
+REASONS = {CALLED: "admitted under its workload's scale-up", FITS: "fits the queue's quota", GATED: "waits "}
+Place = tuple[int, float, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """A place in the queue's line, as the test counts it from its own cluster."""
+
+    what: str  # as the webhook names it: "replicaset ns/a", "pod ns/a-3"
+    name: str  # the ReplicaSet, or the one whose pod it is
+    uid: str  # the gated pod (wait mode); "" for a ReplicaSet (deny mode)
+    size: int  # cards per pod
+    pods: int  # pods it waits for
+    place: Place  # (-priority, since, uid): the line's order
 
 
 class Model:
@@ -45,6 +68,9 @@ class Model:
         self.marks: dict[str, str] = {}
         self.occupants = [self._pod(f"occupant-{i}", None) for i in range(quota)]
         self.live: dict[str, dict[str, Any]] = {p["metadata"]["uid"]: p for p in self.occupants}
+        self.refused: dict[str, float] = {}  # deny mode: ReplicaSets refused that want more -> when
+        self.gated: dict[str, float] = {}  # wait mode: pods created under the gate -> when
+        self.holds: dict[str, int] = {}  # deny mode: pods a call told a ReplicaSet to create, not yet
         self.state = cluster(*self.objects())
 
     def _rs(self, name: str) -> dict[str, Any]:
@@ -82,50 +108,114 @@ class Model:
             return obj
         return {**obj, "spec": {**obj["spec"], "nodeName": "h200"}, "status": {"phase": "Running"}}
 
-    def used(self) -> int:
-        """Cards the queue's live pods (gated ones take none) and the ledger's holds take."""
-        held = sum(pods * per_pod for (_, per_pod), pods in self.state.ledger.held("q").items())
-        return sum(self.size_of(p) for p in self.live.values() if not gated(p)) * 1000 + held
+    # ---- the test's own count -------------------------------------------------------------
+    def pods_of(self, name: str) -> list[dict[str, Any]]:
+        return [p for p in self.live.values() if owner_of(p) == name]
 
-    def size_of(self, obj: dict[str, Any]) -> int:
-        return int(obj["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+    def used(self) -> int:
+        """Cards the queue's live pods take (gated ones take none), and what calls hold."""
+        running = sum(size_of(p) for uid, p in self.live.items() if uid not in self.gated)
+        return running + sum(pods * self.sizes[name] for name, pods in self.holds.items())
+
+    def line(self) -> list[Waiting]:
+        """The queue's line: ReplicaSets refused that still want pods (deny mode) and pods under the
+        gate (wait mode), by priority, then since when, then uid."""
+        out = [
+            Waiting(
+                f"replicaset ns/{name}",
+                name,
+                "",
+                self.sizes[name],
+                self.replicas[name] - len(self.pods_of(name)),
+                (-self.priorities[name], since, f"uid-rs-{name}"),
+            )
+            for name, since in self.refused.items()
+        ]
+        for uid, since in self.gated.items():
+            name = owner_of(self.live[uid])
+            what = f"pod ns/{self.live[uid]['metadata']['name']}"
+            out.append(Waiting(what, name, uid, self.sizes[name], 1, (-self.priorities[name], since, uid)))
+        return sorted(out, key=lambda w: w.place)
+
+    def waiting(self, waiter: Waiting) -> int:
+        """Pods ``waiter`` still waits for: not those a call holds for it."""
+        return waiter.pods - (0 if waiter.uid else self.holds.get(waiter.name, 0))
+
+    def place_of(self, name: str) -> Place:
+        """Where a create by ``name``'s controller stands: at its place when it waits, else behind
+        every waiter of its priority or higher."""
+        since = self.refused.get(name)
+        if since is not None:
+            return (-self.priorities[name], since, f"uid-rs-{name}")
+        return (-self.priorities[name], float(self.now), "\uffff")
 
     def ahead(self, name: str) -> int:
-        """Card units still waiting ahead of a create by ``name``'s controller."""
-        mine = self.state.line.get(f"uid-rs-{name}")
-        place = mine.place if mine is not None else (-self.priorities[name], float(self.now), "\uffff")
-        return sum(
-            self.state.waiting_pods(w) * w.per_pod for w in self.state.line.line("q") if w.place < place
-        )
+        """Cards still waiting ahead of a create by ``name``'s controller."""
+        place = self.place_of(name)
+        return sum(self.waiting(w) * w.size for w in self.line() if w.place < place)
 
+    def expect(self, name: str) -> str:
+        """What the webhook must answer a create by ``name``'s controller."""
+        size = self.sizes[name]
+        if self.holds.get(name, 0) > 0:
+            return CALLED
+        if self.used() + self.ahead(name) + size <= self.quota:
+            return FITS
+        if size > self.quota:  # never fits the whole quota: refused, in no line
+            return REFUSED
+        return GATED if self.mode == "wait" else JOINS
+
+    def callable(self) -> list[tuple[Waiting, int]]:
+        """Who a call must call, head first, and for how many pods: as many as fit after all that
+        waits ahead (a waiter that does not fit keeps its demand ahead of everyone behind it)."""
+        room, out = self.quota - self.used(), []
+        for waiter in self.line():
+            waiting = self.waiting(waiter)
+            pods = min(waiting, max(0, room) // waiter.size)
+            if pods > 0:
+                out.append((waiter, pods))
+            room -= waiting * waiter.size
+        return out
+
+    def settle(self) -> None:
+        """A ReplicaSet that has every pod it wants leaves the line (a later refusal starts anew)."""
+        self.refused = {n: s for n, s in self.refused.items() if len(self.pods_of(n)) < self.replicas[n]}
+
+    # ---- the webhook, driven as the cluster drives it ---------------------------------------
     def create(self, name: str) -> Allowed | None:
         """The ReplicaSet controller's create, if it wants a pod; what the webhook said."""
-        mine = [
-            p
-            for p in self.live.values()
-            if (p["metadata"].get("ownerReferences") or [{}])[0].get("name") == name
-        ]
-        if len(mine) >= self.replicas[name]:
+        if len(self.pods_of(name)) >= self.replicas[name]:
             return None
         self.serial += 1
         obj = self._pod(f"{name}-{self.serial}", name)
-        before, ahead = self.used(), self.ahead(name)
+        expected, before, ahead = self.expect(name), self.used(), self.ahead(name)
         mutation = admission.mutate(self.state, request(obj), now=self.now)
         assert isinstance(mutation, Allowed)
         obj = jsonpatch.apply_patch(obj, [dict(op) for op in mutation.patch])
         review = request(obj)
         decision = admission.validate(self.state, review, self.now)
         admission.admit(self.state, review, decision, self.now)
-        if isinstance(decision, Allowed):
-            if decision.reason == "fits the queue's quota":
-                need = self.sizes[name] * 1000
-                assert before + need <= self.quota * 1000, "admitted beyond quota"
-                assert before + ahead + need <= self.quota * 1000, "admitted ahead of the line"
-            assert gated(obj) == (self.mode == "wait" and decision.reason.startswith("waits")), decision
-            self.live[obj["metadata"]["uid"]] = obj
-            self.state.upsert_pod(pod_record(self.seen(obj)))
-            return decision
-        return None
+        if not isinstance(decision, Allowed):
+            assert expected in (JOINS, REFUSED), f"{name} refused, but by the test's count it {expected}"
+            assert (decision.join is not None) == (expected == JOINS), (expected, decision)
+            if expected == JOINS:
+                self.refused.setdefault(name, float(self.now))
+            return None
+        assert expected in REASONS and decision.reason.startswith(REASONS[expected]), (expected, decision)
+        if decision.reason == "fits the queue's quota":
+            need = self.sizes[name]
+            assert before + need <= self.quota, "admitted beyond quota"
+            assert before + ahead + need <= self.quota, "admitted ahead of the line"
+        assert gated(obj) == (self.mode == "wait" and decision.reason.startswith("waits")), decision
+        uid = obj["metadata"]["uid"]
+        self.live[uid] = obj
+        if expected == GATED:
+            self.gated[uid] = float(self.now)
+        if expected == CALLED:
+            self.holds[name] -= 1
+        self.state.upsert_pod(pod_record(self.seen(obj)))
+        self.settle()
+        return decision
 
     def step(self, action: tuple[Any, ...]) -> None:
         self.now += 1
@@ -136,6 +226,7 @@ class Model:
                 if self.live:
                     uid = sorted(self.live)[index % len(self.live)]
                     del self.live[uid]
+                    self.gated.pop(uid, None)
                     self.state.delete_pod(uid)
             case ("quota", quota):
                 self.quota = quota
@@ -143,32 +234,38 @@ class Model:
             case ("replicas", name, replicas):
                 self.replicas[name] = replicas
                 self.state.upsert_workload(workload_record(self._rs(name)))
+                self.settle()
             case ("call", _):
                 self.call()
         self.write_marks()
 
     def call(self) -> None:
-        room = self.quota * 1000 - self.used()
-        before = [(w, self.state.waiting_pods(w)) for w in self.state.line.line("q")]
+        room = self.quota - self.used()
+        before, expected = self.line(), self.callable()
         called = calls.call_next(self.state, self.now)
-        assert sum(c.pods * c.waiter.per_pod for c in called) <= max(0, room), "called beyond quota"
-        pods = {c.waiter.key: c.pods for c in called}
-        for waiter, waiting in before:  # nobody is called into room that those ahead of it wait for
-            assert pods.get(waiter.key, 0) * waiter.per_pod <= max(0, room), f"{waiter.what} overtook"
-            room -= waiting * waiter.per_pod
-        for call in called:
-            if call.waiter.pod:  # released: the gate removed, as the caller's patch does
-                live = self.live[call.waiter.key]
-                ops = patches.release_patch(self.state, live, call.card)
+        assert [(c.waiter.what, c.pods, c.card) for c in called] == [
+            (w.what, pods, None) for w, pods in expected
+        ], "the line called others than the test counts"
+        assert sum(c.pods * c.waiter.per_pod for c in called) <= max(0, room) * UNIT, "called beyond quota"
+        pods = {c.waiter.what: c.pods for c in called}
+        for waiter in before:  # nobody is called into room that those ahead of it wait for
+            assert pods.get(waiter.what, 0) * waiter.size <= max(0, room), f"{waiter.what} overtook"
+            room -= self.waiting(waiter) * waiter.size
+        self.holds = {w.name: count for w, count in expected if not w.uid}  # held until they arrive
+        for (waiter, count), call in zip(expected, called, strict=True):
+            if waiter.uid:  # released: the gate removed, as the caller's patch does
+                ops = patches.release_patch(self.state, self.live[waiter.uid], call.card)
                 assert ops is not None
-                live = jsonpatch.apply_patch(live, [dict(op) for op in ops])
+                live = jsonpatch.apply_patch(self.live[waiter.uid], [dict(op) for op in ops])
                 assert not gated(live)
-                self.live[call.waiter.key] = live
+                self.live[waiter.uid] = live
+                del self.gated[waiter.uid]
                 self.state.upsert_pod(pod_record(self.seen(live)))
                 continue
-            name = call.waiter.what.split("/")[1]  # each controller is told to retry: admitted
-            for _ in range(call.pods):
-                assert self.create(name) is not None, f"{name} was called but refused"
+            for _ in range(count):  # its controller is told to retry: admitted within the hold
+                assert self.create(waiter.name) is not None, f"{waiter.name} was called but refused"
+        assert not any(self.holds.values()), f"called pods never created: {self.holds}"
+        self.holds.clear()
 
     def write_marks(self) -> None:
         """What the serving replica does after calls: the waiting marks on the ReplicaSets."""
@@ -178,6 +275,15 @@ class Model:
             else:
                 self.marks[mark.name] = mark.text
             self.state.upsert_workload(workload_record(self._rs(mark.name)))
+        assert set(self.marks) == set(self.refused), "a ReplicaSet's waiting mark says otherwise"
+
+
+def owner_of(obj: dict[str, Any]) -> str:
+    return str((obj["metadata"].get("ownerReferences") or [{}])[0].get("name", ""))
+
+
+def size_of(obj: dict[str, Any]) -> int:
+    return int(obj["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
 
 
 def gated(obj: dict[str, Any]) -> bool:
@@ -188,17 +294,49 @@ def line(state: ClusterState) -> list[tuple[str, int, tuple[int, float, str]]]:
     return [(w.what, w.pods, w.place) for w in state.line.line("q")]
 
 
+def check_line(model: Model) -> None:
+    """The webhook's line is the test's: the same waiters, sizes, pods and places, in order."""
+    theirs = [(w.what, w.per_pod, w.pods, w.place) for w in model.state.line.line("q")]
+    mine = [(w.what, w.size * UNIT, w.pods, w.place) for w in model.line()]
+    assert theirs == mine, "the line differs from the test's count"
+
+
 def check_head_not_starved(model: Model) -> None:
     """After a call, every waiter still waiting is one that does not fit after those ahead of it."""
-    room = model.quota * 1000 - model.used()
-    for waiter in model.state.line.line("q"):
-        waiting = model.state.waiting_pods(waiter)
+    room = model.quota - model.used()
+    for waiter in model.line():
+        waiting = model.waiting(waiter)
         if waiting > 0:
-            assert room < waiter.per_pod, f"{waiter.what} fits but waits"
-            room -= waiting * waiter.per_pod
+            assert room < waiter.size, f"{waiter.what} fits but waits"
+            room -= waiting * waiter.size
 
 
 @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Always run: a ReplicaSet of higher priority refused last is called first, one refused again while
+# it waits keeps its first place, and two called at once each get their pods (deny mode); a gated
+# pod of higher priority is released before an older one, and two are released at once (wait mode).
+@example(
+    quota=2,
+    priorities=(0, 10, 0),
+    replicas=(1, 1, 2),
+    sizes=(1, 1, 1),
+    actions=[
+        *[("create", "a"), ("create", "c"), ("create", "b"), ("create", "a"), ("finish", 0)],
+        *[("call", 0), ("finish", 1), ("quota", 4), ("call", 0)],
+    ],
+    mode="deny",
+)
+@example(
+    quota=1,
+    priorities=(0, 10, 0),
+    replicas=(2, 1, 0),
+    sizes=(1, 1, 1),
+    actions=[
+        *[("create", "a"), ("create", "b"), ("finish", 2), ("call", 0), ("create", "a"), ("call", 0)],
+        *[("quota", 3), ("call", 0)],
+    ],
+    mode="wait",
+)
 @given(
     quota=st.integers(0, 4),
     priorities=st.tuples(*(st.sampled_from((0, 0, 10)) for _ in WORKLOADS)),
@@ -218,6 +356,7 @@ def test_the_line_never_calls_beyond_quota_never_starves_its_head_and_equals_a_r
     model = Model(quota, priorities, replicas, sizes, mode)
     for action in actions:
         model.step(action)
+        check_line(model)
         if action[0] == "call":
             check_head_not_starved(model)
         places = [w.place for w in model.state.line.line("q")]
@@ -229,4 +368,5 @@ def test_the_line_never_calls_beyond_quota_never_starves_its_head_and_equals_a_r
         assert line(rebuilt) == line(model.state)
     model.step(("quota", 100))
     model.step(("call", 0))
-    assert line(model.state) == [], "a waiter was never served once its cards freed"
+    check_line(model)
+    assert model.line() == [] and line(model.state) == [], "a waiter was never served once its cards freed"
