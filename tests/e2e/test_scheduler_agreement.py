@@ -10,6 +10,7 @@ reason, when a partner's source is not beside the repository.
 import json
 import os
 import random
+import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -240,6 +241,7 @@ CAPACITY = {R4090: 4, R4090D: 2, H200: 7, H800: 6}  # whole cards the kwok nodes
 SOAK_SPECS = [R4090, FLEX, f"{R4090D}|{R4090}", f"{H200}|{H800}", f"{H800}|{R4090}|{R4090D}", H200]
 SOAK_OPS = int(os.environ.get("CARDQUOTA_SOAK_OPS", "60"))
 JOB_WINDOW = 3.0  # seconds a job predicted not to fit must stay un-enqueued: three scheduler sessions
+LINE_WITHIN = 10.0  # seconds a waiter that fits may go without a pod (wait mode releases one at a time)
 
 
 @dataclass(frozen=True)
@@ -355,45 +357,55 @@ class Soak:
         return [demand for _, demand in self.waiting(pods)]
 
     # ---- settling ---------------------------------------------------------------------------
-    def _settled(self) -> bool:
-        """Every ungated pod bound, no Deployment over its replicas, gated pods only of those that
-        wait, every job whole; and no waiter could get one more pod after those ahead of it."""
-        self.t.plane._check_alive()
-        pods = self.t.pods()
+    def _standing(self, pods: list[dict[str, Any]]) -> str:
+        """ "settled": every ungated pod bound, no Deployment over its replicas, gated pods only of
+        those that wait, every job whole, and no waiter could get one more pod after those ahead of
+        it; "unserved": all that but a waiter that fits now; "moving": anything else."""
         if not all(p["spec"].get("nodeName") for p in pods if not gated(p)):
-            return False
+            return "moving"
         waiting = {name for name, _ in self.waiting(pods)}
         for name, w in self.deployments.items():
             mine = self._of(name, pods)
             if len([p for p in mine if not gated(p)]) > w.replicas:
-                return False
+                return "moving"
             if name not in waiting and any(gated(p) for p in mine):
-                return False
+                return "moving"
         if any(len(self._of(name, pods)) != w.replicas for name, w in self.jobs.items()):
-            return False
+            return "moving"
         known = [*self.deployments, *self.jobs]
         if any(not any(p["metadata"]["name"].startswith(f"{n}-") for n in known) for p in pods):
-            return False  # pods of a deleted workload still going
+            return "moving"  # pods of a deleted workload still going
         room, line = self.room(pods), self.waiting(pods)
         for index, (_, demand) in enumerate(line):
             ahead = [d for _, d in line[:index]]
             if fits(room, ahead, Demand(demand.spec, demand.per_pod, 1)):
-                return False  # it fits now: the line must serve it
-        return True
+                return "unserved"  # it fits now: the line must serve it
+        return "settled"
 
     def settle(self) -> None:
-        try:
-            wait_for("the queue to settle (the line served, every pod bound)", self._settled, timeout=60)
-        except TimeoutError as exc:
+        """Until the queue is settled (60 s at most). A waiter that fits must get a pod within
+        LINE_WITHIN of the last change: the line calls it; a controller's back-off would not."""
+        deadline, since, last = time.monotonic() + 60, time.monotonic(), None
+        while True:
+            self.t.plane._check_alive()
             pods = self.t.pods()
-            state = {
-                "room": self.room(pods),
-                "waiting": self.waiting(pods),
-                "pods": sorted(
-                    (p["metadata"]["name"], bool(p["spec"].get("nodeName")), gated(p)) for p in pods
-                ),
-            }
-            raise AssertionError(f"not settled: {state}") from exc
+            standing = self._standing(pods)
+            if standing == "settled":
+                break
+            now = time.monotonic()
+            seen = sorted((p["metadata"]["name"], gated(p), bool(p["spec"].get("nodeName"))) for p in pods)
+            if seen != last:
+                since, last = now, seen
+            stuck = standing == "unserved" and now - since > LINE_WITHIN
+            if stuck or now > deadline:
+                state = {"room": self.room(pods), "waiting": self.waiting(pods), "pods": seen}
+                why = (
+                    f"a waiter that fits got no pod for {LINE_WITHIN:.0f} s"
+                    if stuck
+                    else "not settled in 60 s"
+                )
+                raise AssertionError(f"{why}: {state}")
+            time.sleep(0.25)
         self.t.check_agreement(gated_too=True)
         pods = self.t.pods()
         has = {name: len([p for p in self._of(name, pods) if not gated(p)]) for name in self.deployments}
