@@ -26,7 +26,8 @@ def lane(item: pytest.Item) -> str | None:
     if path.stem not in OWN_PLANE:
         return "plain control plane"
     partner = getattr(item, "callspec", None) and item.callspec.params.get("volcano")
-    return f"{path.stem}[{partner}]" if partner else path.stem
+    # No "]" in a lane's name: xdist takes the group from an "@" only after the last "]".
+    return f"{path.stem}-{partner}" if partner else path.stem
 
 
 def pytest_configure(config: pytest.Config) -> None:
