@@ -47,9 +47,11 @@ def rs_pod(
     return obj
 
 
-def create(state: ClusterState, obj: dict[str, Any], now: float) -> tuple[Allowed | Denied, dict[str, Any]]:
+def create(
+    state: ClusterState, obj: dict[str, Any], now: float, seen: bool = True
+) -> tuple[Allowed | Denied, dict[str, Any]]:
     """What the API server does with a pod create: mutate, validate the mutated pod, record, and
-    (admitted) the cache sees it."""
+    (admitted; ``seen``) the cache sees it."""
     review = request(obj)
     mutation = admission.mutate(state, review, now=now)
     admission.admit(state, review, mutation, now)
@@ -58,7 +60,7 @@ def create(state: ClusterState, obj: dict[str, Any], now: float) -> tuple[Allowe
     review = request(made)
     decision = admission.validate(state, review, now)
     admission.admit(state, review, decision, now)
-    if isinstance(decision, Allowed):
+    if isinstance(decision, Allowed) and seen:
         state.upsert_pod(pod_record(made))
     return decision, made
 
@@ -297,6 +299,27 @@ def test_a_volcano_workload_holds_one_pod_at_a_time_until_its_podgroup_is_enqueu
         "its controller waits 2nd in the queue's line and is told to retry the moment its cards free"
     )
     state.upsert_podgroup(podgroup_record(podgroup("pg-web", "Running", f'{{"{H200}": 1}}', owner_ref=ref)))
+    decision, third = create(state, rs_pod("web-2", spec=volcano), 12.0)
+    assert isinstance(decision, Allowed) and third["spec"]["schedulingGates"] == [{"name": keys.GATE}]
+
+
+def test_a_second_pod_created_before_the_cache_sees_the_first_gated_one_is_not_gated_too() -> None:
+    """A ReplicaSet creates its pods back to back: the second can be mutated before the cache has
+    seen the first arrive under the gate. It is refused all the same (its controller waits in the
+    line), not gated beside it; once the first is seen, or the mark expires, the rule is the cache's."""
+    ref = owner("ReplicaSet", "web", "uid-web")
+    rs = replicaset_obj("web", 3, "web")
+    rs["metadata"]["uid"] = "uid-web"
+    state = full(rs, podgroup("pg-web", "Pending", f'{{"{H200}": 1}}', owner_ref=ref))
+    volcano = {"schedulerName": "volcano"}
+    decision, first = create(state, rs_pod("web-0", spec=volcano), 10.0, seen=False)
+    assert isinstance(decision, Allowed) and first["spec"]["schedulingGates"] == [{"name": keys.GATE}]
+    decision, second = create(state, rs_pod("web-1", spec=volcano), 10.01, seen=False)
+    assert isinstance(decision, Denied) and "schedulingGates" not in second["spec"], decision
+    state.upsert_pod(pod_record(first))  # seen now: the cache's count takes over
+    decision, again = create(state, rs_pod("web-1", spec=volcano), 11.0)
+    assert isinstance(decision, Denied) and "schedulingGates" not in again["spec"]
+    state.delete_pod(first["metadata"]["uid"])  # the first is gone: a pod of it may wait again
     decision, third = create(state, rs_pod("web-2", spec=volcano), 12.0)
     assert isinstance(decision, Allowed) and third["spec"]["schedulingGates"] == [{"name": keys.GATE}]
 

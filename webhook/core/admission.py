@@ -86,6 +86,9 @@ def admit(state: ClusterState, request: Request, decision: Decision, now: float)
         if decision.podgroup:
             state.refusals[decision.podgroup] = decision.message  # told on the PodGroup and its job
         return
+    if decision.gated is not None:
+        owner_uid, name = decision.gated
+        state.gating[owner_uid] = (name, now + min(state.policy.in_flight_ttl, ASSIGNMENT_TTL))
     if decision.hold is None:
         return
     for hold in (decision.hold, *decision.more):

@@ -179,10 +179,11 @@ def _one_gated_already(state: ClusterState, pod: PodRecord) -> bool:
     and no PodGroup enqueued yet: the capacity-card plugin enqueues a PodGroup only when every pod
     of it fits, gated ones included (``capacity_card_job.go``: its request sums every task), so a
     second gated pod would keep the first from running once released. It is refused instead, and
-    its controller waits in the line (deny mode's way) until the group is enqueued."""
+    its controller waits in the line (deny mode's way) until the group is enqueued. A pod another
+    mutation gated that the cache has not seen yet counts too (creates come back to back)."""
     if pod.owner is None or pod.template.scheduler not in state.policy.volcano_schedulers:
         return False
-    return state.unenqueued_pods(pod.owner.uid) > 0
+    return state.unenqueued_pods(pod.owner.uid) > 0 or state.gated_in_flight(pod.owner.uid, pod.name)
 
 
 def _may_wait(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand) -> bool:

@@ -53,8 +53,12 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
     if gate is not None:
         ops = [*_card_name_ops(template, demand.spec), *gate]
         ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, demand.spec)))
+        record = pod_record(pod, template)
         return Allowed(
-            "waits in its queue's line under our scheduling gate", patch=tuple(ops), card=demand.spec.text
+            "waits in its queue's line under our scheduling gate",
+            patch=tuple(ops),
+            card=demand.spec.text,
+            gated=(record.owner.uid, record.name) if record.owner is not None else None,
         )
     if demand.spec.is_multi:
         record = pod_record(pod, template)

@@ -61,6 +61,9 @@ class ClusterState:
         self._owner_groups: dict[str, set[str]] = defaultdict(set)  # owner uid -> PodGroup keys
         self._group_keys: dict[str, str] = {}  # PodGroup uid -> key, for those refused at enqueue
         self.refusals: dict[str, str] = {}  # PodGroup key -> its last enqueue refusal, not told yet
+        # Owner uid -> (name, expiry) of the last pod a mutation put under our gate: until the cache
+        # sees it, a second create of the same workload must not be gated as well.
+        self.gating: dict[str, tuple[str, float]] = {}
         self._deadlines: list[tuple[float, str]] = []
         self._pool = compact.Pool()
         self._charger = Charger(self.inventory, self.policy, self._pool, self.queue_of_pod)
@@ -134,6 +137,8 @@ class ClusterState:
         old = self.pods.get(pod.uid)
         self._unindex(pod.uid)
         self.pods[pod.uid] = pod
+        if self.gating and pod.owner is not None and self.gating.get(pod.owner.uid, ("",))[0] == pod.name:
+            del self.gating[pod.owner.uid]  # the gated pod is seen: the cache's own count takes over
         if pod.waiting is None and (old is None or old.waiting is not None):
             # A pod admitted here holds its own entry (taken from its scale-up's at admission), so
             # does a pod released from the line; one admitted elsewhere still comes out of its
@@ -167,6 +172,14 @@ class ClusterState:
             if pod is not None and pod.is_terminal(now):
                 self._unindex(uid)
         self.ledger.expire(now)
+        if self.gating:
+            self.gating = {uid: mark for uid, mark in self.gating.items() if mark[1] >= now}
+
+    def gated_in_flight(self, owner_uid: str, name: str) -> bool:
+        """Whether a mutation put another pod of ``owner_uid`` under our gate that the cache has not
+        seen arrive yet (two creates of a ReplicaSet can be mutated before the first is seen)."""
+        mark = self.gating.get(owner_uid)
+        return mark is not None and mark[0] != name
 
     def charge_of(self, uid: str) -> Charge | None:
         return self.charged.charge(uid)

@@ -36,6 +36,7 @@ class Allowed:
     queue: str = ""
     card: str = ""
     more: tuple[Hold, ...] = ()  # further holds: a PodGroup enqueued with several card specs
+    gated: tuple[str, str] | None = None  # (owner uid, pod name) of a pod this mutation put under our gate
 
 
 @value_class
