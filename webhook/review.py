@@ -23,8 +23,9 @@ def decide(state: ClusterState, body: bytes | str, webhook: Webhook, now: float)
 def owner_to_fetch(
     state: ClusterState, raw: wire.AdmissionRequest, webhook: Webhook
 ) -> tuple[OwnerRef, str] | None:
-    """For a PodGroup create whose owner the cache lacks: the owner to read live, and its namespace."""
-    if webhook != "mutate" or raw.operation != "CREATE" or raw.resource.resource != "podgroups":
+    """For a PodGroup mutation whose owner the cache lacks: the owner to read live, and its namespace."""
+    mutated = raw.operation in ("CREATE", "UPDATE") and not raw.sub_resource
+    if webhook != "mutate" or not mutated or raw.resource.resource != "podgroups":
         return None
     obj = raw.object or {}
     if shapes.problem("podgroups", "", obj):

@@ -289,3 +289,23 @@ def test_a_bare_pod_podgroup_reads_the_pod_itself() -> None:
 def test_an_owner_missing_from_the_cache_leaves_the_podgroup_unchanged() -> None:
     decision = admission.mutate(cluster(), request(podgroup("pg", "Pending", owner_ref=RS), **PG))
     assert isinstance(decision, Allowed) and decision.patch == () and "not found" in decision.reason
+
+
+def test_a_podgroup_created_without_its_annotations_gets_them_when_it_is_enqueued() -> None:
+    """The PodGroup mutation's policy is Ignore: a create it could not answer leaves the PodGroup
+    bare, and the enqueue gate only sees card PodGroups. The update that moves it to Inqueue adds
+    what the create would have (and changes nothing on one that has them)."""
+    state = cluster(deployment("chat", 2), replicaset("chat-1", 2, "chat"))
+    bare = podgroup("pg", "Pending", owner_ref=RS, minMember=1)
+    enqueued = podgroup("pg", "Inqueue", owner_ref=RS, minMember=1)
+    decision = admission.mutate(state, request(enqueued, operation="UPDATE", old=bare, **PG))
+    assert isinstance(decision, Allowed)
+    out = jsonpatch.apply_patch(enqueued, [dict(op) for op in decision.patch])
+    assert out["metadata"]["annotations"] == {
+        "volcano.sh/card.name": H200,
+        "volcano.sh/card.request": json.dumps({H200: 1}, separators=(",", ":")),
+    }
+    again = admission.mutate(state, request(out, operation="UPDATE", old=bare, **PG))
+    assert isinstance(again, Allowed) and again.patch == ()
+    status = admission.mutate(state, request(enqueued, operation="UPDATE", old=bare, sub="status", **PG))
+    assert isinstance(status, Allowed) and status.patch == ()

@@ -43,6 +43,9 @@ CARD_PODGROUP = (
     " || 'volcano.sh/card.name' in object.metadata.annotations)"
 )
 
+# The PodGroup mutation: every create, and the update enqueueing a PodGroup its create left bare.
+BARE_ENQUEUE = f"request.operation == 'CREATE' || (({ENQUEUED}) && !({CARD_PODGROUP}))"
+
 
 def configurations(
     url: str,
@@ -85,7 +88,13 @@ def configurations(
         {"name": "our-gate-removed", "expression": GATE_REMOVED},
         {"name": "not-by-the-webhook", "expression": f"request.userInfo.username != '{identity}'"},
     ]
-    podgroups = [_rule("scheduling.volcano.sh", "v1beta1", ["podgroups"], ["CREATE"])]
+    podgroups = hook(
+        "podgroups.mutate",
+        "/mutate",
+        [_rule("scheduling.volcano.sh", "v1beta1", ["podgroups"], ["CREATE", "UPDATE"])],
+        "Ignore",
+    )
+    podgroups["matchConditions"] = [{"name": "creates-and-bare-enqueues", "expression": BARE_ENQUEUE}]
     enqueue = hook(
         "enqueue.validate",
         "/validate",
@@ -107,7 +116,7 @@ def configurations(
             "mutate",
             [
                 hook("pods.mutate", "/mutate", pods, "Fail", reinvocationPolicy="IfNeeded"),
-                hook("podgroups.mutate", "/mutate", podgroups, "Ignore"),
+                podgroups,
             ],
         ),
     ]

@@ -177,7 +177,14 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
     assert (enqueue["failurePolicy"], enqueue["sideEffects"]) == ("Fail", "NoneOnDryRun")
     pods, podgroups = mutating["webhooks"]
     assert [r["resources"] for r in pods["rules"]] == [["pods"]]
-    assert [r["resources"] for r in podgroups["rules"]] == [["podgroups"]]
+    assert [(r["resources"], r["operations"]) for r in podgroups["rules"]] == [
+        (["podgroups"], ["CREATE", "UPDATE"])
+    ]
+    (bare,) = podgroups["matchConditions"]
+    assert (
+        bare["expression"].startswith("request.operation == 'CREATE' || (")
+        and "!(has(object" in bare["expression"]
+    )
     assert pods["reinvocationPolicy"] == "IfNeeded"
     assert (validate["failurePolicy"], pods["failurePolicy"], podgroups["failurePolicy"]) == (
         "Fail",

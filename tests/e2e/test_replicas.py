@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.cluster import ControlPlane, free_port, wait_for
 from tests.e2e.objects import H200, SELECTOR, card_queue, queued_deployment
@@ -274,6 +275,19 @@ def serving(process: Process) -> bool:
         return False
 
 
+def pod_refusals(process: Process) -> float:
+    """How many pod creates ``process`` has refused, from its metrics."""
+    with process.client() as client:
+        text = client.get("/metrics").text
+    wanted = {"webhook": "validate", "kind": "Pod", "operation": "CREATE", "decision": "denied"}
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "cardquota_reviews_total" and sample.labels == wanted
+    )
+
+
 def identity(process: Process) -> str:
     """The Lease holder's name for ``process``: the webhook holds it as ``hostname-pid``."""
     return f"{socket.gethostname()}-{process.proc.pid}"
@@ -376,7 +390,9 @@ def test_a_leader_killed_while_a_workload_waits_leaves_the_line_to_the_next_one_
 
         wait_for("web to be refused and marked as waiting", marked, timeout=30)
         served = lambda: pods_named(control_plane, namespace, "web")  # noqa: E731
-        kill_the_leader_then_free_the_card(control_plane, replicas, namespace, served, "CardQuotaCalled")
+        kill_the_leader_then_free_the_card(
+            control_plane, replicas, namespace, served, "CardQuotaCalled", retried=True
+        )
         wait_for("the mark removed", lambda: not marked(), timeout=15)
 
 
@@ -405,14 +421,22 @@ def kill_the_leader_then_free_the_card(
     namespace: str,
     served: Callable[[], Any],
     reason: str,
+    retried: bool = False,
 ) -> None:
     """SIGKILL the leader while web waits; once another leads, the hog goes: web is served by the
-    new leader exactly once (one Event ``reason``) and has one pod."""
+    new leader exactly once (one Event ``reason``) and has one pod. ``retried``: web's ReplicaSet
+    retries on its own back-off, so the hog goes right after the new leader refuses one retry:
+    the next one is then seconds away (the back-off doubles from 5 ms), and the call comes first."""
     leader = the_one_serving(control_plane, replicas)
     leader.proc.kill()
     others = [p for p in replicas if p is not leader]
     successor = the_one_serving(control_plane, others)  # another replica decides before the card frees
     print(f"leader {identity(leader)} killed while web waits; {identity(successor)} took over")
+    if retried:
+        seen = pod_refusals(successor)
+        wait_for(
+            "web's ReplicaSet refused by the new leader", lambda: pod_refusals(successor) > seen, timeout=60
+        )
     control_plane.kubectl("delete", "-n", namespace, "deployment/hog", "--wait=false")
     wait_for("web served by the new leader", served, timeout=30)
     time.sleep(3)  # a second call or release would have come by now

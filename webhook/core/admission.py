@@ -46,9 +46,11 @@ def mutate(
     state: ClusterState, request: Request, owner: patches.Owner | None = None, now: float = 0.0
 ) -> Decision:
     """Pod CREATE: affinity and canonical card name, and in wait mode the scheduling gate of a
-    controller's pod that does not fit now. PodGroup CREATE: annotations from its owner."""
-    if request.operation != "CREATE" or request.sub_resource:
-        return Allowed("only creates are mutated")
+    controller's pod that does not fit now. PodGroup CREATE, and an UPDATE that enqueues one created
+    without them (its create's mutation failed, and its policy is Ignore): annotations from its owner."""
+    repair = request.operation == "UPDATE" and request.resource == "podgroups"
+    if (request.operation != "CREATE" and not repair) or request.sub_resource:
+        return Allowed("only creates, and PodGroup updates, are mutated")
     if (malformed := _malformed(request)) is not None:
         return malformed
     if request.resource == "pods":
