@@ -282,10 +282,12 @@ def test_a_smaller_pod_behind_a_larger_head_is_not_released_into_the_room_the_he
     assert [p["metadata"]["name"] for p in release(state, 31.0)] == ["big"]
 
 
-def test_a_volcano_workload_holds_one_pod_at_a_time_until_its_podgroup_is_enqueued() -> None:
+def test_a_volcano_workload_holds_one_gated_pod_and_none_once_its_podgroup_is_enqueued() -> None:
     """The capacity-card plugin enqueues a PodGroup only when every pod of it fits, gated ones
     included: so while the ReplicaSet's group is not enqueued, its second pod is refused and the
-    ReplicaSet waits in the line instead; once the group runs, its pods wait gated again."""
+    ReplicaSet waits in the line instead. Once the group is enqueued the plugin counts its gated
+    pods as reserved (by card name; it deducts them only under nvidia.com/gpu), which would keep a
+    group released ahead of them from being enqueued: its pods are refused too, never gated."""
     ref = owner("ReplicaSet", "web", "uid-web")
     rs = replicaset_obj("web", 3, "web")
     rs["metadata"]["uid"] = "uid-web"
@@ -300,7 +302,13 @@ def test_a_volcano_workload_holds_one_pod_at_a_time_until_its_podgroup_is_enqueu
     )
     state.upsert_podgroup(podgroup_record(podgroup("pg-web", "Running", f'{{"{H200}": 1}}', owner_ref=ref)))
     decision, third = create(state, rs_pod("web-2", spec=volcano), 12.0)
-    assert isinstance(decision, Allowed) and third["spec"]["schedulingGates"] == [{"name": keys.GATE}]
+    assert isinstance(decision, Denied) and "schedulingGates" not in third["spec"]
+    assert (
+        f'queue "q" has 0 {H200} left' in decision.message
+        and "waits 2nd in the queue's line" in decision.message
+    )
+    plain = rs_pod("solo-0", spec={"schedulerName": "default-scheduler"})
+    assert held(state, plain, 13.0)["spec"]["schedulingGates"] == [{"name": keys.GATE}]  # not Volcano's
 
 
 def test_a_second_pod_created_before_the_cache_sees_the_first_gated_one_is_not_gated_too() -> None:

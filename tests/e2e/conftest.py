@@ -112,10 +112,11 @@ def card_quota(control_plane: ControlPlane, namespace: str) -> Iterator[Callable
 
 @contextlib.contextmanager
 def serving_webhook(plane: ControlPlane, tmp: Path, *extra: str) -> Iterator[Process]:
-    """The webhook on ``plane``'s live cache, registered by URL for the test namespaces."""
+    """The webhook on ``plane``'s live cache, registered by URL for the test namespaces; its log
+    beside the plane's (a failed test's report carries them all)."""
     flags = ("--kubeconfig", str(plane.kubeconfig), "--drain-seconds", "0", *extra)
-    process = Process(tmp / "certs", tmp / "server.log", *flags, cluster=None)
     prefix = f"cardquota-e2e-{uuid.uuid4().hex[:6]}"
+    process = Process(tmp / "certs", plane.logs / f"{prefix}.log", *flags, cluster=None)
     registered = configurations(process.url, process.certs / "ca.crt", SELECTOR, prefix)
     try:
         process.wait_ready(timeout=60)

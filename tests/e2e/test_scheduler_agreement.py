@@ -424,9 +424,10 @@ class Soak:
         room, ahead = self.room(pods), self.ahead(pods)
         fit = max(n for n in range(holds + 1) if fits(room, ahead, Demand(spec, per_pod, n)))
         if self.t.mode == "wait":
-            # Wait mode leaves the line to the squeeze: a released pod of a random-phase waiter was
-            # seen Pending for 60 s beside a gated sibling on the fork (seed 3668111829), not yet
-            # understood (see docs/development.md, "Checks that can fail").
+            # Wait mode leaves the line to the squeeze: with waiters here an `A|B` pod was once
+            # admitted with no model (its cards freed between its mutation, which found no room,
+            # and its validation), which this count cannot place (docs/development.md, "Checks that
+            # can fail", 6).
             replicas = self.rng.randint(0, fit)
         elif fit < holds and self.rng.random() < 0.5:
             replicas = min(holds, fit + self.rng.randint(1, 2))  # more than is left: it waits

@@ -16,6 +16,18 @@ from tests.edges.serving import CLUSTER, REVIEWS, ROOT, Process
 from webhook import devcerts
 
 NOBODY = 65534
+UNTRACKED = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    ".lock-venv",
+    "out",
+    "build",
+    "dist",
+    "*.egg-info",
+    "__pycache__",
+    ".*_cache",
+    ".hypothesis",
+)
 
 
 def reachable(path: Path) -> bool:
@@ -49,7 +61,11 @@ def installed() -> Iterator[Path]:
     try:
         wheels = base / "wheels"
         pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--quiet"]
-        subprocess.run([*pip, "wheel", "--no-deps", "--wheel-dir", str(wheels), str(ROOT)], check=True)
+        # Built from a copy: setuptools builds in the tree's build/, which `make plugin-archive` (the
+        # kubectl plugin's test, on another worker) may be using at the same moment.
+        source = base / "source"
+        shutil.copytree(ROOT, source, ignore=UNTRACKED)
+        subprocess.run([*pip, "wheel", "--no-deps", "--wheel-dir", str(wheels), str(source)], check=True)
         subprocess.run([interpreter(), "-m", "venv", str(base / "venv")], check=True)
         venv_pip = [str(base / "venv" / "bin" / "pip"), "--disable-pip-version-check", "--quiet"]
         lock = ROOT / "requirements.lock"

@@ -175,15 +175,22 @@ def _waits(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand) -
 
 
 def _one_gated_already(state: ClusterState, pod: PodRecord) -> bool:
-    """A Volcano pod whose workload has an unbound pod already (gated, or released and pending)
-    and no PodGroup enqueued yet: the capacity-card plugin enqueues a PodGroup only when every pod
-    of it fits, gated ones included (``capacity_card_job.go``: its request sums every task), so a
-    second gated pod would keep the first from running once released. It is refused instead, and
-    its controller waits in the line (deny mode's way) until the group is enqueued. A pod another
-    mutation gated that the cache has not seen yet counts too (creates come back to back)."""
+    """A Volcano pod that a gate would make reserve cards in the capacity-card plugin's enqueue
+    check; it is refused instead, and its controller waits in the line (deny mode's way):
+
+    * its workload has an unbound pod already (gated, or released and pending) and no PodGroup
+      enqueued yet: the plugin enqueues a PodGroup only when every pod of it fits, gated ones
+      included (``capacity_card_job.go``: its request sums every task), so a second gated pod
+      would keep the first from running once released (a pod another mutation gated that the
+      cache has not seen yet counts too: creates come back to back);
+    * its workload's PodGroup is enqueued: the plugin counts what an enqueued group's pods request
+      beyond what it has allocated as reserved, gated pods included (it deducts gated pods under
+      ``nvidia.com/gpu`` but reserves by card name), so a gated pod there would keep another
+      workload's group, released ahead of it in the line, from being enqueued."""
     if pod.owner is None or pod.template.scheduler not in state.policy.volcano_schedulers:
         return False
-    return state.unenqueued_pods(pod.owner.uid) > 0 or state.gated_in_flight(pod.owner.uid, pod.name)
+    owner = pod.owner.uid
+    return state.enqueued(owner) or state.unenqueued_pods(owner) > 0 or state.gated_in_flight(owner, pod.name)
 
 
 def _may_wait(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand) -> bool:

@@ -316,14 +316,18 @@ class ClusterState:
         """Workloads that wait in line or carry a waiting mark (``calls.marks`` reconciles them)."""
         return self._refused.all()
 
+    def enqueued(self, owner_uid: str) -> bool:
+        """Whether one of ``owner_uid``'s PodGroups is Inqueue or Running."""
+        groups = self._owner_groups.get(owner_uid, ())
+        return any(
+            (g := self.podgroups.get(key)) is not None and g.phase in ("Inqueue", "Running") for key in groups
+        )
+
     def unenqueued_pods(self, owner_uid: str) -> int:
         """How many live pods of ``owner_uid`` are not bound (gated, or released and pending) while
         none of its PodGroups is Inqueue or Running (0 once one is): their group is enqueued only
         when all of them fit."""
-        groups = self._owner_groups.get(owner_uid, ())
-        if any(
-            (g := self.podgroups.get(key)) is not None and g.phase in ("Inqueue", "Running") for key in groups
-        ):
+        if self.enqueued(owner_uid):
             return 0
         pods = self.pods
         return sum(
