@@ -1,0 +1,182 @@
+"""Tidal reclaim's victim choice (SPEC §5e): whole gangs of the same model only, lowest priority
+first, never more than the waiting pods need. The oracle places pods by trying every assignment
+and ranks every subset of gangs itself."""
+
+from collections.abc import Mapping, Sequence
+from itertools import combinations, product
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from webhook.core.reclaim import INFERENCE, TRAINING, Gang, choose, victims, why_not
+
+H200, R4090 = "NVIDIA-H200", "NVIDIA-GeForce-RTX-4090"
+NODES = ("n0", "n1", "n2")
+
+
+def gang(
+    key: str,
+    cards: Mapping[str, int],
+    priority: int = 0,
+    queue_priority: int = 20000,
+    created: float = 0.0,
+    **kw: object,
+) -> Gang:
+    fields: dict[str, object] = {
+        "queue": "training",
+        "reclaimable": True,
+        "service": TRAINING,
+        "preemptable": True,
+        "card": H200,
+    }
+    fields.update(kw)
+    return Gang(
+        key=key,
+        queue_priority=queue_priority,
+        priority=priority,
+        created=created,
+        cards=dict(cards),
+        pods=tuple(f"{key}-{i}" for i in range(sum(cards.values()))),
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def fits(nodes: Mapping[str, int], needs: Sequence[int]) -> bool:
+    """Every assignment of pods to nodes, tried: one where no node gives more than it has."""
+    names = list(nodes)
+    for where in product(range(len(names)), repeat=len(needs)):
+        used = [0] * len(names)
+        for pod, slot in zip(needs, where, strict=True):
+            used[slot] += pod
+        if all(used[i] <= max(nodes[n], 0) for i, n in enumerate(names)):
+            return True
+    return not needs
+
+
+def after(free: Mapping[str, int], chosen: Sequence[Gang]) -> dict[str, int]:
+    nodes = dict(free)
+    for g in chosen:
+        for node, n in g.cards.items():
+            nodes[node] = nodes.get(node, 0) + n
+    return nodes
+
+
+def preference(chosen: Sequence[Gang]) -> tuple[object, ...]:
+    """The test's own order of victim sets: highest (priority, queue priority, younger) first
+    as low as possible, then fewer gangs, then fewer cards."""
+    ranks = sorted(((g.priority, g.queue_priority, -g.created, g.key) for g in chosen), reverse=True)
+    return (ranks[0] if ranks else (), len(chosen), sum(sum(g.cards.values()) for g in chosen), ranks)
+
+
+def may_give(g: Gang, card: str, queue: str, priority: int) -> bool:
+    return (
+        g.card == card
+        and g.queue != queue
+        and g.service == TRAINING
+        and g.reclaimable
+        and g.queue_priority < priority
+        and g.preemptable
+    )
+
+
+def test_free_cards_enough_take_nothing_and_too_few_in_all_take_nothing_either() -> None:
+    big = gang("big", {"n0": 4})
+    assert choose({"n0": 2}, [2], [big]) == ()
+    assert choose({"n0": 0}, [8], [big]) is None
+    assert (
+        choose({"n0": 0, "n1": 0}, [3], [gang("a", {"n0": 2}), gang("b", {"n1": 2})]) is None
+    )  # 3 on one node
+
+
+def test_a_lower_priority_gang_goes_before_a_higher_one_even_when_it_frees_more() -> None:
+    low = gang("low", {"n0": 4}, priority=10)
+    high = gang("high", {"n0": 1}, priority=100)
+    assert choose({"n0": 0}, [1], [high, low]) == (low,)
+
+
+def test_among_equals_the_fewest_gangs_and_then_the_fewest_cards_and_the_youngest_first() -> None:
+    one = gang("one", {"n0": 2}, created=1.0)
+    two = gang("two", {"n0": 1}, created=2.0)
+    three = gang("three", {"n0": 1}, created=3.0)
+    # Same priority: the youngest goes first; its single card is not enough, and neither is the
+    # next youngest's, so the set is the two youngest (highest rank: "two"), not "one".
+    assert choose({"n0": 0}, [2], [one, two, three]) == (three, two)
+    assert choose({"n0": 1}, [2], [one, two, three]) == (three,)  # never more
+
+
+def test_victims_on_two_nodes_when_each_waiting_pod_needs_a_whole_node_worth() -> None:
+    a, b, c = gang("a", {"n0": 4}), gang("b", {"n1": 4}), gang("c", {"n0": 2, "n1": 2})
+    assert [g.key for g in choose({"n0": 0, "n1": 0}, [4, 4], [a, b, c]) or ()] == ["a", "b"]
+
+
+def test_who_may_give_cards_back() -> None:
+    ok = gang("ok", {"n0": 1}, queue_priority=20000)
+    assert why_not(ok, H200, "inference", 80000) == ""
+    cases = {
+        "it holds NVIDIA-GeForce-RTX-4090, not NVIDIA-H200": gang("m", {"n0": 1}, card=R4090),
+        "it is in the same queue": gang("q", {"n0": 1}, queue="inference"),
+        "its service type is inference, not training": gang("i", {"n0": 1}, service=INFERENCE),
+        'its queue "training" is not reclaimable': gang("r", {"n0": 1}, reclaimable=False),
+        'its queue "training" has priority 80000, not below 80000': gang(
+            "p", {"n0": 1}, queue_priority=80000
+        ),
+        'a pod of it is marked volcano.sh/preemptable: "false"': gang("f", {"n0": 1}, preemptable=False),
+    }
+    for why, g in cases.items():
+        assert why_not(g, H200, "inference", 80000) == why
+        assert victims({"n0": 0}, [1], [g], H200, "inference", 80000) is None
+
+
+def one_gang(keys: str, **attributes: st.SearchStrategy[object]) -> st.SearchStrategy[Gang]:
+    fields: dict[str, st.SearchStrategy[object]] = {
+        "cards": st.dictionaries(st.sampled_from(NODES), st.integers(1, 4), min_size=1, max_size=3),
+        "priority": st.sampled_from([0, 10, 100]),
+        "queue_priority": st.sampled_from([10000, 20000, 40000]),
+        "created": st.integers(0, 5).map(float),
+        **attributes,
+    }
+    return st.builds(gang, key=st.sampled_from(keys), **fields)
+
+
+# Gangs that may give their cards back, and decoys that each break exactly one rule.
+eligible_st = st.lists(one_gang("abcdef"), max_size=5, unique_by=lambda g: g.key)
+decoys_st = st.lists(
+    st.one_of(
+        one_gang("uvwxyz", card=st.just(R4090)),
+        one_gang("uvwxyz", service=st.sampled_from([INFERENCE, ""])),
+        one_gang("uvwxyz", reclaimable=st.just(False)),
+        one_gang("uvwxyz", preemptable=st.just(False)),
+        one_gang("uvwxyz", queue=st.just("inference")),
+        one_gang("uvwxyz", queue_priority=st.sampled_from([80000, 90000])),
+    ),
+    max_size=3,
+    unique_by=lambda g: g.key,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    free=st.fixed_dictionaries({n: st.integers(0, 2) for n in NODES}),
+    needs=st.lists(st.integers(1, 4), min_size=1, max_size=3),
+    eligible=eligible_st,
+    decoys=decoys_st,
+)
+def test_victims_are_whole_gangs_of_the_model_only_the_smallest_set_by_priority_and_never_more(
+    free: dict[str, int], needs: list[int], eligible: list[Gang], decoys: list[Gang]
+) -> None:
+    gangs = [*eligible, *decoys]
+    chosen = victims(free, needs, gangs, H200, "inference", 80000)
+    allowed = [g for g in gangs if may_give(g, H200, "inference", 80000)]
+    sets = [
+        s for k in range(len(allowed) + 1) for s in combinations(allowed, k) if fits(after(free, s), needs)
+    ]
+    if not sets:
+        assert chosen is None
+        return
+    assert chosen is not None
+    assert all(g in allowed for g in chosen)  # never another model, queue role or protected gang
+    assert fits(after(free, chosen), needs)  # the waiting pods are placeable on real nodes
+    for g in chosen:  # never more: without any one of them they are not
+        assert not fits(after(free, [o for o in chosen if o is not g]), needs)
+    assert preference(chosen) == min(preference(s) for s in sets)  # lowest priority first, fewest
+    assert list(chosen) == sorted(chosen, key=lambda g: g.rank)  # evicted lowest first
