@@ -87,11 +87,15 @@ class Process:
         command = [*program, "serve", *source, "--cert-dir", str(certs)]
         command += ["--host", "127.0.0.1", "--port", str(self.port), *flags]
         self._log = log.open("wb")
-        environment = {
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("CARDQUOTA_") and k != "KUBERNETES_SERVICE_HOST"
-        } | (env or {})
+        environment = (
+            {
+                k: v
+                for k, v in os.environ.items()
+                if not k.startswith("CARDQUOTA_") and k != "KUBERNETES_SERVICE_HOST"
+            }
+            | {"PYTHONUNBUFFERED": "1"}
+            | (env or {})
+        )  # a failed test's copy of the log is whole
         as_user = {} if user is None else {"user": user, "group": user, "extra_groups": []}
         self.proc = subprocess.Popen(
             command, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd, env=environment, **as_user
