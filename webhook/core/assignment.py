@@ -28,7 +28,6 @@ class Assignment:
     free_now: bool  # some node of the model has the pod's cards free now
     covers: Cover | None  # the flexible demand already holding the pod's cards, if any
     task: str = ""  # the Volcano Job task whose pods all get this model
-    unfit: bool = False  # no model has room now: the first it may run on, held by nothing
 
 
 def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assignment | None:
@@ -78,12 +77,7 @@ def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assi
         if state.free.has_free(card, size):
             return Assignment(card, queue, True, less, name)
         first = first or card
-    if first is None:
-        # No model has room now: still one model, the first it may run on, so that a pod whose cards
-        # free between this mutation and its validation is admitted with one model (decisions.md
-        # §19), never as ``A|B``; the validation refuses it otherwise, and its controller retries.
-        return Assignment(candidates[0], queue, False, less, name, unfit=True)
-    return Assignment(first, queue, False, less, name)
+    return Assignment(first, queue, False, less, name) if first is not None else None
 
 
 def _sibling_model(state: ClusterState, pod: PodRecord, task: str, demand: PodDemand) -> CardName | None:

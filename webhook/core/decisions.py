@@ -13,7 +13,7 @@ from webhook.core.ledger import Cover
 from webhook.core.objects import PodRecord, PodTemplate, pod_record
 from webhook.core.quota import AnnotationError, parse_card_request
 from webhook.core.state import ClusterState, scale_key
-from webhook.core.usage import QueueUsage, queue_usage, tree_has_room, tree_usage
+from webhook.core.usage import queue_usage, tree_has_room, tree_usage
 from webhook.core.verdicts import TOO_COMPLEX, WAITS, Allowed, Decision, Denied, Hold, Join, Request
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
@@ -37,7 +37,6 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
             return Denied(f"{what} {reason}")
         case PodDemand():
             pass
-    plain = what
     if demand.origin is not None:
         what += f" (assigned {demand.spec.text} of its {demand.origin.text})"
     problem = contradiction(state, pod.template, pod.node_name, demand.spec, what)
@@ -87,11 +86,7 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         if over is not None:
             return replace(over, card=demand.spec.text, release=release)
         return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
-    message = messages.no_room(usage, demand.spec, what, demand.count)
-    if demand.origin is not None and not taken and not _fits_any(usage, demand.origin, demand.count):
-        # Assigned by a mutation that found no model with room (nothing holds it): none has room.
-        message = messages.no_room(usage, demand.origin, plain, demand.count)
-    message += messages.ahead_in_line(ahead)
+    message = messages.no_room(usage, demand.spec, what, demand.count) + messages.ahead_in_line(ahead)
     waits = _waits(state, pod, queue, demand)
     join, cause = None, ""
     if waits == "deny":
@@ -101,13 +96,6 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         cause = WAITS
         message += messages.gated_next(len(ahead) + 1)
     return Denied(message, queue=queue, card=demand.spec.text, release=release, join=join, cause=cause)
-
-
-def _fits_any(usage: QueueUsage, spec: CardSpec, count: int) -> bool:
-    try:
-        return usage.fits(spec, count, 1)
-    except TooComplex:
-        return True
 
 
 def _gated(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand, what: str) -> Decision:

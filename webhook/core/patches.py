@@ -72,9 +72,6 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
     ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, spec)))
     if chosen is None:
         return Allowed("card pod confined to its models", patch=tuple(ops), card=spec.text)
-    if chosen.unfit:
-        reason = f"assigned {chosen.card} of {demand.spec.text} (none has room now: the validation decides)"
-        return Allowed(reason, patch=tuple(ops), queue=chosen.queue, card=spec.text)
     where = "a node has it free now" if chosen.free_now else "no node has it free now, the quota has room"
     key = f"assign:{request.uid}"
     hold = Hold(
