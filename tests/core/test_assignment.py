@@ -135,6 +135,36 @@ def test_a_pod_no_model_can_hold_is_left_as_it_is_and_denied_naming_every_model(
     assert len(state.ledger) == 0
 
 
+def test_a_pod_left_without_a_model_is_refused_when_cards_free_before_its_validation() -> None:
+    """The mutation found no model with room; a card frees before the validation: admitted, the
+    pod would run with no model (both alternatives in its affinity). It is refused, and its
+    ReplicaSet waits in the line, which calls it at once."""
+    rs_owner = owner("ReplicaSet", "web-1", "uid-rs-web-1")
+    state = cluster(
+        *NODES,
+        queue("q", quota(a=1, b=1)),
+        bound("x", R4090, "r"),
+        bound("y", R4090D, "rd"),
+        replicaset("web-1", 1, "web", FLEX),
+    )
+    obj = pod("p", FLEX, owner=rs_owner)
+    mutate = request(obj)
+    mutation = admission.mutate(state, mutate)
+    assert isinstance(mutation, Allowed)
+    mutated = jsonpatch.apply_patch(obj, [dict(op) for op in mutation.patch])
+    assert mutated["metadata"]["annotations"][keys.CARD_NAME] == FLEX
+    ingest.remove(state, bound("y", R4090D, "rd"))  # a card frees in between
+    validation = admission.validate(state, request(mutated), 0.0)
+    assert isinstance(validation, Denied)
+    assert validation.message.startswith(
+        f'pod ns/p asks for one of {FLEX} and was given no model: none had room in queue "q" when it'
+        " was mutated; cards freed since, so a new create is given one; its controller waits 1st"
+    )
+    admission.admit(state, request(mutated), validation, 0.0)
+    assert [w.what for w in state.line.line("q")] == ["replicaset ns/web-1"]
+    assert Created(state, pod("p2", FLEX, owner=rs_owner)).card == R4090D
+
+
 def test_concurrent_creates_are_never_assigned_into_the_same_last_card() -> None:
     """Both mutations run before either validation (the API server interleaves requests)."""
     state = cluster(*NODES, queue("q", quota(a=1, b=1)))

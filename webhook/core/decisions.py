@@ -78,6 +78,10 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         fits = usage.fits(demand.spec, demand.count, 1)
     except TooComplex as error:
         return replace(too_complex(queue, what, demand.spec, demand.count, 1, error), release=release)
+    if fits and demand.spec.is_multi and demand.origin is None:
+        # No model had room at its mutation, some has now: admitted, it would run on no one model.
+        message = messages.unassigned(what, demand.spec, queue)
+        return _refused(state, pod, queue, demand, message, len(ahead), place, release)
     if fits:
         above = ancestors_refuse(state, queue, demand.spec, demand.count, 1, what, taken)
         if above is not None:
@@ -87,14 +91,29 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
             return replace(over, card=demand.spec.text, release=release)
         return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
     message = messages.no_room(usage, demand.spec, what, demand.count) + messages.ahead_in_line(ahead)
+    return _refused(state, pod, queue, demand, message, len(ahead), place, release)
+
+
+def _refused(
+    state: ClusterState,
+    pod: PodRecord,
+    queue: str,
+    demand: PodDemand,
+    message: str,
+    ahead: int,
+    place: line.Place,
+    release: tuple[str, ...],
+) -> Denied:
+    """A pod create refused for want of room: its controller joins the line (deny mode), or its
+    next create waits under the gate (wait mode), and the message says which."""
     waits = _waits(state, pod, queue, demand)
     join, cause = None, ""
     if waits == "deny":
         join = Join(pod.owner.uid, -place[0])  # type: ignore[union-attr]
-        message += messages.joins_line(len(ahead) + 1, _surge_of(state, pod))
+        message += messages.joins_line(ahead + 1, _surge_of(state, pod))
     elif waits == "wait":
         cause = WAITS
-        message += messages.gated_next(len(ahead) + 1)
+        message += messages.gated_next(ahead + 1)
     return Denied(message, queue=queue, card=demand.spec.text, release=release, join=join, cause=cause)
 
 

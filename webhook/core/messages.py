@@ -123,3 +123,12 @@ def joins_line(place: int, surge_of: str) -> str:
         f"; its controller waits {ordinal(place)} in the queue's line and is told to retry the moment"
         " its cards free"
     )
+
+
+def unassigned(what: str, spec: CardSpec, queue: str) -> str:
+    """A multi-card pod that reached validation with no model: none had room when it was mutated,
+    one has now (cards freed in between). Admitted, it would run on no one model (decisions.md §19)."""
+    return (
+        f"{what} asks for one of {spec.text} and was given no model: none had room in queue"
+        f' "{queue}" when it was mutated; cards freed since, so a new create is given one'
+    )
