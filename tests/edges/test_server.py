@@ -486,17 +486,19 @@ def test_a_live_read_of_another_object_with_the_same_name_is_not_used(tmp_path: 
 
 
 class Tangled(FakeSource):
-    """A queue whose flexible demand only the exact search can place (3+3 and 2+2 into 6 and 4)."""
+    """A queue whose flexible demand only the exact search can place (3+3 and 2+2, with a pod
+    assigned 2 H800, into 6 and 6)."""
 
     def __init__(self) -> None:
         flex = f"{H200}|{H800}"
         self.state = cluster(
             node("h200", H200),
             node("h800", H800),
-            queue("q", f'{{"{H200}": 6, "{H800}": 4}}'),
+            queue("q", f'{{"{H200}": 6, "{H800}": 6}}'),
             pod("a", flex, 3),
             pod("b", flex, 3),
             pod("c", flex, 2),
+            pod("d", flex, 2),
         )
 
 
@@ -504,7 +506,9 @@ def test_a_check_past_its_guard_is_denied_to_be_safe_and_counted(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     review = json.loads(body_of("pod-fits.json"))
-    review["request"].update(namespace="ns", name="new", object=pod("new", f"{H200}|{H800}", 2))
+    # A pod the mutation assigned H800 of its H200|H800: the flexible pods around it need the search.
+    assigned = pod("new", H800, 2, annotations={"cardquota.volcano.sh/card.spec": f"{H200}|{H800}"})
+    review["request"].update(namespace="ns", name="new", object=assigned)
     with (
         serve_in_thread(Tangled(), tmp_path) as url,
         httpx.Client(base_url=url, verify=client_context(tmp_path)) as client,

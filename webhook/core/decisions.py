@@ -78,14 +78,14 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         fits = usage.fits(demand.spec, demand.count, 1)
     except TooComplex as error:
         return replace(too_complex(queue, what, demand.spec, demand.count, 1, error), release=release)
-    if fits and demand.spec.is_multi and demand.origin is None:
-        # No model had room at its mutation, some has now: admitted, it would run on no one model.
-        message = messages.unassigned(what, demand.spec, queue)
-        return _refused(state, pod, queue, demand, message, len(ahead), place, release)
     if fits:
         above = ancestors_refuse(state, queue, demand.spec, demand.count, 1, what, taken)
         if above is not None:
             return replace(above, release=release)
+        if demand.spec.is_multi and demand.origin is None:
+            # No model had room at its mutation, some has now: admitted, it would run on no one model.
+            message = messages.unassigned(what, demand.spec, queue)
+            return _refused(state, pod, queue, demand, message, len(ahead), place, release)
         over = capability.refuses(state, queue, what, cpu, memory)
         if over is not None:
             return replace(over, card=demand.spec.text, release=release)
