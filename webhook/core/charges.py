@@ -70,6 +70,7 @@ class PodIndex:
         self._by_owner: dict[str, set[str]] = defaultdict(set)
         self._group_cards: dict[str, Counter[CardSpec]] = defaultdict(Counter)
         self._group_bound: Counter[str] = Counter()  # PodGroup key -> its bound live pods
+        self._unbound: set[str] = set()  # live pods of one model not bound yet (tidal reclaim)
 
     def add(self, pod: PodRecord, charge: Charge | None, compute: ComputeCharge | None) -> str:
         """Index ``pod`` with its charges; returns its PodGroup's key when the group's demand
@@ -114,6 +115,8 @@ class PodIndex:
         self._tree.count(charge.queue, charge=charge, sign=sign)
         if charge.bound and charge.card is not None:
             self._free.use(pod.node_name, charge.card, sign * charge.count)
+        elif charge.card is not None and not pod.node_name:
+            (self._unbound.add if sign > 0 else self._unbound.discard)(pod.uid)
         if charge.group:
             self._group_cards[charge.group][charge.spec] += sign * charge.count
             if charge.bound:
@@ -126,6 +129,10 @@ class PodIndex:
         """CPU (millicores) and memory (bytes) the live pods of ``queue`` are charged."""
         used = self._compute_used.get(queue)
         return (used[0], used[1]) if used else (0, 0)
+
+    def unbound(self) -> Set[str]:
+        """The live pods of one card model that no node holds yet."""
+        return self._unbound
 
     def in_group(self, key: str) -> Set[str]:
         return self._by_group.get(key, NOTHING)

@@ -17,7 +17,14 @@ from webhook.core import keys
 from webhook.core.objects import OwnerRef, PodRecord, PodTemplate
 from webhook.core.resources import Resources
 
-KEPT_ANNOTATIONS = (keys.CARD_NAME, keys.QUEUE_NAME, keys.GROUP_NAME, keys.CARD_SPEC, keys.TASK_SPEC)
+KEPT_ANNOTATIONS = (
+    keys.CARD_NAME,
+    keys.QUEUE_NAME,
+    keys.GROUP_NAME,
+    keys.CARD_SPEC,
+    keys.TASK_SPEC,
+    keys.PREEMPTABLE,  # tidal reclaim: a pod marked "false" is never a victim
+)
 T = TypeVar("T")
 _FIELDS: dict[type, tuple[str, ...]] = {}  # a dataclass's field names, looked up once
 

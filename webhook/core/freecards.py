@@ -45,6 +45,14 @@ class FreeCards:
         """Whether some node of ``card`` has ``count`` of it free now."""
         return any(free >= count for free in self._nodes_with.get(card, ()))
 
+    def nodes_of(self, card: CardName) -> dict[str, int]:
+        """Every node that has ``card``, and how many of it are free there."""
+        return {
+            node: next(c.count for c in cards if c.name == card) - self._used.get((node, card), 0)
+            for node, cards in self._cards.items()
+            if any(c.name == card for c in cards)
+        }
+
     def free_on(self, node: str, card: CardName) -> int:
         return (self._capacity(node, card) or 0) - self._used.get((node, card), 0)
 

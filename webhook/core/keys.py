@@ -23,6 +23,12 @@ GATE: Final = "cardquota.volcano.sh/waiting"
 CALLED: Final = "cardquota.volcano.sh/called"
 # Ours, on a Queue: "deny" or "wait", what happens to a controller's pod that does not fit now.
 OVER_QUOTA: Final = "cardquota.volcano.sh/over-quota"
+# Ours, on a Queue: "on", "dry-run" or "off", whether its pods take back cards of their model that
+# training borrowed (tidal reclaim, SPEC §5e); overrides the cluster's setting.
+RECLAIM: Final = "cardquota.volcano.sh/reclaim"
+# Ours, on a Queue: "true" or "false", whether its training may give cards back to us; overrides
+# spec.reclaimable (so Volcano's own reclaim can be kept off a queue we may still take back from).
+RECLAIMABLE: Final = "cardquota.volcano.sh/reclaimable"
 
 MPS_REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
 MIG_PREFIX: Final = "nvidia.com/mig-"

@@ -53,6 +53,7 @@ class PodRecord:
     # Held under our scheduling gate (wait mode): its place ``(since, priority)`` from its waiting
     # mark (behind everyone when the mark is unreadable); None for a pod that is not ours to release.
     waiting: tuple[float, int] | None = None
+    priority: int = 0  # spec.priority, from its PriorityClass
 
     @property
     def key(self) -> str:
@@ -112,6 +113,7 @@ class PodGroupRecord:
     min_resources: Mapping[str, Any]
     annotations: Mapping[str, str]
     owner: OwnerRef | None = None
+    created: float = 0.0  # metadata.creationTimestamp, seconds since the epoch (0: unreadable)
 
     @property
     def key(self) -> str:
@@ -125,6 +127,8 @@ class QueueRecord:
     annotations: Mapping[str, str]
     parent: str = ""
     capability: Mapping[str, Any] = field(default_factory=dict)  # spec.capability as written
+    priority: int = 0  # spec.priority: who may take back cards from whom (tidal reclaim)
+    reclaimable: bool = True  # spec.reclaimable (unset is true, as in Volcano)
 
 
 def _meta(obj: Raw) -> Raw:
@@ -192,6 +196,7 @@ def pod_record(obj: Raw, template: PodTemplate | None = None) -> PodRecord:
         ),
         owner=controller_of(obj),
         waiting=pod_waiting(spec.get("schedulingGates"), meta.get("annotations")),
+        priority=_int(spec.get("priority"), 0),
     )
 
 
@@ -313,7 +318,15 @@ def podgroup_record(obj: Raw) -> PodGroupRecord:
         min_resources=dict(spec.get("minResources") or {}),
         annotations=_strings(meta.get("annotations")),
         owner=controller_of(obj),
+        created=_created(meta.get("creationTimestamp")),
     )
+
+
+def _created(value: Any) -> float:
+    try:
+        return _timestamp(value) or 0.0
+    except (ValueError, TypeError, OverflowError):
+        return 0.0
 
 
 def queue_record(obj: Raw) -> QueueRecord:
@@ -324,4 +337,6 @@ def queue_record(obj: Raw) -> QueueRecord:
         annotations=_strings(meta.get("annotations")),
         parent=str(spec.get("parent") or ""),
         capability=dict(spec.get("capability") or {}),
+        priority=_int(spec.get("priority"), 0),
+        reclaimable=spec.get("reclaimable") is not False,
     )

@@ -45,5 +45,8 @@ class Policy:
     over_quota: str = "deny"
     # Keep the waiting lines at all (off: refusals only; a controller retries on its own back-off).
     waiting_line: bool = True
+    # Tidal reclaim (SPEC §5e): "on" (evict the training that holds the cards an admitted pod waits
+    # for), "dry-run" (only report it) or "off"; a Queue's cardquota.volcano.sh/reclaim overrides it.
+    reclaim: str = "on"
     # The schedulers whose pods a queue's capability limits (spec.schedulerName).
     volcano_schedulers: frozenset[str] = frozenset({"volcano"})

@@ -1,0 +1,206 @@
+"""Tidal reclaim planned from the cache (SPEC §5e, decisions.md §26): who waits for cards of their
+model that no node has free, and which whole training gangs give them back."""
+
+import json
+from typing import Any
+
+from tests.builders import H200, R4090, cluster, node, owner, pod, podgroup, queue
+from webhook.core import tidal
+from webhook.core.cards import UNIT
+from webhook.core.state import ClusterState
+
+RS = owner("ReplicaSet", "web-1", "uid-rs-web-1")
+
+
+def job_ref(name: str) -> dict[str, Any]:
+    return owner("Job", name, f"uid-job-{name}", api="batch.volcano.sh/v1alpha1")
+
+
+def train_queue(
+    name: str = "train", priority: int = 20000, reclaimable: bool = True, ours: str = ""
+) -> dict[str, Any]:
+    """A training queue; ``ours``: our reclaimable annotation, overriding ``reclaimable``."""
+    q = queue(name, json.dumps({R4090: 8, H200: 8}), priority=priority, reclaimable=reclaimable)
+    if ours:
+        q["metadata"]["annotations"]["cardquota.volcano.sh/reclaimable"] = ours
+    return q
+
+
+def serve_queue(quota: int = 2, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    q = queue("serve", json.dumps({R4090: quota, H200: quota}), priority=80000, reclaimable=False)
+    q["metadata"]["annotations"].update(annotations or {})
+    return q
+
+
+def gang(
+    name: str,
+    placed: list[str],
+    card: str = R4090,
+    queue_name: str = "train",
+    priority: int = 0,
+    created: str = "2026-11-26T00:00:00Z",
+    ref: dict[str, Any] | None = None,
+    **kw: Any,
+) -> list[dict[str, Any]]:
+    """A training gang: its PodGroup (a Volcano Job's) and one running pod per node in ``placed``."""
+    group = podgroup(name, "Running", queue_name=queue_name, owner_ref=ref or job_ref(name))
+    group["metadata"]["creationTimestamp"] = created
+    pods = [
+        pod(
+            f"{name}-{i}",
+            card,
+            node_name=where,
+            phase="Running",
+            queue_name=queue_name,
+            group=name,
+            owner=job_ref(name),
+            spec={"priority": priority},
+            **kw,
+        )
+        for i, where in enumerate(placed)
+    ]
+    return [group, *pods]
+
+
+def inference(count: int, card: str = R4090, queue_name: str = "serve") -> list[dict[str, Any]]:
+    group = podgroup("web", "Inqueue", queue_name=queue_name, owner_ref=RS)
+    return [group] + [
+        pod(f"web-{i}", card, queue_name=queue_name, group="web", owner=RS) for i in range(count)
+    ]
+
+
+NODES = (node("n1", R4090, 2), node("n2", R4090, 2), node("h", H200, 2))
+
+
+def plans(state: ClusterState, leaving: tuple[str, ...] = ()) -> list[tidal.Plan]:
+    return tidal.plan(state, 0.0, lambda uid: True, leaving)
+
+
+def victims(state: ClusterState, leaving: tuple[str, ...] = ()) -> list[list[str]]:
+    return [[g.key for g in p.victims or ()] for p in plans(state, leaving)]
+
+
+def test_inference_takes_back_a_whole_training_job_across_nodes() -> None:
+    state = cluster(
+        *NODES, train_queue(), serve_queue(), *gang("tj", ["n1", "n1", "n2", "n2"]), *inference(2)
+    )
+    [found] = plans(state)
+    assert (found.card, found.queue, found.mode) == (R4090, "serve", "on")
+    assert found.pods == ("uid-ns-web-0", "uid-ns-web-1")
+    assert found.victims is not None
+    [victim] = found.victims
+    assert (
+        victim.key == "ns/tj" and victim.cards == {"n1": 2 * UNIT, "n2": 2 * UNIT} and found.cards == 4 * UNIT
+    )
+    assert victim.pods == ("ns/tj-0", "ns/tj-1", "ns/tj-2", "ns/tj-3")
+
+
+def test_the_lowest_priority_then_youngest_gang_goes_and_no_more_than_needed() -> None:
+    state = cluster(
+        *NODES,
+        train_queue(),
+        serve_queue(),
+        *gang("old", ["n1"], created="2026-11-26T00:00:00Z"),
+        *gang("young", ["n1"], created="2026-11-26T01:00:00Z"),
+        *gang("high", ["n2", "n2"], priority=100),
+        *inference(1),
+    )
+    assert victims(state) == [["ns/young"]]
+
+
+def test_nothing_is_taken_while_a_card_is_free_or_freeing() -> None:
+    free = cluster(*NODES, train_queue(), serve_queue(), *gang("tj", ["n1", "n1", "n2"]), *inference(1))
+    assert plans(free) == []
+    deleting = gang("tj", ["n1", "n1", "n2", "n2"])
+    deleting[-1]["metadata"].update(deletionTimestamp="2026-11-26T00:00:00Z", deletionGracePeriodSeconds=30)
+    assert plans(cluster(*NODES, train_queue(), serve_queue(), *deleting, *inference(1))) == []
+
+
+def test_a_gang_already_evicted_is_not_taken_again_and_its_cards_count_as_freeing() -> None:
+    state = cluster(
+        *NODES,
+        train_queue(),
+        serve_queue(quota=4),
+        *gang("a", ["n1", "n1"]),
+        *gang("b", ["n2", "n2"]),
+        *inference(3),
+    )
+    assert victims(state) == [["ns/a", "ns/b"]]
+    # "a" is leaving already (an earlier pass evicted it for two of these pods): only "b" more.
+    assert victims(state, leaving=("ns/a", "ns/a-0", "ns/a-1")) == [["ns/b"]]
+
+
+def test_never_another_model_nor_inference_nor_a_protected_or_unreclaimable_one() -> None:
+    state = cluster(
+        *NODES,
+        train_queue(),
+        train_queue("high", priority=90000),
+        train_queue("locked", ours="false"),
+        serve_queue(),
+        *gang("h200", ["h", "h"], card=H200),
+        *gang("keep", ["n1"], annotations={"volcano.sh/preemptable": "false"}),
+        *gang("web2", ["n1"], ref=owner("ReplicaSet", "other", "uid-rs-other")),
+        *gang("above", ["n2"], queue_name="high"),
+        *gang("lock", ["n2"], queue_name="locked"),
+        *inference(1),
+    )
+    [found] = plans(state)
+    assert found.victims is None
+    assert found.why == (
+        '1 gang: a pod of it is marked volcano.sh/preemptable: "false"; 1 gang: its queue "high" has'
+        ' priority 90000, not below 80000; 1 gang: its queue "locked" is not reclaimable; 1 gang: its'
+        " service type is inference, not training"
+    )
+
+
+def test_our_annotation_makes_a_queue_reclaimable_that_volcano_is_told_is_not() -> None:
+    held = gang("tj", ["n1", "n1", "n2", "n2"])
+    [refused] = plans(cluster(*NODES, train_queue(reclaimable=False), serve_queue(), *held, *inference(1)))
+    assert refused.victims is None and refused.why == '1 gang: its queue "train" is not reclaimable'
+    locked = train_queue(reclaimable=False, ours="true")
+    state = cluster(*NODES, locked, serve_queue(), *gang("tj", ["n1", "n1", "n2", "n2"]), *inference(1))
+    assert victims(state) == [["ns/tj"]]
+
+
+def test_training_never_takes_back_and_a_queue_may_switch_reclaim_off_or_to_a_dry_run() -> None:
+    training_waits = [
+        *gang("tj", ["n1", "n1", "n2", "n2"], queue_name="low", priority=0),
+        podgroup("t2", "Inqueue", queue_name="serve", owner_ref=job_ref("t2")),
+        pod("t2-0", R4090, queue_name="serve", group="t2", owner=job_ref("t2")),
+    ]
+    assert plans(cluster(*NODES, train_queue("low", priority=0), serve_queue(), *training_waits)) == []
+    off = serve_queue(annotations={"cardquota.volcano.sh/reclaim": "off"})
+    held = gang("tj", ["n1", "n1", "n2", "n2"])
+    assert plans(cluster(*NODES, train_queue(), off, *held, *inference(1))) == []
+    dry = serve_queue(annotations={"cardquota.volcano.sh/reclaim": "dry-run"})
+    [found] = plans(cluster(*NODES, train_queue(), dry, *held, *inference(1)))
+    assert found.mode == "dry-run" and found.victims is not None
+
+
+def test_a_queue_over_its_quota_takes_nothing_back() -> None:
+    state = cluster(
+        *NODES, train_queue(), serve_queue(quota=1), *gang("tj", ["n1", "n1", "n2", "n2"]), *inference(2)
+    )
+    assert plans(state) == []
+
+
+def test_the_higher_priority_queue_is_served_first_and_each_card_is_taken_once() -> None:
+    second = queue("serve2", json.dumps({R4090: 2}), priority=70000, reclaimable=False)
+    other = [
+        podgroup("api", "Inqueue", queue_name="serve2", owner_ref=owner("ReplicaSet", "api-1", "uid-rs-api")),
+        pod(
+            "api-0", R4090, queue_name="serve2", group="api", owner=owner("ReplicaSet", "api-1", "uid-rs-api")
+        ),
+    ]
+    state = cluster(
+        *NODES,
+        train_queue(),
+        serve_queue(),
+        second,
+        *gang("a", ["n1", "n1"]),
+        *gang("b", ["n2", "n2"], priority=10),
+        *inference(1),
+        *other,
+    )
+    # serve (80000) takes "a" (2 cards for 1 pod); serve2's pod fits the card left over from it.
+    assert [(p.queue, [g.key for g in p.victims or ()]) for p in plans(state)] == [("serve", ["ns/a"])]
