@@ -107,6 +107,10 @@ class Transport(Protocol):
         """Apply a JSON Patch (RFC 6902) to one object; False when it does not exist; Unavailable
         when it fails (a ``test`` op that no longer holds among them)."""
 
+    async def evict(self, namespace: str, name: str, dry_run: bool = False) -> str:
+        """Evict one pod through the Eviction API (its PodDisruptionBudgets honoured, its grace
+        period kept): "" when done (or the pod is gone), else why it was refused (HTTP 429)."""
+
 
 @dataclass
 class Backoff:

@@ -152,6 +152,41 @@ class KubeTransport:
             "PATCH", kind.object_path(namespace, name), ops, "application/json-patch+json"
         )
 
+    async def evict(self, namespace: str, name: str, dry_run: bool = False) -> str:
+        """POST an Eviction (policy/v1) for one pod: "" when done or the pod is gone; the API
+        server's message when a PodDisruptionBudget forbids it now (429)."""
+        body: dict[str, Any] = {
+            "apiVersion": "policy/v1",
+            "kind": "Eviction",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        if dry_run:
+            body["deleteOptions"] = {"dryRun": ["All"]}
+        path = f"/api/v1/namespaces/{namespace}/pods/{name}/eviction"
+        try:
+            response = await self.api.call_api(
+                path,
+                "POST",
+                body=body,
+                header_params={"Content-Type": "application/json", "Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=WRITE_TIMEOUT),
+            )
+            status = int(response.status)
+            text = str((await response.read())[:2048].decode(errors="replace"))
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise Unavailable(f"{path}: {exc!r}") from exc
+        if status in (200, 201, 404):
+            return ""
+        if status == 429:
+            try:
+                said = orjson.loads(text)
+            except orjson.JSONDecodeError:
+                return text
+            return str(said.get("message") or text) if isinstance(said, dict) else text
+        raise Unavailable(f"{path}: HTTP {status}: {text[:300]}")
+
     async def _send(self, method: str, path: str, body: Any, content_type: str) -> bool:
         try:
             response = await self.api.call_api(

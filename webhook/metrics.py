@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from webhook.core.cards import UNIT
 from webhook.core.line import Waiter
 from webhook.core.report import cluster_status
 from webhook.core.state import ClusterState
@@ -94,6 +95,25 @@ class Metrics:
         self.cert_reloads = Counter(
             "cardquota_certificate_reloads", "serving certificate reloads", registry=self.registry
         )
+        self.reclaims = Counter(
+            "cardquota_reclaims",
+            "tidal reclaim decisions, by card and outcome (evicted, protected, dry run, nothing to take)",
+            ["card", "outcome"],
+            registry=self.registry,
+        )
+        self.reclaimed_cards = Counter(
+            "cardquota_reclaimed_cards",
+            "cards taken back from training by evicting whole gangs, by card",
+            ["card"],
+            registry=self.registry,
+        )
+        self.reclaim_bound = Histogram(
+            "cardquota_reclaim_bound_seconds",
+            "from an admitted pod's first wait for cards no node had free to its binding, when they "
+            "were taken back for it",
+            buckets=WAIT_BUCKETS,
+            registry=self.registry,
+        )
 
         # Known label values start at 0, so rates and alerts see a series before the first event.
         for status in ("400", "503", "500"):
@@ -116,6 +136,12 @@ class Metrics:
             self._children[key] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def observe_reclaim(self, card: str, outcome: str, cards: int) -> None:
+        """One reclaim decision; ``cards``: what an eviction took back (units of a card)."""
+        self.reclaims.labels(card, outcome).inc()
+        if outcome == "evicted":
+            self.reclaimed_cards.labels(card).inc(cards / UNIT)
 
     def observe_served(self, waiter: Waiter, waited: float) -> None:
         self.waited.labels(waiter.queue).observe(waited)

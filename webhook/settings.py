@@ -39,6 +39,12 @@ class PolicySettings(BaseSettings):
         description="keep a waiting line per queue (refused controllers are called when their cards free); "
         "off: a refused pod's controller retries on its own back-off",
     )
+    reclaim: Literal["on", "dry-run", "off"] = Field(
+        "on",
+        description="tidal reclaim: an admitted inference pod no node of its model can hold takes the "
+        "cards back from whole training gangs of lower-priority reclaimable queues (on), is only "
+        "reported (dry-run), or waits (off); a Queue's cardquota.volcano.sh/reclaim annotation overrides it",
+    )
     in_flight_ttl_seconds: float = Field(
         30.0, gt=0, description="how long admitted demand is held before the cache shows it"
     )
@@ -107,6 +113,7 @@ class PolicySettings(BaseSettings):
             in_flight_ttl=self.in_flight_ttl_seconds,
             over_quota=self.over_quota,
             waiting_line=self.waiting_line,
+            reclaim=self.reclaim,
             hierarchical_queues=self.hierarchical_queues,
             cpu_memory_check=self.cpu_memory_check,
             card_unlimited_cpu_memory=self.card_unlimited_cpu_memory,
@@ -147,6 +154,13 @@ class ServeSettings(PolicySettings):
     )
     call_seconds: float = Field(
         0.25, gt=0, le=10, description="how often the serving replica calls the next in the waiting lines"
+    )
+    reclaim_after_seconds: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description="how long an admitted pod goes with no card of its model free on any node before "
+        "the serving replica takes cards back for it",
     )
     leader_elect: bool = Field(False, description="several replicas: only the holder of a Lease serves")
     label_leader_pod: bool = Field(

@@ -20,6 +20,7 @@ from webhook.core.objects import OwnerRef
 from webhook.core.policy import Policy
 from webhook.core.state import ClusterState
 from webhook.lease import LeaderElector, PodLabelClient, ServingLabel
+from webhook.reclaimer import Reclaimer
 
 
 class StateSource(Protocol):
@@ -120,11 +121,17 @@ class LiveSource:
         label_pod: Callable[[cache.Transport], PodLabelClient] | None = None,
         call_seconds: float | None = None,
         on_served: Callable[[Waiter, float], None] = lambda waiter, waited: None,
+        reclaim_after: float | None = None,
+        on_reclaim: Callable[[str, str, int], None] = lambda card, outcome, cards: None,
+        on_bound: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         """``call_seconds``: how often the waiting lines are called while this replica serves;
-        None for a source that only reads (``cardquota status``)."""
+        None for a source that only reads (``cardquota status``). ``reclaim_after``: how long an
+        admitted pod waits for cards no node has free before tidal reclaim takes them back for it
+        (None: no reclaim, a source that only reads)."""
         self.elect, self.label_pod = elect, label_pod
         self.call_seconds, self.on_served = call_seconds, on_served
+        self.reclaim_after, self.on_reclaim, self.on_bound = reclaim_after, on_reclaim, on_bound
         self.elector: LeaderElector | None = None
         self.labeler: ServingLabel | None = None
         self.connect, self.broken_after, self.clock = connect, broken_after, clock
@@ -276,6 +283,16 @@ class LiveSource:
                     self._state, transport, lambda: self.ready, self.call_seconds, on_served=self.on_served
                 )
                 tasks.append(asyncio.create_task(caller.run(), name="line caller"))
+            if self.reclaim_after is not None:
+                reclaimer = Reclaimer(
+                    self._state,
+                    transport,
+                    lambda: self.ready,
+                    after=self.reclaim_after,
+                    on_reclaim=self.on_reclaim,
+                    on_bound=self.on_bound,
+                )
+                tasks.append(asyncio.create_task(reclaimer.run(), name="tidal reclaim"))
             await asyncio.gather(*tasks)
         finally:
             for task in tasks:

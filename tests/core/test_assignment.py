@@ -263,6 +263,19 @@ def test_the_pods_of_a_volcano_job_task_are_all_assigned_the_one_model_that_hold
     assert Created(state, task_pod(2), uid="uid-t2").card == R4090D
 
 
+def test_a_task_pod_that_reaches_validation_with_no_model_is_refused_though_its_group_holds_cards() -> None:
+    """Its mutation did not run (or did not see the reservation yet): admitted as A|B, the
+    scheduler could bind it to either model, over the quota of one. Its controller creates it again."""
+    state = job_cluster(a=1, b=2)
+    decision = admission.validate(state, request(task_pod(0)), 0.0)
+    assert isinstance(decision, Denied)
+    assert decision.message == (
+        f"pod ns/train-t0-0 asks for one of {FLEX} and was given no model, though its PodGroup holds"
+        " cards for it: a new create is given one (its controller creates it again)"
+    )
+    assert Created(state, task_pod(0)).allowed
+
+
 def test_pods_of_one_task_mutated_before_either_is_validated_get_the_same_model() -> None:
     state = job_cluster(a=2, b=2)
     cards = []

@@ -4,8 +4,11 @@ model that no node has free, and which whole training gangs give them back."""
 import json
 from typing import Any
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.builders import H200, R4090, cluster, node, owner, pod, podgroup, queue
-from webhook.core import tidal
+from webhook.core import reclaim, tidal
 from webhook.core.cards import UNIT
 from webhook.core.state import ClusterState
 
@@ -204,3 +207,102 @@ def test_the_higher_priority_queue_is_served_first_and_each_card_is_taken_once()
     )
     # serve (80000) takes "a" (2 cards for 1 pod); serve2's pod fits the card left over from it.
     assert [(p.queue, [g.key for g in p.victims or ()]) for p in plans(state)] == [("serve", ["ns/a"])]
+
+
+# ---- a property over random clusters ----------------------------------------------------------
+
+MODELS = (R4090, H200)
+ROLES = (  # (queue, priority, reclaimable, owner kind of its gangs, preemptable mark)
+    ("train", 20000, True, "Job", ""),
+    ("batch", 10000, True, "Job", ""),
+    ("locked", 20000, False, "Job", ""),
+    ("high", 90000, True, "Job", ""),
+    ("keep", 20000, True, "Job", "false"),
+    ("api", 20000, True, "ReplicaSet", ""),
+)
+
+
+@st.composite
+def clusters(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[int]]:
+    """Nodes of two models, their cards held by gangs of every role (a card or so left free), and
+    inference pods of queue "serve" (priority 80000) waiting for RTX-4090, of 1 or 2 cards each."""
+    nodes = [node(f"r{i}", R4090, draw(st.integers(2, 4))) for i in range(draw(st.integers(1, 3)))]
+    nodes += [node("h0", H200, 4)]
+    objects: list[dict[str, Any]] = [*nodes, serve_queue(quota=8)]
+    for name, priority, reclaimable, _, _ in ROLES:
+        q = queue(name, json.dumps({R4090: 16, H200: 16}), priority=priority, reclaimable=reclaimable)
+        objects.append(q)
+    count = draw(st.integers(1, 6))
+    placed: dict[int, list[str]] = {}
+    for n in nodes:
+        name, cards = n["metadata"]["name"], int(n["status"]["allocatable"]["nvidia.com/gpu"])
+        held = cards - draw(st.integers(0, 1))
+        for _ in range(held):
+            g = draw(st.integers(0, count - 1)) * 2 + (1 if name == "h0" else 0)  # one model per gang
+            placed.setdefault(g, []).append(name)
+    for g, where in sorted(placed.items()):
+        name, _, _, kind, mark = draw(st.sampled_from(ROLES))
+        ref = job_ref(f"g{g}") if kind == "Job" else owner("ReplicaSet", f"g{g}", f"uid-rs-g{g}")
+        objects += gang(
+            f"g{g}",
+            where,
+            card=H200 if g % 2 else R4090,
+            queue_name=name,
+            priority=draw(st.integers(0, 2)),
+            created=f"2026-11-26T0{draw(st.integers(0, 9))}:00:00Z",
+            ref=ref,
+            annotations={"volcano.sh/preemptable": mark} if mark else None,
+        )
+    sizes = draw(st.lists(st.integers(1, 2), min_size=1, max_size=3))
+    web = inference(len(sizes))
+    for obj, size in zip(web[1:], sizes, strict=True):
+        obj["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(size)
+    return [*objects, *web], sizes
+
+
+@settings(max_examples=200, deadline=None)
+@given(clusters())
+def test_victims_are_whole_eligible_gangs_of_the_model_enough_and_none_too_many(
+    drawn: tuple[list[dict[str, Any]], list[int]],
+) -> None:
+    objects, sizes = drawn
+    waiting = len(sizes)
+    state = cluster(*objects)
+    found = plans(state)
+    # The test's own view: every gang's pods and cards, from the objects it made.
+    pods_of: dict[str, set[str]] = {}
+    for obj in objects:
+        group = obj.get("metadata", {}).get("annotations", {}).get("scheduling.k8s.io/group-name")
+        if obj["kind"] == "Pod" and group:
+            pods_of.setdefault(f"ns/{group}", set()).add(f"ns/{obj['metadata']['name']}")
+    free = state.free.nodes_of(R4090)
+    assert all(p.card == R4090 and p.queue == "serve" for p in found)
+    taking = [p for p in found if p.victims is not None]
+    blocked = [p for p in found if p.victims is None]
+    assert len(taking) <= 1 and len(blocked) <= 1
+    served = len(taking[0].pods) if taking else 0
+    if not found:
+        assert reclaim.placeable(free, [UNIT * n for n in sizes]), "pods that cannot be placed got no plan"
+        return
+    chosen = taking[0].victims or () if taking else ()
+    for victim in chosen:
+        assert victim.card == R4090 and victim.service == "training"
+        assert victim.queue in ("train", "batch"), f"{victim.queue} may not give cards back"
+        assert set(victim.pods) == pods_of[victim.key], "not the whole gang"
+    if taking:
+        wanted = [UNIT * n for n in sizes[:served]]
+        assert reclaim.placeable(reclaim.freed(free, chosen), wanted)
+        for victim in chosen:
+            rest = [g for g in chosen if g is not victim]
+            assert not reclaim.placeable(reclaim.freed(free, rest), wanted), f"{victim.key} was not needed"
+    if blocked:
+        # One pod more than were served: not even every eligible gang frees enough for it.
+        eligible = [
+            g for g in tidal.gangs(state, R4090, 0.0, ()) if not reclaim.why_not(g, R4090, "serve", 80000)
+        ]
+        fit = (
+            len([u for u in range(waiting + 1) if reclaim.placeable(free, [UNIT * n for n in sizes[:u]])]) - 1
+        )
+        more = [UNIT * n for n in sizes[: max(served, fit) + 1]]
+        assert not reclaim.placeable(reclaim.freed(free, eligible), more)
+        assert served + len(blocked[0].pods) == waiting or fit + len(blocked[0].pods) == waiting

@@ -141,6 +141,20 @@ def serving_webhook(plane: ControlPlane, tmp: Path, *extra: str) -> Iterator[Pro
         process.stop()
 
 
+def recommended(conf: str) -> str:
+    """The scheduler configuration docs/operations.md recommends beside the webhook ("Tidal
+    reclaim"): no ``reclaim`` or ``preempt`` action. The fork's release enables both; they evict
+    single pods (a training gang left half-running), blind to card models and queue priorities,
+    and would fight the webhook's whole-gang reclaim. Stock v1.15.1's release has neither."""
+    lines = []
+    for line in conf.splitlines():
+        if line.startswith("actions:"):
+            kept = [a.strip() for a in line.split(":", 1)[1].strip().strip('"').split(",")]
+            line = 'actions: "' + ", ".join(a for a in kept if a not in ("reclaim", "preempt")) + '"'
+        lines.append(line)
+    return "\n".join(lines) + "\n"
+
+
 @contextlib.contextmanager
 def partner_plane(
     partner: str, tmp_path_factory: pytest.TempPathFactory, conf: Callable[[str], str] = str
@@ -148,13 +162,14 @@ def partner_plane(
     """A control plane with ``partner``'s real Volcano scheduler and controller ("fork": the
     capacity-card plugin; "stock": released v1.15.1); skipped, with the reason, without its source
     (failed under ``CI=true``).
-    ``conf``: how the scheduler configuration its release ships is changed for this plane."""
+    ``conf``: how the scheduler configuration its release ships, made ``recommended``, is changed
+    for this plane."""
     built = ensure_volcano(partner)
     if built is None:
         if partners_required():
             pytest.fail(f"CI=true: {no_volcano(partner)}")
         pytest.skip(no_volcano(partner))
-    changed = conf((built / "scheduler.conf").read_text())
+    changed = conf(recommended((built / "scheduler.conf").read_text()))
     workdir = tmp_path_factory.mktemp(f"volcano-{partner}")
     plane = ControlPlane(workdir, volcano=built, partner=partner, conf=changed)
     try:

@@ -228,6 +228,7 @@ def test_rbac_grants_reads_of_what_the_cache_watches_and_writes_only_leases_even
                     (["jobs"], {"patch"}),  # batch Jobs (deny mode's line)
                     (["pods"], {"patch"}),
                     (["events"], {"create"}),
+                    (["pods/eviction"], {"create"}),  # tidal reclaim
                 ), rule
                 continue
             allowed = ((["leases"], "Role"), (["events"], "Role"), (["pods"], "Role"))

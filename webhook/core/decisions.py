@@ -4,7 +4,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.core import capability, keys, line, messages, objects
+from webhook.core import capability, keys, line, messages, objects, tidal
 from webhook.core.cards import UNIT, CardSpec, amount
 from webhook.core.constraints import contradiction
 from webhook.core.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
@@ -43,6 +43,15 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
     if problem:
         return Denied(problem, card=demand.spec.text)
     queue = state.queue_of_pod(pod)
+    if pod.group_name and (gave := tidal.holding(state, f"{pod.namespace}/{pod.group_name}", now)):
+        message = messages.reclaimed(
+            f"{what} of podgroup {pod.namespace}/{pod.group_name}",
+            gave,
+            tidal.unbound(state, gave),
+            now,
+            "its pods are not created again",
+        )
+        return Denied(message, queue=queue, card=demand.spec.text)
     if pod.waiting is not None:
         return _gated(state, pod, queue, demand, what)
     # A pod the mutation assigned a model: its assignment is held in the ledger until now.
@@ -63,6 +72,8 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         if demand.origin:
             task = volcano_task(state, pod)
             hold = replace(hold, covers=held, task=task[0] if task else "")
+        elif demand.spec.is_multi:  # admitted with no model, the scheduler could bind it to any
+            return Denied(messages.unassigned_covered(what, demand.spec), queue=queue, card=demand.spec.text)
         else:
             hold = replace(hold, spec=None, per_pod=0)
         return Allowed("covered by its PodGroup's reservation", hold=hold, queue=queue, card=demand.spec.text)

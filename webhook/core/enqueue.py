@@ -13,7 +13,7 @@ it waits for until then.
 
 from dataclasses import replace
 
-from webhook.core import keys, line, messages
+from webhook.core import keys, line, messages, tidal
 from webhook.core.cards import amount
 from webhook.core.decisions import ancestors_refuse, ever_fits, queue_refuses, too_complex
 from webhook.core.feasibility import TooComplex
@@ -33,6 +33,18 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
         return Allowed("not an enqueue")
     if not group.namespace or group.namespace == "default":
         group = replace(group, namespace=request.namespace or group.namespace)
+    taken = tidal.holding(state, group.key, now)
+    if taken is not None:
+        message = messages.reclaimed(
+            describe(group), taken, tidal.unbound(state, taken), now, "it stays Pending"
+        )
+        return Denied(
+            message + ", then is enqueued as its quota allows",
+            queue=group.queue or keys.DEFAULT_QUEUE,
+            card=taken.card,
+            cause=ENQUEUE,
+            podgroup=group.key,
+        )
     rest = state.unreserved(group)
     if not rest:
         return Allowed("its pods hold every card it asks for")

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from webhook.core.cards import CardName, CardSpec, amount
 from webhook.core.feasibility import TooComplex
 from webhook.core.line import Waiter, ordinal
+from webhook.core.reclaim import Taken
 from webhook.core.usage import CardUse, QueueUsage
 
 
@@ -131,4 +132,24 @@ def unassigned(what: str, spec: CardSpec, queue: str) -> str:
     return (
         f"{what} asks for one of {spec.text} and was given no model: none had room in queue"
         f' "{queue}" when it was mutated; cards freed since, so a new create is given one'
+    )
+
+
+def reclaimed(what: str, taken: Taken, waiting: int, now: float, then: str) -> str:
+    """Why a gang whose cards tidal reclaim took back is not started again yet: ``what`` (its
+    PodGroup, or one of its pods) waits while ``waiting`` pods the cards went to are unbound."""
+    pods = f"{waiting} pod{'s' if waiting != 1 else ''}"
+    return (
+        f'{what} gave {amount(taken.cards)} {taken.card} back to queue "{taken.queue}" (tidal reclaim):'
+        f" {then} while the {pods} they were taken for wait{'s' if waiting == 1 else ''} to be bound"
+        f" ({max(0, int(taken.until - now))} s at most)"
+    )
+
+
+def unassigned_covered(what: str, spec: CardSpec) -> str:
+    """A multi-card pod its PodGroup's reservation covers that reached validation with no model
+    (its mutation did not see the reservation yet, or did not run)."""
+    return (
+        f"{what} asks for one of {spec.text} and was given no model, though its PodGroup holds cards"
+        " for it: a new create is given one (its controller creates it again)"
     )

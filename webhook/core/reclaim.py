@@ -47,6 +47,18 @@ class Gang:
         return sum(self.cards.values())
 
 
+@value_class
+class Taken:
+    """A gang's cards taken back (its pods evicted) for the pods ``for_pods`` (uids) of ``queue``:
+    it is not enqueued again while any of them waits unbound, until ``until`` at the latest."""
+
+    card: str
+    cards: int
+    queue: str
+    for_pods: tuple[str, ...]
+    until: float
+
+
 def why_not(gang: Gang, card: str, queue: str, queue_priority: int) -> str:
     """Why ``gang`` may not give its cards to a pod of ``queue`` (of ``queue_priority``) waiting
     for ``card``; "" when it may."""

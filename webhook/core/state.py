@@ -31,6 +31,7 @@ from webhook.core.objects import (
 )
 from webhook.core.policy import Policy
 from webhook.core.queues import QueueInfo, QueueTree
+from webhook.core.reclaim import Taken
 from webhook.core.reservations import RESERVING_PHASES, Reservations, group_request
 from webhook.core.tally import Charge, ComputeCharge, Reservation, Tally
 from webhook.core.workloads import Workloads
@@ -61,6 +62,8 @@ class ClusterState:
         self._owner_groups: dict[str, set[str]] = defaultdict(set)  # owner uid -> PodGroup keys
         self._group_keys: dict[str, str] = {}  # PodGroup uid -> key, for those refused at enqueue
         self.refusals: dict[str, str] = {}  # PodGroup key -> its last enqueue refusal, not told yet
+        # PodGroup key -> the cards tidal reclaim took back from it, held for the pods they went to
+        self.reclaims: dict[str, Taken] = {}
         # Owner uid -> (name, expiry) of the last pod a mutation put under our gate: until the cache
         # sees it, a second create of the same workload must not be gated as well.
         self.gating: dict[str, tuple[str, float]] = {}

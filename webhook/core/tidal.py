@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterable
 
 from webhook.core import keys
 from webhook.core.cards import CardName
-from webhook.core.reclaim import INFERENCE, Gang, freed, placeable, victims, why_not
+from webhook.core.reclaim import INFERENCE, Gang, Taken, freed, placeable, victims, why_not
 from webhook.core.state import ClusterState
 from webhook.core.usage import queue_usage
 from webhook.core.values import value_class
@@ -177,14 +177,18 @@ def freeing(state: ClusterState, card: CardName, leaving: Collection[str]) -> di
 
 
 def plan(
-    state: ClusterState, now: float, ready: Callable[[str], bool], leaving: Collection[str] = ()
+    state: ClusterState,
+    now: float,
+    ready: Callable[[str], bool],
+    leaving: Collection[str] = (),
+    excluded: Collection[str] = (),
 ) -> list[Plan]:
     """What to take back now. ``leaving``: the PodGroups (and pods, namespace/name) already evicted
-    whose pods the cache may still show."""
+    whose pods the cache may still show; ``excluded``: gangs not to take (a budget protects them)."""
     plans: list[Plan] = []
     for card, queues in sorted(waiting(state, ready).items()):
         free = freeing(state, card, leaving)
-        candidates = gangs(state, card, now, leaving)
+        candidates = [g for g in gangs(state, card, now, leaving) if g.key not in excluded]
         chosen: list[Gang] = []
         needs: list[int] = []
         for queue in sorted(queues, key=lambda q: (-priority_of(state, q), q)):
@@ -199,21 +203,35 @@ def plan(
                 continue
             priority = priority_of(state, queue)
             others = [g for g in candidates if g not in chosen]
-            picked = None
+            picked, served = None, list(uids)
             while sizes:  # as many of its pods as anything may free, first in line first
                 picked = victims(now_free, [*needs, *sizes], others, card, queue, priority)
                 if picked is not None:
                     break
-                sizes, uids = sizes[:-1], uids[:-1]
-            if picked is None:
+                sizes, served = sizes[:-1], served[:-1]
+            if len(served) < len(uids):  # the rest: nothing that may be taken frees enough for them
                 why = _nothing(others, card, queue, priority)
-                plans.append(Plan(card, queue, mode, tuple(queues[queue]), None, why))
-                continue
-            needs += sizes
-            chosen.extend(picked)
+                plans.append(Plan(card, queue, mode, tuple(uids[len(served) :]), None, why))
+            if picked is not None:
+                needs += sizes
+                chosen.extend(picked)
             if picked:
-                plans.append(Plan(card, queue, mode, tuple(uids), picked))
+                plans.append(Plan(card, queue, mode, tuple(served), picked))
     return plans
+
+
+def holding(state: ClusterState, group: str, now: float) -> Taken | None:
+    """What was taken back from PodGroup ``group`` while the pods it went to still wait unbound
+    (and its hold has not run out); None once they are bound or gone."""
+    taken = state.reclaims.get(group)
+    if taken is None or now >= taken.until:
+        return None
+    return taken if any(uid in state.charged.unbound() for uid in taken.for_pods) else None
+
+
+def unbound(state: ClusterState, taken: Taken) -> int:
+    """How many of the pods ``taken`` went to still wait unbound."""
+    return sum(1 for uid in taken.for_pods if uid in state.charged.unbound())
 
 
 def _size(state: ClusterState, uid: str) -> int:

@@ -1,0 +1,156 @@
+"""The serving replica's tidal reclaim against a scripted API: a whole gang evicted (dry run first,
+then each pod), Events on both sides, nothing evicted twice, a gang a budget protects left whole,
+a dry run that only reports, and the enqueue gate holding the evicted PodGroup while its cards'
+new pods wait."""
+
+import asyncio
+import json
+from typing import Any
+
+from tests.builders import R4090, cluster, request
+from tests.core.test_tidal import NODES, gang, inference, job_ref, serve_queue, train_queue
+from webhook.core import admission, ingest
+from webhook.core.state import ClusterState
+from webhook.core.verdicts import Allowed, Denied
+from webhook.reclaimer import Reclaimer
+
+
+class Api:
+    """Records evictions (dry runs apart) and Events; ``protect``: pods a budget keeps."""
+
+    def __init__(self, protect: frozenset[str] = frozenset()) -> None:
+        self.protect = protect
+        self.dry: list[str] = []
+        self.evicted: list[str] = []
+        self.events: list[tuple[str, str, str]] = []  # (involved kind/name, reason, message)
+
+    async def evict(self, namespace: str, name: str, dry_run: bool = False) -> str:
+        if name in self.protect:
+            return "Cannot evict pod as it would violate the pod's disruption budget."
+        (self.dry if dry_run else self.evicted).append(f"{namespace}/{name}")
+        return ""
+
+    async def record_event(
+        self, namespace: str, involved: dict[str, str], reason: str, message: str, kind: str = "Normal"
+    ) -> None:
+        self.events.append((f"{involved['kind']}/{involved['name']}", reason, message))
+
+
+def seed_002(*extra: dict[str, Any]) -> ClusterState:
+    return cluster(*NODES, train_queue(), serve_queue(), *gang("tj", ["n1", "n1", "n2", "n2"]), *extra)
+
+
+def run(reclaimer: Reclaimer) -> None:
+    asyncio.run(reclaimer.once())
+
+
+TJ = ["ns/tj-0", "ns/tj-1", "ns/tj-2", "ns/tj-3"]
+
+
+def test_a_whole_gang_is_evicted_once_told_on_both_sides_and_held_from_enqueue() -> None:
+    state, api, clock = seed_002(*inference(2)), Api(), [100.0]
+    reclaimer = Reclaimer(state, api, lambda: True, after=1.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    run(reclaimer)
+    assert api.evicted == []  # first seen now: not yet waited long enough
+    clock[0] = 101.5
+    run(reclaimer)
+    assert api.dry == TJ and api.evicted == TJ
+    reasons = {(who, reason) for who, reason, _ in api.events}
+    assert reasons == {
+        ("PodGroup/tj", "CardQuotaReclaimed"),
+        ("Job/tj", "CardQuotaReclaimed"),
+        ("Pod/web-0", "CardQuotaReclaiming"),
+        ("Pod/web-1", "CardQuotaReclaiming"),
+    }
+    told = dict(((who, reason), message) for who, reason, message in api.events)
+    assert told[("Job/tj", "CardQuotaReclaimed")] == (
+        f'4 {R4090} on n1, n2 taken back for queue "serve" (priority 80000), whose pods ns/web-0, ns/web-1'
+        " wait for them: its 4 pods are evicted whole; it is enqueued again once those are bound, as queue"
+        ' "train"\'s quota allows'
+    )
+    assert told[("Pod/web-0", "CardQuotaReclaiming")] == (
+        f'takes back 4 {R4090} from podgroup ns/tj (queue "train", priority 20000): its 4 pods are evicted'
+    )
+    # The next pass, the cache still showing the pods running: nothing evicted again.
+    clock[0] = 102.0
+    run(reclaimer)
+    assert api.evicted == TJ
+    # The evicted group's move back to Inqueue is refused while web waits unbound.
+    enqueue = request(
+        _podgroup("tj", "Inqueue"),
+        resource="podgroups",
+        operation="UPDATE",
+        old=_podgroup("tj", "Pending"),
+        group="scheduling.volcano.sh",
+    )
+    decision = admission.validate(state, enqueue, 103.0)
+    assert isinstance(decision, Denied)
+    assert decision.message.startswith(
+        f'podgroup ns/tj (volcano job ns/tj) gave 4 {R4090} back to queue "serve" (tidal reclaim): it stays'
+        " Pending while the 2 pods they were taken for wait to be bound"
+    )
+    # Its Volcano Job's controller re-creating a pod meanwhile is refused too.
+    again = gang("tj", ["n1"])[1]
+    again["metadata"].update(name="tj-new", uid="uid-tj-new")
+    again["spec"].pop("nodeName")
+    recreate = admission.validate(state, request(again), 103.0)
+    assert isinstance(recreate, Denied)
+    assert recreate.message == (
+        f'pod ns/tj-new of podgroup ns/tj gave 4 {R4090} back to queue "serve" (tidal reclaim): its pods'
+        " are not created again while the 2 pods they were taken for wait to be bound (298 s at most)"
+    )
+    # Once they are bound, the hold goes and the group is judged by its quota alone.
+    for i, where in enumerate(["n1", "n2"]):
+        web = json.loads(json.dumps(inference(2)[1 + i]))
+        web["spec"]["nodeName"] = where
+        ingest.upsert(state, web)
+    assert isinstance(admission.validate(state, enqueue, 104.0), Allowed)
+    assert isinstance(admission.validate(state, request(again), 104.0), Allowed)
+
+
+def _podgroup(name: str, phase: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "uid": f"uid-pg-{name}",
+            "annotations": {"volcano.sh/card.request": json.dumps({R4090: 4})},
+            "ownerReferences": [job_ref(name)],
+        },
+        "spec": {"queue": "train", "minMember": 4},
+        "status": {"phase": phase},
+    }
+
+
+def test_a_gang_a_budget_protects_is_left_whole_and_reported() -> None:
+    state, api = seed_002(*inference(1)), Api(protect=frozenset({"tj-2"}))
+    reclaimer = Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0)  # type: ignore[arg-type]
+    run(reclaimer)
+    assert api.evicted == []
+    [(_, reason, message)] = [e for e in api.events if e[0] == "Job/tj"]
+    assert reason == "CardQuotaNotReclaimed"
+    assert "evicting pod ns/tj-2 is refused: Cannot evict pod as it would violate" in message
+    assert "none of its pods evicted" in message
+
+
+def test_a_dry_run_only_reports_and_nothing_happens_while_not_serving() -> None:
+    dry = serve_queue(annotations={"cardquota.volcano.sh/reclaim": "dry-run"})
+    state = cluster(*NODES, train_queue(), dry, *gang("tj", ["n1", "n1", "n2", "n2"]), *inference(1))
+    api = Api()
+    run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
+    assert api.dry == [] and api.evicted == []
+    assert [e[1:] for e in api.events] == [
+        ("CardQuotaReclaiming", f"dry run: would take back podgroup ns/tj (4 {R4090})")
+    ]
+    idle, quiet = seed_002(*inference(1)), Api()
+    reclaimer = Reclaimer(idle, quiet, lambda: False, interval=0.01, after=0.0)  # type: ignore[arg-type]
+
+    async def briefly() -> None:
+        task = asyncio.create_task(reclaimer.run())
+        await asyncio.sleep(0.05)
+        task.cancel()
+
+    asyncio.run(briefly())
+    assert quiet.evicted == [] and quiet.events == []
