@@ -49,7 +49,7 @@ test: $(STAMP) lint e2e-bin
 	$(BIN)/pytest -q -n $(WORKERS) --dist loadgroup --durations=$(DURATIONS)
 
 ## check: the tier to iterate with (about 5 minutes): lint, type check, core, edges and the plain control-plane tests
-PARTNER_TESTS := tests/e2e/test_scheduler_agreement.py tests/e2e/test_stock_volcano.py tests/e2e/test_waiting_line.py
+PARTNER_TESTS := tests/e2e/test_scheduler_agreement.py tests/e2e/test_stock_volcano.py tests/e2e/test_waiting_line.py tests/e2e/test_tidal_reclaim.py
 check: $(STAMP) lint e2e-bin
 	$(BIN)/pytest -q -n 2 --dist loadgroup $(addprefix --ignore=,$(PARTNER_TESTS))
 
@@ -87,7 +87,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## bench: pod creates and scale-ups through the local API server with and without the webhooks, then the server under wrk next to a floor handler (1k/10k/100k pods), the decision core alone, a pod create against the commit before, the multi-card check, the first sync, the enqueue gate with 100 Volcano Jobs waiting, a review forwarded by a standby against a direct one and the Lease's API load, and how long a refused or held workload stays down after its cards free with the waiting line (deny and wait mode) and without (real scheduler)
+## bench: pod creates and scale-ups through the local API server with and without the webhooks, then the server under wrk next to a floor handler (1k/10k/100k pods), the decision core alone, a pod create against the commit before, the multi-card check, the first sync, the enqueue gate with 100 Volcano Jobs waiting, a review forwarded by a standby against a direct one and the Lease's API load, and how long a refused or held workload stays down after its cards free with the waiting line (deny and wait mode) and without (real scheduler), and an inference scale-up against training holding every card with tidal reclaim and with each partner alone
 bench: $(STAMP) e2e-bin
 	$(BIN)/python -m tests.bench.apiserver
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; } || \
@@ -100,6 +100,7 @@ bench: $(STAMP) e2e-bin
 	$(BIN)/python -m tests.bench.enqueue
 	$(BIN)/python -m tests.bench.forward
 	$(BIN)/python -m tests.bench.line
+	$(BIN)/python -m tests.bench.tidal
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

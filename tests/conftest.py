@@ -2,8 +2,9 @@
 
 Each end-to-end module that starts a control plane of its own is a lane: a worker runs all of its
 tests, so the plane starts once, and lanes that mostly wait (the waiting line's 3-minute refusal,
-20-second pod shutdowns, scheduler periods) overlap with lanes that work. The agreement module is
-split by partner: the fork's cases and stock Volcano's cases each start only their own plane. The
+20-second pod shutdowns, scheduler periods) overlap with lanes that work. The agreement and tidal
+reclaim modules are split by partner: the fork's cases and stock Volcano's cases each start only
+their own plane. The
 modules on the shared plain control plane form one lane, so it starts once. The core and edge tests
 have no lane: they fill whichever worker is free.
 
@@ -15,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-OWN_PLANE = {"test_scheduler_agreement", "test_stock_volcano", "test_waiting_line"}
+OWN_PLANE = {"test_scheduler_agreement", "test_stock_volcano", "test_waiting_line", "test_tidal_reclaim"}
 
 
 def lane(item: pytest.Item) -> str | None:

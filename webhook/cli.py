@@ -153,7 +153,7 @@ def _review(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    status = cluster_status(_state(args))
+    status = cluster_status(_state(args), time.time())
     if args.output == "json":
         sys.stdout.buffer.write(orjson.dumps(status, option=orjson.OPT_INDENT_2) + b"\n")
     else:

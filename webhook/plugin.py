@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kubeconfig, settings.load_policy(args), args.request_timeout, context=args.context
         )
         if args.command == "status":
-            return _print(args.output, cluster_status(state), status_table)
+            return _print(args.output, cluster_status(state, time.time()), status_table)
         if args.command == "whatif":
             return _whatif(args, state, namespace)
         if args.command == "waiting":

@@ -20,13 +20,15 @@ import time
 from collections.abc import Callable
 
 from webhook import cache
-from webhook.core import tidal
+from webhook.core import keys, tidal
 from webhook.core.cards import amount
+from webhook.core.objects import reclaim_text
 from webhook.core.reclaim import Gang, Taken
 from webhook.core.state import ClusterState
 from webhook.core.values import value_class
 
 log = logging.getLogger(__name__)
+PODGROUPS = next(k for k in cache.KINDS if k.plural == "podgroups")
 RECLAIMED = "CardQuotaReclaimed"
 RECLAIMING = "CardQuotaReclaiming"
 NOT_RECLAIMED = "CardQuotaNotReclaimed"
@@ -64,6 +66,7 @@ class Reclaimer:
         self._seen: dict[str, float] = {}  # pod uid -> first seen waiting for cards no node had free
         self._protected: dict[str, float] = {}  # gang key -> until when a budget keeps it out
         self._told: dict[tuple[str, str], float] = {}  # (queue, card) -> last report
+        self._done: list[str] = []  # PodGroups whose hold is over, their marks to remove
 
     async def run(self) -> None:
         while True:
@@ -77,6 +80,8 @@ class Reclaimer:
     async def once(self) -> None:
         now = self.clock()
         self._land(now)
+        while self._done:  # holds over: their marks go
+            await self._mark(self._done.pop(), None)
         unbound = self.state.charged.unbound()
         self._seen = {uid: at for uid, at in self._seen.items() if uid in unbound}
         self._protected = {key: until for key, until in self._protected.items() if until > now}
@@ -106,6 +111,7 @@ class Reclaimer:
         for key, taken in list(self.state.reclaims.items()):
             if tidal.holding(self.state, key, now) is None:
                 del self.state.reclaims[key]
+                self._done.append(key)
                 for uid in taken.for_pods:
                     pod = self.state.pods.get(uid)
                     if pod is not None and pod.node_name and uid in self._seen:
@@ -127,6 +133,16 @@ class Reclaimer:
                 continue
             await self._evict(gang, plan, now)
 
+    async def _mark(self, key: str, text: str | None) -> None:
+        """Write (or with None remove) the reclaim mark on a PodGroup: the hold survives a failover."""
+        group = self.state.podgroups.get(key)
+        if group is None:
+            return
+        try:
+            await self.transport.annotate(PODGROUPS, group.namespace, group.name, {keys.RECLAIMED: text})
+        except cache.Unavailable as exc:
+            log.warning("could not write a reclaim mark", extra={"podgroup": key, "error": str(exc)})
+
     async def _refusal(self, gang: Gang) -> str:
         """Why evicting ``gang`` whole would be refused now (a dry run of each pod), or ""."""
         for key in gang.pods:
@@ -143,7 +159,9 @@ class Reclaimer:
             uid for uid in members if uid in self.state.pods and self.state.pods[uid].key in keys
         )
         self.flights[gang.key] = Flight(gang, plan, now, uids)
-        self.state.reclaims[gang.key] = Taken(plan.card, gang.total, plan.queue, plan.pods, now + HOLD_FOR)
+        taken = Taken(plan.card, gang.total, plan.queue, plan.pods, now + HOLD_FOR)
+        self.state.reclaims[gang.key] = taken
+        await self._mark(gang.key, reclaim_text(taken))  # first: a new leader holds it too
         for key in gang.pods:
             namespace, _, name = key.partition("/")
             refused = await self.transport.evict(namespace, name)

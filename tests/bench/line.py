@@ -50,11 +50,12 @@ MPS = "NVIDIA-H800/mps-80g*1/2"  # the kwok nodes' cards are few: each case on c
 
 
 @contextlib.contextmanager
-def server(plane: ControlPlane, tmp: Path, arm: str, *flags: str) -> Iterator[Process]:
+def server(plane: ControlPlane, tmp: Path, arm: str, *flags: str, label: str = LABEL) -> Iterator[Process]:
+    """A webhook on ``plane`` for the namespaces labelled ``label``: ``arm``, with ``flags``."""
     process = Process(
         tmp / "certs", tmp / "server.log", "--kubeconfig", str(plane.kubeconfig), *flags, cluster=None
     )
-    configs = configurations(process.url, process.certs / "ca.crt", {LABEL: arm}, prefix=f"line-{arm}")
+    configs = configurations(process.url, process.certs / "ca.crt", {label: arm}, prefix=f"{label}-{arm}")
     try:
         process.wait_ready(timeout=60)
         plane.apply(*configs)

@@ -4,12 +4,14 @@ model that no node has free, and which whole training gangs give them back."""
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.builders import H200, R4090, cluster, node, owner, pod, podgroup, queue
-from webhook.core import reclaim, tidal
+from webhook.core import objects, reclaim, tidal
 from webhook.core.cards import UNIT
+from webhook.core.reclaim import Taken
 from webhook.core.state import ClusterState
 
 RS = owner("ReplicaSet", "web-1", "uid-rs-web-1")
@@ -306,3 +308,23 @@ def test_victims_are_whole_eligible_gangs_of_the_model_enough_and_none_too_many(
         more = [UNIT * n for n in sizes[: max(served, fit) + 1]]
         assert not reclaim.placeable(reclaim.freed(free, eligible), more)
         assert served + len(blocked[0].pods) == waiting or fit + len(blocked[0].pods) == waiting
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "not json",
+        "[]",
+        '{"card": "x"}',
+        '{"card":"x","cards":"many","queue":"q","pods":[],"until":"2026-11-26T00:00:00Z"}',
+        '{"card":"x","cards":1,"queue":"q","pods":[],"until":"yesterday"}',
+    ],
+)
+def test_an_odd_reclaim_mark_is_ignored(text: str) -> None:
+    assert objects.reclaim_mark(text) is None
+
+
+def test_a_reclaim_mark_reads_back_what_was_written() -> None:
+    taken = Taken(R4090, 4 * UNIT, "serve", ("uid-a", "uid-b"), 1795651200.5)
+    assert objects.reclaim_mark(objects.reclaim_text(taken)) == taken

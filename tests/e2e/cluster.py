@@ -30,7 +30,10 @@ from tests.e2e.pki import ensure_pki
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-CONTROLLERS = "deployment-controller,replicaset-controller,job-controller,horizontal-pod-autoscaler-controller,garbage-collector-controller,namespace-controller"
+CONTROLLERS = (
+    "deployment-controller,replicaset-controller,job-controller,horizontal-pod-autoscaler-controller,"
+    "garbage-collector-controller,namespace-controller,disruption-controller"  # PDB status: evictions
+)
 
 
 def free_port() -> int:
@@ -90,6 +93,20 @@ def headroom(plane: "ControlPlane", ref: str) -> dict[str, Any]:
         [sys.executable, "-m", "webhook", *command], capture_output=True, check=True, timeout=120
     )
     return dict(json.loads(done.stdout))
+
+
+def recommended(conf: str) -> str:
+    """The scheduler configuration docs/operations.md recommends beside the webhook ("Tidal
+    reclaim"): no ``reclaim`` or ``preempt`` action. The fork's release enables both; they evict
+    single pods (a training gang left half-running), blind to card models and queue priorities,
+    and would fight the webhook's whole-gang reclaim. Stock v1.15.1's release has neither."""
+    lines = []
+    for line in conf.splitlines():
+        if line.startswith("actions:"):
+            kept = [a.strip() for a in line.split(":", 1)[1].strip().strip('"').split(",")]
+            line = 'actions: "' + ", ".join(a for a in kept if a not in ("reclaim", "preempt")) + '"'
+        lines.append(line)
+    return "\n".join(lines) + "\n"
 
 
 def gpu_nodes() -> list[dict[str, Any]]:
@@ -260,10 +277,9 @@ class ControlPlane:
         self._check_alive()
 
     def _scheduler_conf(self, bin_dir: Path) -> Path:
-        if not self.conf:
-            return bin_dir / "scheduler.conf"
+        """``conf`` if given, else the release's made ``recommended``."""
         path = self.workdir / "scheduler.conf"
-        path.write_text(self.conf)
+        path.write_text(self.conf or recommended((bin_dir / "scheduler.conf").read_text()))
         return path
 
     def _stages(self) -> Path:

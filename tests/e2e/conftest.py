@@ -14,7 +14,7 @@ import pytest
 
 from tests.e2e.agreement import Tenant
 from tests.e2e.build import ensure_volcano, no_volcano, partners_required
-from tests.e2e.cluster import ROOT, ControlPlane, wait_for
+from tests.e2e.cluster import ROOT, ControlPlane, recommended, wait_for
 from tests.e2e.objects import SELECTOR, card_queue
 from tests.e2e.recorder import Recorder
 from tests.e2e.registration import configurations
@@ -139,20 +139,6 @@ def serving_webhook(plane: ControlPlane, tmp: Path, *extra: str) -> Iterator[Pro
         for config in registered:
             plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
         process.stop()
-
-
-def recommended(conf: str) -> str:
-    """The scheduler configuration docs/operations.md recommends beside the webhook ("Tidal
-    reclaim"): no ``reclaim`` or ``preempt`` action. The fork's release enables both; they evict
-    single pods (a training gang left half-running), blind to card models and queue priorities,
-    and would fight the webhook's whole-gang reclaim. Stock v1.15.1's release has neither."""
-    lines = []
-    for line in conf.splitlines():
-        if line.startswith("actions:"):
-            kept = [a.strip() for a in line.split(":", 1)[1].strip().strip('"').split(",")]
-            line = 'actions: "' + ", ".join(a for a in kept if a not in ("reclaim", "preempt")) + '"'
-        lines.append(line)
-    return "\n".join(lines) + "\n"
 
 
 @contextlib.contextmanager

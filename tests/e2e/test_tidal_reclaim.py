@@ -7,6 +7,8 @@ inference goes and the job runs again within 2 s of its cards freeing. Skipped, 
 when a partner's source is not beside the repository."""
 
 import json
+import os
+import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -32,19 +34,24 @@ def volcano(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ControlPlane]:
     with partner_plane(request.param, tmp_path_factory) as plane:
-        plane.apply(*[l40s_node(name) for name in NODES])
-        plane.kubectl("apply", "-f", "-", stdin=json.dumps(priority_class("tidal-low", 100)))
-        plane.kubectl("apply", "-f", "-", stdin=json.dumps(priority_class("tidal-high", 1000)))
+        yield prepared(plane)
 
-        def ready() -> bool:
-            nodes = [plane.get("node", name) for name in NODES]
-            return all(
-                any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
-                for n in nodes
-            )
 
-        wait_for("kwok to mark the L40S nodes Ready", ready, timeout=60)
-        yield plane
+def prepared(plane: ControlPlane) -> ControlPlane:
+    """``plane`` with the two L40S nodes and the two PriorityClasses the seed-002 setup uses."""
+    plane.apply(*[l40s_node(name) for name in NODES])
+    plane.kubectl("apply", "-f", "-", stdin=json.dumps(priority_class("tidal-low", 100)))
+    plane.kubectl("apply", "-f", "-", stdin=json.dumps(priority_class("tidal-high", 1000)))
+
+    def ready() -> bool:
+        nodes = [plane.get("node", name) for name in NODES]
+        return all(
+            any(c["type"] == "Ready" and c["status"] == "True" for c in n["status"].get("conditions", []))
+            for n in nodes
+        )
+
+    wait_for("kwok to mark the L40S nodes Ready", ready, timeout=60)
+    return plane
 
 
 def l40s_node(name: str) -> dict[str, Any]:
@@ -81,23 +88,23 @@ def priority_class(name: str, value: int) -> dict[str, Any]:
 class Seed002:
     """One test's namespace, its training and inference queues, removed afterwards."""
 
-    def __init__(self, plane: ControlPlane) -> None:
+    def __init__(self, plane: ControlPlane, labels: dict[str, str] = SELECTOR) -> None:
         self.plane = plane
         self.ns = f"tidal-{uuid.uuid4().hex[:8]}"
         self.train, self.serve = f"train-{self.ns}", f"serve-{self.ns}"
+        self.queues: list[str] = []
         plane.apply(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns, "labels": SELECTOR}}
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns, "labels": labels}}
         )
-        for name, quota, priority, reclaimable in (
-            (self.train, {L40S: 4, R4090: 1}, 20000, True),
-            (self.serve, {L40S: 2}, 80000, False),
-        ):
-            queue = card_queue(name, quota)
-            queue["spec"].update(priority=priority, reclaimable=reclaimable)
-            plane.kubectl("apply", "-f", "-", stdin=json.dumps(queue))
-        wait_for(
-            "both queues to be Open", lambda: all(self._open(q) for q in (self.train, self.serve)), timeout=30
-        )
+        self.queue(self.train, {L40S: 4, R4090: 1}, 20000, True)
+        self.queue(self.serve, {L40S: 2}, 80000, False)
+
+    def queue(self, name: str, quota: dict[str, int], priority: int, reclaimable: bool) -> None:
+        queue = card_queue(name, quota)
+        queue["spec"].update(priority=priority, reclaimable=reclaimable)
+        self.plane.kubectl("apply", "-f", "-", stdin=json.dumps(queue))
+        self.queues.append(name)
+        wait_for(f"queue {name} to be Open", lambda: self._open(name), timeout=30)
 
     def _open(self, queue: str) -> bool:
         return str((self.plane.get("queue", queue).get("status") or {}).get("state")) == "Open"
@@ -124,8 +131,8 @@ class Seed002:
         template["spec"]["priorityClassName"] = "tidal-low"
         self.plane.apply(job, namespace=self.ns)
 
-    def inference(self, name: str, replicas: int) -> None:
-        template = card_template(L40S, self.serve)
+    def inference(self, name: str, replicas: int, queue: str = "") -> None:
+        template = card_template(L40S, queue or self.serve)
         template["spec"]["priorityClassName"] = "tidal-high"
         self.plane.apply(deployment_of(name, replicas, template), namespace=self.ns)
 
@@ -138,7 +145,7 @@ class Seed002:
             "delete", "jobs.batch.volcano.sh", "--all", "-n", self.ns, "--wait=false", check=False
         )
         wait_for(f"the pods of {self.ns} to go", lambda: not self.pods(""), timeout=120)
-        for queue in (self.train, self.serve):
+        for queue in self.queues:
             self.plane.kubectl("delete", "queue", queue, check=False)
 
 
@@ -190,3 +197,136 @@ def test_inference_takes_back_a_whole_training_job_on_two_nodes_and_training_ret
     wait_for("web's pods to go", lambda: not seed.pods("web-"), timeout=60, every=0.1)
     back = seconds_until(lambda: len(seed.running("train-")) == 4, timeout=60)
     assert back <= BACK_WITHIN, f"the training job ran again {back:.1f} s after its cards freed"
+
+
+def uids(pods: list[dict[str, Any]]) -> set[str]:
+    return {p["metadata"]["uid"] for p in pods}
+
+
+def test_a_budget_that_forbids_the_eviction_is_reported_and_nothing_is_half_evicted(seed: Seed002) -> None:
+    seed.training("train", 4)
+    wait_for("the training job to hold every L40S", lambda: len(seed.running("train-")) == 4, timeout=90)
+    held = uids(seed.running("train-"))
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "train"},
+        "spec": {"minAvailable": 4, "selector": {"matchLabels": {"volcano.sh/job-name": "train"}}},
+    }
+    seed.plane.apply(budget, namespace=seed.ns)
+    wait_for(
+        "the budget to count the job's pods",
+        lambda: (
+            (seed.plane.get("pdb", "train", namespace=seed.ns).get("status") or {}).get("expectedPods") == 4
+        ),
+        timeout=30,
+    )
+    seed.inference("web", 1)
+    refused = wait_for("the refusal to be reported", lambda: seed.events("CardQuotaNotReclaimed"), timeout=30)
+    assert any(
+        "disruption budget" in e["message"] and "none of its pods evicted" in e["message"] for e in refused
+    )
+    time.sleep(GRACE + 2)  # what an eviction would have started has had time to show
+    assert uids(seed.running("train-")) == held, "a pod of the protected job was evicted"
+    assert not seed.running("web-")
+    assert not seed.events("CardQuotaReclaimed")
+
+
+def test_two_inference_workloads_racing_for_the_same_training_each_card_is_taken_once(seed: Seed002) -> None:
+    second = f"serve2-{seed.ns}"
+    seed.queue(second, {L40S: 2}, 70000, False)
+    seed.training("a", 2)
+    wait_for("job a to be bound", lambda: len(seed.running("a-")) == 2, timeout=90)
+    seed.training("b", 2)
+    wait_for("job b to be bound", lambda: len(seed.running("b-")) == 2, timeout=90)
+    seed.inference("web", 2)
+    seed.inference("api", 2, queue=second)
+    wait_for(
+        "every inference pod bound", lambda: len(seed.running("web-") + seed.running("api-")) == 4, timeout=60
+    )
+    # Each job's PodGroup and Volcano Job were told once: no gang was evicted twice.
+    told = sorted(
+        e["involvedObject"]["kind"] + "/" + e["involvedObject"]["name"]
+        for e in seed.events("CardQuotaReclaimed")
+    )
+    assert len(told) == len(set(told)) == 4, told
+
+
+SOAK_OPS = int(os.environ.get("CARDQUOTA_TIDAL_SOAK_OPS", "8"))
+SETTLE = GRACE + 12.0  # seconds a step may take to settle: the victims' grace, a reclaim, a bind
+
+
+def test_a_seeded_tidal_soak_keeps_quotas_gangs_whole_and_inference_bound(seed: Seed002) -> None:
+    """Inference scaled up and down at random against training jobs that come and go: at every
+    settled point no queue is over its quota, no training job is half-running, and every inference
+    pod (always inside its quota) is bound."""
+    number = int(os.environ.get("CARDQUOTA_SOAK_SEED", random.randrange(1 << 32)))
+    print(f"tidal soak seed {number} (replay: CARDQUOTA_SOAK_SEED={number})")
+    rng = random.Random(number)
+    seed.inference("web", 0)
+    jobs: dict[str, int] = {}
+    log: list[str] = []
+
+    def settled() -> str:
+        """ "" when settled, else what is not."""
+        pods = seed.pods("")
+        if any(p["metadata"].get("deletionTimestamp") for p in pods):
+            return "pods are being deleted"
+        web = seed.pods("web-")
+        wanted = seed.plane.get("deployment", "web", namespace=seed.ns)["spec"]["replicas"]
+        if len(web) != wanted or not all(p["spec"].get("nodeName") for p in web):
+            return f"web has {len([p for p in web if p['spec'].get('nodeName')])} of {wanted} pods bound"
+        for name, replicas in jobs.items():
+            running = len(seed.running(f"{name}-"))
+            if running not in (0, replicas):
+                return f"job {name} runs {running} of its {replicas} pods"
+        return ""
+
+    for step in range(SOAK_OPS):
+        op = rng.choice(["job", "job", "scale", "scale", "end"])
+        if op == "job" and len(jobs) < 3:
+            name = f"j{step}"
+            jobs[name] = rng.randint(1, 2)
+            seed.training(name, jobs[name])
+            log.append(f"job {name} x{jobs[name]}")
+        elif op == "end" and jobs:
+            name = rng.choice(sorted(jobs))
+            del jobs[name]
+            seed.plane.kubectl("delete", "jobs.batch.volcano.sh", name, "-n", seed.ns, "--wait=false")
+            log.append(f"end {name}")
+        else:
+            replicas = rng.randint(0, 2)
+            seed.plane.kubectl("scale", "deployment/web", f"--replicas={replicas}", "-n", seed.ns)
+            log.append(f"web -> {replicas}")
+        try:
+            wait_for(f"step {step} to settle", lambda: not settled(), timeout=SETTLE, every=0.25)
+        except TimeoutError as exc:
+            raise AssertionError(f"seed {number}: {settled()} after {log}") from exc
+        use = {queue: 0 for queue in (seed.train, seed.serve)}
+        for pod in seed.running(""):
+            if pod["spec"]["nodeName"] not in NODES:
+                continue
+            queue = pod["metadata"]["annotations"].get("scheduling.volcano.sh/queue-name", "")
+            if queue in use:
+                use[queue] += 1
+        assert use[seed.train] <= 4 and use[seed.serve] <= 2, f"seed {number}: over quota {use} after {log}"
+    if not seed.events("CardQuotaReclaimed"):  # the random steps never needed one: make one
+        seed.plane.kubectl("scale", "deployment/web", "--replicas=0", "-n", seed.ns)
+        for name in list(jobs):
+            seed.plane.kubectl("delete", "jobs.batch.volcano.sh", name, "-n", seed.ns, "--wait=false")
+            del jobs[name]
+        try:
+            wait_for("the soak's jobs and web to go", lambda: not seed.pods(""), timeout=60)
+        except TimeoutError as exc:
+            left = [(p["metadata"]["name"], p["status"].get("phase")) for p in seed.pods("")]
+            raise AssertionError(f"seed {number}: left {left} after {log}") from exc
+        jobs["fill"] = 4
+        seed.training("fill", 4)
+        wait_for("fill to hold every L40S", lambda: len(seed.running("fill-")) == 4, timeout=90)
+        seed.plane.kubectl("scale", "deployment/web", "--replicas=2", "-n", seed.ns)
+        log.append("fill x4, web -> 2")
+        try:
+            wait_for("the last step to settle", lambda: not settled(), timeout=SETTLE, every=0.25)
+        except TimeoutError as exc:
+            raise AssertionError(f"seed {number}: {settled()} after {log}") from exc
+    assert seed.events("CardQuotaReclaimed"), f"seed {number}: nothing was reclaimed after {log}"

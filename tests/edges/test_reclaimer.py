@@ -9,7 +9,7 @@ from typing import Any
 
 from tests.builders import R4090, cluster, request
 from tests.core.test_tidal import NODES, gang, inference, job_ref, serve_queue, train_queue
-from webhook.core import admission, ingest
+from webhook.core import admission, ingest, keys, report
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed, Denied
 from webhook.reclaimer import Reclaimer
@@ -23,6 +23,13 @@ class Api:
         self.dry: list[str] = []
         self.evicted: list[str] = []
         self.events: list[tuple[str, str, str]] = []  # (involved kind/name, reason, message)
+        self.marks: list[tuple[str, str | None]] = []  # (podgroup, its reclaim mark)
+
+    async def annotate(
+        self, kind: Any, namespace: str, name: str, annotations: dict[str, str | None]
+    ) -> bool:
+        self.marks.append((f"{kind.plural}/{namespace}/{name}", annotations[keys.RECLAIMED]))
+        return True
 
     async def evict(self, namespace: str, name: str, dry_run: bool = False) -> str:
         if name in self.protect:
@@ -76,19 +83,41 @@ def test_a_whole_gang_is_evicted_once_told_on_both_sides_and_held_from_enqueue()
     run(reclaimer)
     assert api.evicted == TJ
     # The evicted group's move back to Inqueue is refused while web waits unbound.
-    enqueue = request(
-        _podgroup("tj", "Inqueue"),
-        resource="podgroups",
-        operation="UPDATE",
-        old=_podgroup("tj", "Pending"),
-        group="scheduling.volcano.sh",
-    )
+    enqueue = enqueue_of_tj()
     decision = admission.validate(state, enqueue, 103.0)
     assert isinstance(decision, Denied)
     assert decision.message.startswith(
         f'podgroup ns/tj (volcano job ns/tj) gave 4 {R4090} back to queue "serve" (tidal reclaim): it stays'
         " Pending while the 2 pods they were taken for wait to be bound"
     )
+    # The hold is written on the PodGroup: a new leader, whose cache reads it, holds it as well, and
+    # kubectl cardquota status lists it.
+    [(where, mark)] = api.marks
+    assert where == "podgroups/ns/tj" and mark is not None
+    assert json.loads(mark) == {
+        "card": R4090,
+        "cards": 4000,
+        "queue": "serve",
+        "pods": ["uid-ns-web-0", "uid-ns-web-1"],
+        "until": "1970-01-01T00:06:41.500Z",
+    }
+    group = next(o for o in gang("tj", ["n1", "n1", "n2", "n2"]) if o["kind"] == "PodGroup")
+    group["metadata"]["annotations"] = {keys.RECLAIMED: mark}
+    successor = seed_002(*inference(2))
+    ingest.upsert(successor, group)
+    assert isinstance(admission.validate(successor, enqueue_of_tj(), 103.0), Denied)
+    status = report.cluster_status(successor, 103.0)
+    assert status["reclaims"] == [
+        {
+            "podgroup": "ns/tj",
+            "card": R4090,
+            "cards": 4,
+            "for_queue": "serve",
+            "waiting_pods": 2,
+            "held_until": "1970-01-01T00:06:41.500Z",
+        }
+    ]
+    assert "ns/tj" in report.status_table(status)
     # Its Volcano Job's controller re-creating a pod meanwhile is refused too.
     again = gang("tj", ["n1"])[1]
     again["metadata"].update(name="tj-new", uid="uid-tj-new")
@@ -106,6 +135,18 @@ def test_a_whole_gang_is_evicted_once_told_on_both_sides_and_held_from_enqueue()
         ingest.upsert(state, web)
     assert isinstance(admission.validate(state, enqueue, 104.0), Allowed)
     assert isinstance(admission.validate(state, request(again), 104.0), Allowed)
+    run(reclaimer)  # the next pass sees the hold over and removes the mark
+    assert api.marks[-1] == ("podgroups/ns/tj", None)
+
+
+def enqueue_of_tj() -> Any:
+    return request(
+        _podgroup("tj", "Inqueue"),
+        resource="podgroups",
+        operation="UPDATE",
+        old=_podgroup("tj", "Pending"),
+        group="scheduling.volcano.sh",
+    )
 
 
 def _podgroup(name: str, phase: str) -> dict[str, Any]:
@@ -133,6 +174,14 @@ def test_a_gang_a_budget_protects_is_left_whole_and_reported() -> None:
     assert reason == "CardQuotaNotReclaimed"
     assert "evicting pod ns/tj-2 is refused: Cannot evict pod as it would violate" in message
     assert "none of its pods evicted" in message
+    run(reclaimer)  # the next pass leaves it out, and tells the waiting pod why nothing is taken
+    assert api.evicted == []
+    assert ("Pod/web-0", "CardQuotaNotReclaimed") in {(who, reason) for who, reason, _ in api.events}
+    told = next(m for who, reason, m in api.events if who == "Pod/web-0")
+    assert (
+        told
+        == f"no card of {R4090} can be taken back for it: 1 gang: a PodDisruptionBudget forbids evicting it now"
+    )
 
 
 def test_a_dry_run_only_reports_and_nothing_happens_while_not_serving() -> None:

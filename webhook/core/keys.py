@@ -29,6 +29,9 @@ RECLAIM: Final = "cardquota.volcano.sh/reclaim"
 # Ours, on a Queue: "true" or "false", whether its training may give cards back to us; overrides
 # spec.reclaimable (so Volcano's own reclaim can be kept off a queue we may still take back from).
 RECLAIMABLE: Final = "cardquota.volcano.sh/reclaimable"
+# Ours, on a PodGroup tidal reclaim evicted: {"card", "cards", "queue", "pods": [uids], "until"},
+# what it gave back and for whom; it is held back while those pods wait (a new leader reads it).
+RECLAIMED: Final = "cardquota.volcano.sh/reclaimed"
 
 MPS_REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
 MIG_PREFIX: Final = "nvidia.com/mig-"

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from webhook.core import keys
+from webhook.core.reclaim import Taken
 from webhook.core.resources import Resources, resources_of
 from webhook.core.values import value_class
 
@@ -339,4 +340,32 @@ def queue_record(obj: Raw) -> QueueRecord:
         capability=dict(spec.get("capability") or {}),
         priority=_int(spec.get("priority"), 0),
         reclaimable=spec.get("reclaimable") is not False,
+    )
+
+
+def reclaim_mark(text: str | None) -> Taken | None:
+    """What a PodGroup's reclaim mark says it gave back and for whom; None when absent or
+    unreadable (anyone may edit it: an odd one is ignored, never fatal)."""
+    if not text:
+        return None
+    try:
+        mark = json.loads(text)
+        until = _timestamp(mark["until"])
+        pods = tuple(str(uid) for uid in mark["pods"])
+        taken = Taken(str(mark["card"]), int(mark["cards"]), str(mark["queue"]), pods, until or 0.0)
+    except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
+        return None
+    return taken if math.isfinite(taken.until) else None
+
+
+def reclaim_text(taken: Taken) -> str:
+    return json.dumps(
+        {
+            "card": taken.card,
+            "cards": taken.cards,
+            "queue": taken.queue,
+            "pods": list(taken.for_pods),
+            "until": moment(taken.until),
+        },
+        separators=(",", ":"),
     )

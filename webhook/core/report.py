@@ -2,6 +2,7 @@
 
 from typing import Any
 
+from webhook.core import tidal
 from webhook.core.capability import cpu_text, memory_text
 from webhook.core.cards import CardName, amount, figure
 from webhook.core.messages import breakdown
@@ -11,7 +12,8 @@ from webhook.core.state import ClusterState
 from webhook.core.usage import queue_usage, tree_usage
 
 
-def cluster_status(state: ClusterState) -> dict[str, Any]:
+def cluster_status(state: ClusterState, now: float = 0.0) -> dict[str, Any]:
+    """``now``: seconds since the epoch, to tell reclaims still in progress (0: any not yet over)."""
     cards = {
         name: {
             "resource": total.resource,
@@ -62,6 +64,8 @@ def cluster_status(state: ClusterState) -> dict[str, Any]:
     status = {"cards": cards, "queues": queues, "tree": _tree(state), "warnings": warnings, "notes": notes}
     if waiting := lines(state):
         status["lines"] = waiting
+    if reclaims := tidal.in_progress(state, now):
+        status["reclaims"] = reclaims
     if shared := state.inventory.shared():  # nodes that share their cards (Volcano vGPU, Koordinator)
         status["shared"] = {p: {**info, "cards": figure(info["cards"])} for p, info in shared.items()}
     if state.policy.cpu_memory_check:
@@ -189,6 +193,13 @@ def status_table(status: dict[str, Any]) -> str:
             lines.append(f"{queue:<16} {cells[0]:<26} {cells[1]}")
     if status.get("lines"):
         lines += ["", "WAITING LINES (first in line first)", lines_table(status["lines"])]
+    if status.get("reclaims"):
+        lines += ["", f"{'RECLAIMED FROM':<40} {'CARDS':<30} {'FOR QUEUE':<16} WAITING  HELD UNTIL"]
+        for r in status["reclaims"]:
+            cards, waiting = f"{r['cards']} {r['card']}", r["waiting_pods"]
+            lines.append(
+                f"{r['podgroup']:<40} {cards:<30} {r['for_queue']:<16} {waiting:>7}  {r['held_until']}"
+            )
     lines += ["", "WARNINGS" if status["warnings"] else "no warnings"]
     lines += [f"- {w}" for w in status["warnings"]]
     if status["notes"]:

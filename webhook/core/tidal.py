@@ -14,7 +14,8 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable
 
 from webhook.core import keys
-from webhook.core.cards import CardName
+from webhook.core.cards import CardName, figure
+from webhook.core.objects import moment, reclaim_mark
 from webhook.core.reclaim import INFERENCE, Gang, Taken, freed, placeable, victims, why_not
 from webhook.core.state import ClusterState
 from webhook.core.usage import queue_usage
@@ -188,7 +189,9 @@ def plan(
     plans: list[Plan] = []
     for card, queues in sorted(waiting(state, ready).items()):
         free = freeing(state, card, leaving)
-        candidates = [g for g in gangs(state, card, now, leaving) if g.key not in excluded]
+        every = gangs(state, card, now, leaving)
+        candidates = [g for g in every if g.key not in excluded]
+        protected = len(every) - len(candidates)
         chosen: list[Gang] = []
         needs: list[int] = []
         for queue in sorted(queues, key=lambda q: (-priority_of(state, q), q)):
@@ -210,7 +213,7 @@ def plan(
                     break
                 sizes, served = sizes[:-1], served[:-1]
             if len(served) < len(uids):  # the rest: nothing that may be taken frees enough for them
-                why = _nothing(others, card, queue, priority)
+                why = _nothing(others, card, queue, priority, protected)
                 plans.append(Plan(card, queue, mode, tuple(uids[len(served) :]), None, why))
             if picked is not None:
                 needs += sizes
@@ -224,9 +227,33 @@ def holding(state: ClusterState, group: str, now: float) -> Taken | None:
     """What was taken back from PodGroup ``group`` while the pods it went to still wait unbound
     (and its hold has not run out); None once they are bound or gone."""
     taken = state.reclaims.get(group)
+    if taken is None and (record := state.podgroups.get(group)) is not None:
+        taken = reclaim_mark(record.annotations.get(keys.RECLAIMED))  # written by an earlier leader
     if taken is None or now >= taken.until:
         return None
     return taken if any(uid in state.charged.unbound() for uid in taken.for_pods) else None
+
+
+def in_progress(state: ClusterState, now: float) -> list[dict[str, object]]:
+    """The reclaims whose cards are still held: each evicted PodGroup, what it gave back, for which
+    queue, and how many of those pods still wait unbound."""
+    out: list[dict[str, object]] = []
+    for key in sorted(
+        set(state.reclaims) | {k for k, g in state.podgroups.items() if keys.RECLAIMED in g.annotations}
+    ):
+        taken = holding(state, key, now)
+        if taken is not None:
+            out.append(
+                {
+                    "podgroup": key,
+                    "card": taken.card,
+                    "cards": figure(taken.cards),
+                    "for_queue": taken.queue,
+                    "waiting_pods": unbound(state, taken),
+                    "held_until": moment(taken.until),
+                }
+            )
+    return out
 
 
 def unbound(state: ClusterState, taken: Taken) -> int:
@@ -239,9 +266,11 @@ def _size(state: ClusterState, uid: str) -> int:
     return charge.count if charge is not None else 0
 
 
-def _nothing(others: list[Gang], card: CardName, queue: str, priority: int) -> str:
+def _nothing(others: list[Gang], card: CardName, queue: str, priority: int, protected: int = 0) -> str:
     """Why no gang frees the cards: each reason, with how many gangs it keeps out."""
-    if not others:
-        return f"no running pod holds {card}"
     reasons = Counter(why_not(g, card, queue, priority) or "together they free too few" for g in others)
+    if protected:
+        reasons["a PodDisruptionBudget forbids evicting it now"] += protected
+    if not reasons:
+        return f"no running pod holds {card}"
     return "; ".join(f"{n} gang{'s' if n > 1 else ''}: {why}" for why, n in sorted(reasons.items()))
