@@ -197,6 +197,13 @@ def test_inference_takes_back_a_whole_training_job_on_two_nodes_and_training_ret
     wait_for("web's pods to go", lambda: not seed.pods("web-"), timeout=60, every=0.1)
     back = seconds_until(lambda: len(seed.running("train-")) == 4, timeout=60)
     assert back <= BACK_WITHIN, f"the training job ran again {back:.1f} s after its cards freed"
+    # Only the inference queue ever took cards back: never training, from anyone.
+    takers = {
+        e["message"].split('taken back for queue "')[1].split('"')[0]
+        for e in seed.events("CardQuotaReclaimed")
+    }
+    assert takers == {seed.serve}, takers
+    assert [p["metadata"]["uid"] for p in seed.running("other-")] == other
 
 
 def uids(pods: list[dict[str, Any]]) -> set[str]:
