@@ -53,7 +53,7 @@ class Reclaimer:
         state: ClusterState,
         transport: cache.Transport,
         serving: Callable[[], bool],
-        interval: float = 0.25,
+        interval: float = 0.5,
         after: float = 1.0,
         clock: Callable[[], float] = time.time,
         on_reclaim: Callable[[str, str, int], None] = lambda card, outcome, cards: None,
@@ -76,6 +76,8 @@ class Reclaimer:
                     await self.once()
                 except cache.Unavailable as exc:
                     log.warning("tidal reclaim: the API server is unavailable", extra={"error": str(exc)})
+                except Exception:  # a bug must not stop reclaim for good, nor the cache beside it
+                    log.exception("tidal reclaim: a pass failed; the next one starts afresh")
 
     async def once(self) -> None:
         now = self.clock()

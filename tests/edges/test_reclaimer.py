@@ -7,9 +7,11 @@ import asyncio
 import json
 from typing import Any
 
+import pytest
+
 from tests.builders import R4090, cluster, request
 from tests.core.test_tidal import NODES, gang, inference, job_ref, serve_queue, train_queue
-from webhook.core import admission, ingest, keys, report
+from webhook.core import admission, ingest, keys, report, tidal
 from webhook.core.state import ClusterState
 from webhook.core.verdicts import Allowed, Denied
 from webhook.reclaimer import Reclaimer
@@ -203,3 +205,26 @@ def test_a_dry_run_only_reports_and_nothing_happens_while_not_serving() -> None:
 
     asyncio.run(briefly())
     assert quiet.evicted == [] and quiet.events == []
+
+
+def test_a_pass_that_fails_is_logged_and_the_next_one_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+    state, api = seed_002(*inference(1)), Api()
+    calls: list[int] = []
+
+    def plan(*args: Any, **kwargs: Any) -> list[Any]:
+        calls.append(1)
+        if len(calls) == 1:
+            raise KeyError("an object in a shape nobody expected")
+        return []
+
+    monkeypatch.setattr(tidal, "plan", plan)
+    reclaimer = Reclaimer(state, api, lambda: True, interval=0.01)  # type: ignore[arg-type]
+
+    async def briefly() -> None:
+        task = asyncio.create_task(reclaimer.run())
+        await asyncio.sleep(0.1)
+        assert not task.done(), "the loop stopped"
+        task.cancel()
+
+    asyncio.run(briefly())
+    assert len(calls) >= 2
