@@ -2,12 +2,12 @@
 
 from typing import Any
 
-from webhook.core import keys
-from webhook.core.objects import mark_text
-from webhook.core.policy import Policy
-from webhook.core.state import ClusterState
-from webhook.core.verdicts import Request
-from webhook.snapshot import build_state
+from webhook.cluster.snapshot import build_state
+from webhook.core.index.state import ClusterState
+from webhook.core.model import keys
+from webhook.core.model.objects import mark_text
+from webhook.core.model.policy import Policy
+from webhook.core.model.verdicts import Request
 
 H200, H800 = "NVIDIA-H200", "NVIDIA-H800"
 R4090, R4090D = "NVIDIA-GeForce-RTX-4090", "NVIDIA-GeForce-RTX-4090-D"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from webhook.cli import example_files, example_header, main, review_example
+from webhook.tools.cli import example_files, example_header, main, review_example
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -17,19 +17,19 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from webhook import logs, server
-from webhook.core.policy import Policy
-from webhook.core.state import ClusterState
+from webhook.cluster.lease import LeaderElector
+from webhook.cluster.sources import LiveSource, SnapshotSource, StateSource
+from webhook.core.index.state import ClusterState
+from webhook.core.model.policy import Policy
 from webhook.errors import ConfigError, NotReady
-from webhook.forward import Forwarder
-from webhook.lease import LeaderElector
-from webhook.metrics import Metrics
+from webhook.serve import logs, server
+from webhook.serve.forward import Forwarder
+from webhook.serve.metrics import Metrics
+from webhook.serve.tls import CertStore
 from webhook.settings import ServeSettings
-from webhook.sources import LiveSource, SnapshotSource, StateSource
-from webhook.tls import CertStore
 
 if TYPE_CHECKING:
-    from webhook.kube import KubePodLabel
+    from webhook.cluster.kube import KubePodLabel
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def build_source(settings: ServeSettings, metrics: Metrics | None = None) -> Sta
     if settings.kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         raise ConfigError("no state source: pass --cluster DIR (a snapshot) or --kubeconfig PATH")
     # The Kubernetes client library (about 37 MiB) is loaded only for a cluster, never for a snapshot.
-    from webhook.kube import KubeTransport
+    from webhook.cluster.kube import KubeTransport
 
     kubeconfig = settings.kubeconfig
     return LiveSource(
@@ -60,7 +60,7 @@ def build_source(settings: ServeSettings, metrics: Metrics | None = None) -> Sta
 
 
 def _pod_label() -> Callable[[Any], "KubePodLabel"]:
-    from webhook.kube import KubePodLabel
+    from webhook.cluster.kube import KubePodLabel
 
     name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
     if not name or not namespace:
@@ -72,7 +72,7 @@ def _elector(settings: ServeSettings) -> Callable[[Any], LeaderElector]:
     namespace = settings.lease_namespace or os.environ.get("POD_NAMESPACE") or "default"
     identity = f"{socket.gethostname()}-{os.getpid()}"
 
-    from webhook.kube import KubeLeaseClient
+    from webhook.cluster.kube import KubeLeaseClient
 
     def elect(transport: Any) -> LeaderElector:
         # A Lease call that takes longer than the renew deadline is of no use to the round.
@@ -115,7 +115,7 @@ def live_state(
     """List every kind once from the cluster (``cardquota status --kubeconfig``, ``kubectl
     cardquota``) and stop; ``context``: a kubeconfig context other than the current one."""
 
-    from webhook.kube import KubeTransport
+    from webhook.cluster.kube import KubeTransport
 
     async def sync() -> ClusterState:
         source = LiveSource(lambda: KubeTransport.connect(kubeconfig, context), policy)

@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from webhook.core.policy import Policy
+from webhook.core.model.policy import Policy
 from webhook.errors import ConfigError
 
 MiB = 2**20

@@ -25,7 +25,10 @@ import jsonpatch
 from tests.bench import synthetic
 from tests.bench.synthetic import MODELS
 from tests.builders import R4090, R4090D, cluster, pod, request
-from webhook.core import admission
+try:
+    from webhook.core.decide import admission
+except ImportError:  # the reference commit, before the package by layer
+    from webhook.core import admission
 
 pods, repeat = int(sys.argv[1]), int(sys.argv[2])
 state = cluster(*synthetic.cluster_objects(pods))

@@ -16,9 +16,9 @@ import tracemalloc
 from tests.bench import synthetic
 from tests.bench.synthetic import MODELS
 from tests.builders import R4090, R4090D, cluster, pod, request
-from webhook.core import admission
-from webhook.core.state import ClusterState
-from webhook.core.verdicts import Allowed
+from webhook.core.decide import admission
+from webhook.core.index.state import ClusterState
+from webhook.core.model.verdicts import Allowed
 
 
 def build(pods: int, tree: bool = False, sharing: bool = False) -> ClusterState:

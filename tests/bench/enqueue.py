@@ -19,10 +19,10 @@ from typing import Any
 
 from tests.bench import synthetic
 from tests.builders import H200, node, owner, pod, podgroup, queue, request
-from webhook.core import admission
-from webhook.core.state import ClusterState
-from webhook.core.verdicts import Allowed, Denied
-from webhook.snapshot import build_state
+from webhook.cluster.snapshot import build_state
+from webhook.core.decide import admission
+from webhook.core.index.state import ClusterState
+from webhook.core.model.verdicts import Allowed, Denied
 
 FULL = "jobs"  # the queue the jobs wait in: its 8 H200 all in use
 

@@ -17,7 +17,7 @@ measure pauses of the machine); the check's caches are emptied before every run.
 since shared GPUs (decisions.md §21): its figures must match the plain ones.
 
 ``--reference`` times another implementation of ``fits`` (a file defining it, e.g. an earlier
-``webhook/core/feasibility.py``) on the same states, for a before/after figure in one run: the two
+``webhook/core/model/feasibility.py``) on the same states, for a before/after figure in one run: the two
 take turns state by state, each with its own caches emptied before every run.
 """
 
@@ -29,8 +29,8 @@ import time
 from collections.abc import Callable, Sequence
 from types import ModuleType
 
-from webhook.core.cards import UNIT, CardName
-from webhook.core.feasibility import GUARD, Group, TooComplex, clear_caches, fits
+from webhook.core.model.cards import UNIT, CardName
+from webhook.core.model.feasibility import GUARD, Group, TooComplex, clear_caches, fits
 
 SIZES = (1, 2, 3, 4, 8)
 REPEATS = 3

@@ -23,9 +23,9 @@ import httpx
 
 from tests.edges.serving import CLUSTER, REVIEWS, client_context, free_port, serve_process
 from tests.edges.test_lease import Client, Store
-from webhook import devcerts
-from webhook.lease import LeaderElector
+from webhook.cluster.lease import LeaderElector
 from webhook.settings import ServeSettings
+from webhook.tools import devcerts
 
 BODY = (REVIEWS / "pod-fits.json").read_bytes()
 HEADERS = {"Content-Type": "application/json"}
@@ -35,7 +35,7 @@ def standby(leader: str, port: int, certs: Path) -> None:
     """The standby's process: a server whose source never decides and names ``leader``."""
     from tests.edges.serving import serve_in_thread
     from tests.edges.test_forward import Standby
-    from webhook.forward import Forwarder
+    from webhook.serve.forward import Forwarder
 
     forwarder = Forwarder(certs / "tls.crt", certs / "tls.key", None, present_cert=False)
     with serve_in_thread(Standby(lambda: leader), certs, forwarder=forwarder, port=port):

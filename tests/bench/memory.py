@@ -11,8 +11,8 @@ import tracemalloc
 import orjson
 
 from tests.bench import synthetic
-from webhook.core import objects
-from webhook.snapshot import build_state
+from webhook.cluster.snapshot import build_state
+from webhook.core.model import objects
 
 
 def bytes_per_pod(pods: int) -> float:

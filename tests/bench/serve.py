@@ -28,7 +28,7 @@ import httpx
 from tests.bench import memory, synthetic
 from tests.builders import H200, pod
 from tests.edges.serving import client_context, free_port
-from webhook import devcerts
+from webhook.tools import devcerts
 
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / "out" / "bench"

@@ -6,8 +6,9 @@ between the framework (TLS, HTTP, parsing, metrics, response) and the decision i
 
 import sys
 
-from webhook import cli, review
-from webhook.core.verdicts import Allowed
+from webhook.core.model.verdicts import Allowed
+from webhook.serve import review
+from webhook.tools import cli
 
 ALLOWED = Allowed("constant (benchmark)")
 

@@ -25,10 +25,10 @@ from aiohttp import web
 
 from tests.bench import synthetic
 from tests.builders import node
-from webhook import cache
-from webhook.core.policy import Policy
-from webhook.kube import KubeTransport
-from webhook.sources import LiveSource
+from webhook.cluster import cache
+from webhook.cluster.kube import KubeTransport
+from webhook.cluster.sources import LiveSource
+from webhook.core.model.policy import Policy
 
 PAGE = 500
 

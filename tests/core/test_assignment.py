@@ -26,11 +26,13 @@ from tests.builders import (
     request,
     vcjob,
 )
-from webhook.core import admission, ingest, keys
-from webhook.core.cards import CardSpec, parse_card_spec, units
-from webhook.core.state import ClusterState
-from webhook.core.usage import queue_usage
-from webhook.core.verdicts import Allowed, Denied
+from webhook.core.decide import admission
+from webhook.core.index import ingest
+from webhook.core.index.state import ClusterState
+from webhook.core.index.usage import queue_usage
+from webhook.core.model import keys
+from webhook.core.model.cards import CardSpec, parse_card_spec, units
+from webhook.core.model.verdicts import Allowed, Denied
 
 FLEX = f"{R4090}|{R4090D}"
 NODES = (node("r", R4090, 4), node("rd", R4090D, 4))

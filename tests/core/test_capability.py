@@ -8,14 +8,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.builders import H200, cluster, deployment, node, pod, queue, request, scale_request
-from webhook.core import admission
-from webhook.core.capability import cpu_text, memory_text
-from webhook.core.objects import pod_record
-from webhook.core.policy import Policy
-from webhook.core.report import cluster_status, status_table
-from webhook.core.resources import compute_requests
-from webhook.core.state import ClusterState
-from webhook.core.verdicts import Allowed, Denied
+from webhook.core.decide import admission
+from webhook.core.decide.capability import cpu_text, memory_text
+from webhook.core.decide.report import cluster_status, status_table
+from webhook.core.index.state import ClusterState
+from webhook.core.model.objects import pod_record
+from webhook.core.model.policy import Policy
+from webhook.core.model.resources import compute_requests
+from webhook.core.model.verdicts import Allowed, Denied
 
 CHECK = Policy(cpu_memory_check=True)
 UNLIMITED = Policy(cpu_memory_check=True, card_unlimited_cpu_memory=True)

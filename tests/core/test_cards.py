@@ -2,7 +2,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.core.cards import (
+from webhook.core.model.cards import (
     CardKind,
     CardNameError,
     format_card_spec,

@@ -3,8 +3,8 @@
 import gc
 
 from tests.builders import H200, cluster, node, pod, queue
-from webhook.core import objects
-from webhook.core.cards import units
+from webhook.core.model import objects
+from webhook.core.model.cards import units
 
 
 def replica(i: int, **extra: object) -> objects.PodRecord:

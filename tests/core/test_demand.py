@@ -3,11 +3,11 @@ from typing import Any
 import pytest
 
 from tests.builders import H200, R4090
-from webhook.core.cards import units
-from webhook.core.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
-from webhook.core.inventory import Inventory
-from webhook.core.objects import pod_template_of
-from webhook.core.policy import Policy
+from webhook.core.model.cards import units
+from webhook.core.model.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
+from webhook.core.model.inventory import Inventory
+from webhook.core.model.objects import pod_template_of
+from webhook.core.model.policy import Policy
 
 
 def demand_of(annotations: dict[str, str], spec: dict[str, Any]) -> object:

@@ -21,10 +21,10 @@ from tests.builders import (
     request,
     template,
 )
-from webhook.core import admission, calls, report
-from webhook.core.objects import pod_record, podgroup_record, queue_record
-from webhook.core.state import ClusterState
-from webhook.core.verdicts import ENQUEUE, Allowed, Denied
+from webhook.core.decide import admission, calls, report
+from webhook.core.index.state import ClusterState
+from webhook.core.model.objects import pod_record, podgroup_record, queue_record
+from webhook.core.model.verdicts import ENQUEUE, Allowed, Denied
 
 JOB = owner("Job", "train", "uid-job-train", api="batch.volcano.sh/v1alpha1")
 NODES = [node("h200", H200), node("h800", H800), node("r4090", R4090)]

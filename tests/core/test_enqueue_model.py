@@ -18,10 +18,10 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.builders import H200, H800, cluster, node, owner, pod, podgroup, queue, request
-from webhook.core import admission, calls
-from webhook.core.objects import pod_record, podgroup_record, queue_record
-from webhook.core.policy import Policy
-from webhook.core.verdicts import Allowed
+from webhook.core.decide import admission, calls
+from webhook.core.model.objects import pod_record, podgroup_record, queue_record
+from webhook.core.model.policy import Policy
+from webhook.core.model.verdicts import Allowed
 
 CARDS = (H200, H800)
 NODE = {H200: "h200", H800: "h800"}

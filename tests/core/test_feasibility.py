@@ -8,10 +8,11 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from tests.builders import H200, H800, cluster, node, pod, queue, request
-from webhook.core import admission, feasibility
-from webhook.core.cards import CardName
-from webhook.core.feasibility import Group, TooComplex, assign, fits, place
-from webhook.core.verdicts import TOO_COMPLEX, Denied
+from webhook.core.decide import admission
+from webhook.core.model import feasibility
+from webhook.core.model.cards import CardName
+from webhook.core.model.feasibility import Group, TooComplex, assign, fits, place
+from webhook.core.model.verdicts import TOO_COMPLEX, Denied
 
 A, B, C = CardName("A"), CardName("B"), CardName("C")
 MODELS = [CardName(f"M{n}") for n in range(8)]

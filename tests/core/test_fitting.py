@@ -25,10 +25,10 @@ from tests.builders import (
     template,
     vcjob,
 )
-from webhook import whatif
-from webhook.core import admission
-from webhook.core.state import ClusterState
-from webhook.core.verdicts import Allowed, Denied
+from webhook.core.decide import admission
+from webhook.core.index.state import ClusterState
+from webhook.core.model.verdicts import Allowed, Denied
+from webhook.tools import whatif
 
 MULTI = f"{R4090}|{R4090D}"
 

@@ -3,9 +3,9 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.core.cards import CardName
-from webhook.core.freecards import FreeCards
-from webhook.core.nodes import NodeCard, NodeCards
+from webhook.core.index.freecards import FreeCards
+from webhook.core.model.cards import CardName
+from webhook.core.model.nodes import NodeCard, NodeCards
 
 A, B = CardName("NVIDIA-H200"), CardName("NVIDIA-H800")
 NODES = ["n0", "n1", "n2"]

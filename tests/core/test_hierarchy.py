@@ -10,14 +10,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.builders import H200, H800, cluster, deployment, node, pod, queue, request, scale_request
-from webhook.core import admission
-from webhook.core.cards import units
-from webhook.core.objects import pod_record, queue_record
-from webhook.core.policy import Policy
-from webhook.core.state import ClusterState
-from webhook.core.tally import Tally
-from webhook.core.usage import queue_usage, tree_usage
-from webhook.core.verdicts import Allowed, Denied
+from webhook.core.decide import admission
+from webhook.core.index.state import ClusterState
+from webhook.core.index.tally import Tally
+from webhook.core.index.usage import queue_usage, tree_usage
+from webhook.core.model.cards import units
+from webhook.core.model.objects import pod_record, queue_record
+from webhook.core.model.policy import Policy
+from webhook.core.model.verdicts import Allowed, Denied
 
 R4090 = "NVIDIA-GeForce-RTX-4090"
 
@@ -248,7 +248,7 @@ def test_quota_writes_warn_when_a_child_exceeds_its_parent_or_children_sum_above
 
 
 def test_status_shows_the_tree_with_each_subtree_figures() -> None:
-    from webhook.core.report import cluster_status, status_table
+    from webhook.core.decide.report import cluster_status, status_table
 
     queues = tree(("org", "", {H200: 4}), ("a", "org", {H200: 3}), ("b", "org", {H200: 3}), ("c", "a", None))
     state = cluster(*NODES, *queues, running("a0", "a"), running("c0", "c"), running("b0", "b"))
@@ -279,8 +279,8 @@ def test_status_shows_the_tree_with_each_subtree_figures() -> None:
 def test_the_quick_room_check_never_admits_what_the_exact_check_refuses(
     quotas: dict[str, int], pending: list[tuple[str, str, int]], card: str, size: int
 ) -> None:
-    from webhook.core.cards import parse_card_spec
-    from webhook.core.usage import tree_has_room
+    from webhook.core.index.usage import tree_has_room
+    from webhook.core.model.cards import parse_card_spec
 
     queues = tree(*((n, "" if n == "org" else "org", {H200: q, H800: q}) for n, q in quotas.items()))
     pods = [pod(f"p{i}", c, n, queue_name=q) for i, (q, c, n) in enumerate(pending)]

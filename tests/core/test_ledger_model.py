@@ -8,11 +8,11 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from tests.builders import R4090, R4090D, cluster, node, pod, queue, request
-from webhook.core import admission
-from webhook.core.feasibility import place
-from webhook.core.objects import pod_record
-from webhook.core.usage import queue_usage
-from webhook.core.verdicts import Allowed
+from webhook.core.decide import admission
+from webhook.core.index.usage import queue_usage
+from webhook.core.model.feasibility import place
+from webhook.core.model.objects import pod_record
+from webhook.core.model.verdicts import Allowed
 
 SPECS = [R4090, R4090D, f"{R4090}|{R4090D}"]
 NODE_OF = {R4090: "r", R4090D: "rd"}

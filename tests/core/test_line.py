@@ -24,11 +24,12 @@ from tests.builders import (
     vcjob,
 )
 from tests.builders import deployment as deployment_obj
-from webhook.core import admission, calls, ingest, report
-from webhook.core.objects import mark_text, pod_record, queue_record, waiting_mark, workload_record
-from webhook.core.policy import Policy
-from webhook.core.state import ClusterState
-from webhook.core.verdicts import Allowed, Denied
+from webhook.core.decide import admission, calls, report
+from webhook.core.index import ingest
+from webhook.core.index.state import ClusterState
+from webhook.core.model.objects import mark_text, pod_record, queue_record, waiting_mark, workload_record
+from webhook.core.model.policy import Policy
+from webhook.core.model.verdicts import Allowed, Denied
 
 NODES = [node("h200", H200), node("r4090", R4090)]
 

@@ -17,10 +17,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.builders import H200, cluster, node, owner, pod, queue, replicaset, request
-from webhook.core import admission, calls, keys, patches
-from webhook.core.objects import pod_record, queue_record, workload_record
-from webhook.core.state import ClusterState
-from webhook.core.verdicts import Allowed
+from webhook.core.decide import admission, calls, patches
+from webhook.core.index.state import ClusterState
+from webhook.core.model import keys
+from webhook.core.model.objects import pod_record, queue_record, workload_record
+from webhook.core.model.verdicts import Allowed
 
 WORKLOADS = ("a", "b", "c")
 ACTIONS = st.one_of(

@@ -4,9 +4,9 @@ from typing import Any
 
 import pytest
 
-from webhook.core.cards import UNIT, units
-from webhook.core.inventory import build_inventory
-from webhook.core.nodes import discover_node_cards, mps_memory_gib
+from webhook.core.model.cards import UNIT, units
+from webhook.core.model.inventory import build_inventory
+from webhook.core.model.nodes import discover_node_cards, mps_memory_gib
 
 GPU_LABELS = {
     "nvidia.com/gpu.product": "NVIDIA-H800",
@@ -138,7 +138,7 @@ def test_inventory_sums_cards_across_nodes_and_keeps_the_label_key() -> None:
 
 
 def test_the_inventory_kept_node_by_node_equals_one_built_from_scratch() -> None:
-    from webhook.core.inventory import Inventory
+    from webhook.core.model.inventory import Inventory
 
     h800 = {
         n: discover_node_cards(n, GPU_LABELS, {"nvidia.com/gpu": str(i + 1)})

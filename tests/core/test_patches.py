@@ -23,10 +23,10 @@ from tests.builders import (
     template,
     vcjob,
 )
-from webhook.core import admission
-from webhook.core.policy import Policy
-from webhook.core.state import ClusterState
-from webhook.core.verdicts import Allowed
+from webhook.core.decide import admission
+from webhook.core.index.state import ClusterState
+from webhook.core.model.policy import Policy
+from webhook.core.model.verdicts import Allowed
 
 KEY = "nvidia.com/gpu.product"
 REQ = "requiredDuringSchedulingIgnoredDuringExecution"

@@ -22,12 +22,12 @@ from tests.builders import (
     request,
     required_affinity,
 )
-from webhook.core import admission
-from webhook.core.cards import UNIT
-from webhook.core.policy import Policy
-from webhook.core.state import ClusterState
-from webhook.core.usage import queue_usage
-from webhook.core.verdicts import Allowed, Denied
+from webhook.core.decide import admission
+from webhook.core.index.state import ClusterState
+from webhook.core.index.usage import queue_usage
+from webhook.core.model.cards import UNIT
+from webhook.core.model.policy import Policy
+from webhook.core.model.verdicts import Allowed, Denied
 
 NODES = (node("h200", H200), node("h800", H800), node("r", R4090, 4), node("rd", R4090D, 2))
 
@@ -312,7 +312,7 @@ def test_in_flight_admissions_expire_when_the_pod_never_arrives() -> None:
 
 
 def test_an_arriving_pod_replaces_its_in_flight_entry_without_double_counting() -> None:
-    from webhook.core.objects import pod_record
+    from webhook.core.model.objects import pod_record
 
     state = cluster(*NODES, queue("q", '{"NVIDIA-H200": 2}'))
     first = request(pod("a"))

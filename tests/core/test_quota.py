@@ -1,7 +1,7 @@
 import pytest
 
-from webhook.core.cards import units
-from webhook.core.quota import AnnotationError, parse_card_request, parse_quota
+from webhook.core.model.cards import units
+from webhook.core.model.quota import AnnotationError, parse_card_request, parse_quota
 
 KEY = "volcano.sh/card.quota"
 

@@ -8,7 +8,7 @@ from itertools import combinations, product
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.core.reclaim import INFERENCE, TRAINING, Gang, choose, victims, why_not
+from webhook.core.model.reclaim import INFERENCE, TRAINING, Gang, choose, victims, why_not
 
 H200, R4090 = "NVIDIA-H200", "NVIDIA-GeForce-RTX-4090"
 NODES = ("n0", "n1", "n2")

@@ -8,14 +8,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.builders import GPU, H200, H800, cluster, node, owner, pod, queue, request, shared
-from webhook.core import admission, ingest
-from webhook.core.cards import UNIT, amount
-from webhook.core.demand import BadDemand, PodDemand, pod_demand
-from webhook.core.objects import pod_template_of
-from webhook.core.policy import Policy
-from webhook.core.state import ClusterState
-from webhook.core.usage import queue_usage
-from webhook.core.verdicts import Allowed, Denied
+from webhook.core.decide import admission
+from webhook.core.index import ingest
+from webhook.core.index.state import ClusterState
+from webhook.core.index.usage import queue_usage
+from webhook.core.model.cards import UNIT, amount
+from webhook.core.model.demand import BadDemand, PodDemand, pod_demand
+from webhook.core.model.objects import pod_template_of
+from webhook.core.model.policy import Policy
+from webhook.core.model.verdicts import Allowed, Denied
 
 # H200 nodes with 141 GiB cards, H800 with 80 GiB (the label is MiB per card).
 NODES = (node("h200", H200, 8, memory=144384), node("h800", H800, 8, memory=81920))
@@ -280,7 +281,7 @@ def test_shared_tallies_stay_exact_and_never_pass_a_quota(
 
 
 def test_status_shows_nodes_that_share_their_cards_and_queues_in_fractions() -> None:
-    from webhook.core.report import cluster_status, status_table
+    from webhook.core.decide.report import cluster_status, status_table
 
     vgpu = node(
         "v0", H800, 4, memory=81920, **{"volcano.sh/vgpu-number": "40", "volcano.sh/vgpu-memory": "327680"}
@@ -311,7 +312,7 @@ def test_headroom_of_a_shared_deployment_counts_its_fraction() -> None:
     import time
 
     from tests.builders import deployment, replicaset
-    from webhook import headroom
+    from webhook.tools import headroom
 
     limits = {"volcano.sh/vgpu-number": "1", "volcano.sh/vgpu-cores": "33", "volcano.sh/vgpu-memory": "20480"}
     dep = deployment("embed", 3, card=H800)

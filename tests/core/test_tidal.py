@@ -9,10 +9,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.builders import H200, R4090, cluster, node, owner, pod, podgroup, queue
-from webhook.core import objects, reclaim, tidal
-from webhook.core.cards import UNIT
-from webhook.core.reclaim import Taken
-from webhook.core.state import ClusterState
+from webhook.core.decide import tidal
+from webhook.core.index.state import ClusterState
+from webhook.core.model import objects, reclaim
+from webhook.core.model.cards import UNIT
+from webhook.core.model.reclaim import Taken
 
 RS = owner("ReplicaSet", "web-1", "uid-rs-web-1")
 

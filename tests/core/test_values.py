@@ -1,13 +1,13 @@
-"""Core values are immutable to the type checker and hashable by their fields (webhook/core/values.py)."""
+"""Core values are immutable to the type checker and hashable by their fields (webhook/core/model/values.py)."""
 
 from mypy import api
 
-from webhook.core.cards import CardSpec
-from webhook.core.verdicts import Hold
+from webhook.core.model.cards import CardSpec
+from webhook.core.model.verdicts import Hold
 
 SNIPPET = """
-from webhook.core.cards import CardSpec
-from webhook.core.verdicts import Hold
+from webhook.core.model.cards import CardSpec
+from webhook.core.model.verdicts import Hold
 
 hold = Hold("k", "q", CardSpec(("A",)), 1, 1)
 hold.pods = 2

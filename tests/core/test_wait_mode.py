@@ -10,12 +10,13 @@ import pytest
 from tests.builders import H200, R4090, cluster, node, owner, pod, podgroup, queue, request, scale_request
 from tests.builders import deployment as deployment_obj
 from tests.builders import replicaset as replicaset_obj
-from webhook.core import admission, calls, keys, patches, report
-from webhook.core.cards import UNIT
-from webhook.core.objects import pod_record, podgroup_record
-from webhook.core.state import ClusterState
-from webhook.core.usage import queue_usage
-from webhook.core.verdicts import Allowed, Denied
+from webhook.core.decide import admission, calls, patches, report
+from webhook.core.index.state import ClusterState
+from webhook.core.index.usage import queue_usage
+from webhook.core.model import keys
+from webhook.core.model.cards import UNIT
+from webhook.core.model.objects import pod_record, podgroup_record
+from webhook.core.model.verdicts import Allowed, Denied
 
 NODES = [node("h200", H200), node("r4090", R4090)]
 

@@ -21,9 +21,9 @@ from tests.builders import (
     template,
     vcjob,
 )
-from webhook.core import admission
-from webhook.core.state import ClusterState
-from webhook.core.verdicts import Allowed, Denied
+from webhook.core.decide import admission
+from webhook.core.index.state import ClusterState
+from webhook.core.model.verdicts import Allowed, Denied
 
 
 def inference(running: int = 6, pending: int = 1) -> ClusterState:
@@ -285,7 +285,7 @@ def test_a_standalone_replicaset_scale_up_is_checked() -> None:
 
 
 def test_pods_admitted_under_a_scale_up_are_counted_once_when_they_arrive() -> None:
-    from webhook.core.objects import pod_record
+    from webhook.core.model.objects import pod_record
 
     state = inference(running=2, pending=0)  # 6 free
     up = scale_request("chat", 2, 5)  # holds 3

@@ -10,7 +10,7 @@ from typing import Any
 
 from tests.e2e.cluster import RUNS_FOR, ControlPlane, wait_for
 from tests.e2e.objects import SELECTOR, card_queue, deployment_of
-from webhook.core import keys
+from webhook.core.model import keys
 
 H200, H800 = "NVIDIA-H200", "NVIDIA-H800"
 R4090, R4090D = "NVIDIA-GeForce-RTX-4090", "NVIDIA-GeForce-RTX-4090-D"

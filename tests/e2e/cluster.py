@@ -518,7 +518,7 @@ def up() -> None:
 
 def _serve_webhook(plane: ControlPlane) -> subprocess.Popen[bytes]:
     from tests.e2e.registration import configurations
-    from webhook import devcerts
+    from webhook.tools import devcerts
 
     certs = devcerts.ensure_dev_certs(STATE / "webhook-certs")
     port = free_port()

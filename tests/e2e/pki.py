@@ -3,7 +3,7 @@
 One CA signs: the kube-apiserver serving certificate, an admin client certificate
 (``O=system:masters``), and the webhook serving certificate (IP SAN 127.0.0.1, which the API
 server requires: it ignores the CN). A separate RSA key signs service-account tokens. The builders
-are the product's own (``webhook.devcerts``).
+are the product's own (``webhook.tools.devcerts``).
 """
 
 import sys
@@ -12,7 +12,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
-from webhook import devcerts
+from webhook.tools import devcerts
 
 FILES = (
     "ca.crt",

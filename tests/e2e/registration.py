@@ -4,7 +4,7 @@ import base64
 from pathlib import Path
 from typing import Any
 
-from webhook.core import keys
+from webhook.core.model import keys
 
 APPS = ["deployments", "statefulsets", "replicasets"]
 WEBHOOK_USER = "cardquota-admin"  # the user of the control plane's kubeconfig, the webhook's too

@@ -17,11 +17,12 @@ from typing import Any
 import httpx
 from cryptography import x509
 
-from webhook import devcerts, server
-from webhook.forward import Forwarder
-from webhook.metrics import Metrics
-from webhook.sources import StateSource
-from webhook.tls import CertStore
+from webhook.cluster.sources import StateSource
+from webhook.serve import server
+from webhook.serve.forward import Forwarder
+from webhook.serve.metrics import Metrics
+from webhook.serve.tls import CertStore
+from webhook.tools import devcerts
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER = ROOT / "examples" / "cluster"

@@ -16,14 +16,14 @@ from prometheus_client import generate_latest
 
 from tests.builders import H200, H800, batch_job, node, pod, queue
 from tests.edges.test_fuzz import json_values, paths, replaced
-from webhook.cache import KINDS, Backoff, Expired, Informer, Kind, Unavailable, kind_of
-from webhook.core.cards import units
-from webhook.core.policy import Policy
-from webhook.core.report import cluster_status
-from webhook.core.state import ClusterState
-from webhook.metrics import Metrics
-from webhook.snapshot import build_state
-from webhook.sources import LiveSource
+from webhook.cluster.cache import KINDS, Backoff, Expired, Informer, Kind, Unavailable, kind_of
+from webhook.cluster.snapshot import build_state
+from webhook.cluster.sources import LiveSource
+from webhook.core.decide.report import cluster_status
+from webhook.core.index.state import ClusterState
+from webhook.core.model.cards import units
+from webhook.core.model.policy import Policy
+from webhook.serve.metrics import Metrics
 
 POD = next(k for k in KINDS if k.name == "Pod")
 QUEUE = next(k for k in KINDS if k.name == "Queue")

@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 
 from tests.builders import H200, batch_job, cluster, node, owner, pod, podgroup, queue, replicaset, request
-from webhook.cache import Kind, Unavailable
-from webhook.caller import LineCaller
-from webhook.core import admission, keys
-from webhook.core.objects import pod_record
-from webhook.core.state import ClusterState
-from webhook.core.verdicts import Denied
+from webhook.cluster.cache import Kind, Unavailable
+from webhook.cluster.caller import LineCaller
+from webhook.core.decide import admission
+from webhook.core.index.state import ClusterState
+from webhook.core.model import keys
+from webhook.core.model.objects import pod_record
+from webhook.core.model.verdicts import Denied
 
 
 class Api:

@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from tests.builders import R4090, cluster, node, pod, queue
-from webhook import review
-from webhook.core.verdicts import Allowed, Denied
+from webhook.core.model.verdicts import Allowed, Denied
+from webhook.serve import review
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 SCALE = (DATA / "scale-subresource.review.json").read_bytes()

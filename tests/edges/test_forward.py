@@ -14,10 +14,12 @@ from prometheus_client import generate_latest
 
 from tests.edges.serving import CLUSTER, REVIEWS, client_context, free_port, serve_in_thread
 from tests.edges.test_server import FakeSource
-from webhook import devcerts, review, snapshot
-from webhook.core.state import ClusterState
-from webhook.forward import FORWARDED_HEADER, Forwarder, Unreachable
-from webhook.metrics import Metrics
+from webhook.cluster import snapshot
+from webhook.core.index.state import ClusterState
+from webhook.serve import review
+from webhook.serve.forward import FORWARDED_HEADER, Forwarder, Unreachable
+from webhook.serve.metrics import Metrics
+from webhook.tools import devcerts
 
 
 class Leader(FakeSource):

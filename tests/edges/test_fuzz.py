@@ -17,8 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.edges.serving import CLUSTER, REVIEWS, Process, serve_process
-from webhook import review, snapshot
-from webhook.cli import example_files
+from webhook.cluster import snapshot
+from webhook.serve import review
+from webhook.tools.cli import example_files
 
 EXAMPLES = [
     (path.name, webhook, json.loads(path.read_bytes())) for path, webhook, _ in example_files(REVIEWS.parent)

@@ -13,10 +13,11 @@ from hypothesis import strategies as st
 
 from tests.builders import H200, H800, cluster, deployment, node, pod, queue, scale_request, statefulset
 from tests.edges.serving import CLUSTER, ROOT
-from webhook import headroom, snapshot
-from webhook.core import admission
-from webhook.core.verdicts import Allowed
+from webhook.cluster import snapshot
+from webhook.core.decide import admission
+from webhook.core.model.verdicts import Allowed
 from webhook.errors import ConfigError
+from webhook.tools import headroom
 
 
 @pytest.mark.parametrize(

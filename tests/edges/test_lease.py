@@ -8,7 +8,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook.lease import LeaderElector, LeaseConflict, LeaseUnavailable, ServingLabel
+from webhook.cluster.lease import LeaderElector, LeaseConflict, LeaseUnavailable, ServingLabel
 
 
 class Store:

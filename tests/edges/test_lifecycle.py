@@ -19,7 +19,7 @@ from tests.edges.serving import (
     serve_process,
     served_serial,
 )
-from webhook import devcerts
+from webhook.tools import devcerts
 
 GOOD = (REVIEWS / "pod-cpu-only.json").read_bytes()
 

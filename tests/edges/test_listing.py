@@ -21,9 +21,10 @@ from hypothesis import strategies as st
 from tests.builders import H200, H800, owner, pod
 from tests.edges.test_cache import POD, Scripted, informer, run_script, versioned
 from tests.edges.test_fuzz import json_values, paths, replaced
-from webhook import listing
-from webhook.core import ingest, keys, objects, shapes
-from webhook.core.compact import Pool
+from webhook.cluster import listing
+from webhook.core.index import ingest
+from webhook.core.model import keys, objects, shapes
+from webhook.core.model.compact import Pool
 
 RECORDED = orjson.loads((Path(__file__).parents[1] / "bench" / "recorded" / "pod.json").read_bytes())
 SIDECAR = {"name": "s", "restartPolicy": "Always", "resources": {"limits": {"nvidia.com/gpu": "1"}}}

@@ -6,7 +6,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.builders import H200, cluster, node, pod, queue
-from webhook.metrics import Metrics
+from webhook.serve.metrics import Metrics
 from webhook.settings import ServeSettings
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "operations.md").read_text()

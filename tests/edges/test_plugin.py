@@ -7,8 +7,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from webhook import plugin
 from webhook.errors import ConfigError
+from webhook.tools import plugin
 
 GOOD = {
     "apiVersion": "v1",
@@ -78,7 +78,7 @@ def example_cluster(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Path:
     """The plugin on the bundled example cluster instead of a live one; returns a kubeconfig whose
     current context's namespace is team-a."""
     from webhook import main as main_module
-    from webhook import snapshot
+    from webhook.cluster import snapshot
 
     def example(kubeconfig: object, policy: object, timeout: float, context: str | None = None) -> object:
         CONTEXTS.append(context)

@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from webhook.cache import Unavailable
-from webhook.probe import ProbeFailed, judge, probe
+from webhook.cluster.cache import Unavailable
+from webhook.serve.probe import ProbeFailed, judge, probe
 
 OURS = json.dumps(
     {

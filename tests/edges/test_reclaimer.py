@@ -11,10 +11,12 @@ import pytest
 
 from tests.builders import R4090, cluster, request
 from tests.core.test_tidal import NODES, gang, inference, job_ref, serve_queue, train_queue
-from webhook.core import admission, ingest, keys, report, tidal
-from webhook.core.state import ClusterState
-from webhook.core.verdicts import Allowed, Denied
-from webhook.reclaimer import Reclaimer
+from webhook.cluster.reclaimer import Reclaimer
+from webhook.core.decide import admission, report, tidal
+from webhook.core.index import ingest
+from webhook.core.index.state import ClusterState
+from webhook.core.model import keys
+from webhook.core.model.verdicts import Allowed, Denied
 
 
 class Api:

@@ -14,13 +14,15 @@ import pytest
 
 from tests.builders import H200, H800, cluster, node, pod, queue
 from tests.edges.serving import CLUSTER, REVIEWS, Process, client_context, serve_in_thread, serve_process
-from webhook import devcerts, review, snapshot
-from webhook.cli import example_files
-from webhook.core import feasibility
-from webhook.core.state import ClusterState
+from webhook.cluster import snapshot
+from webhook.core.index.state import ClusterState
+from webhook.core.model import feasibility
 from webhook.errors import ConfigError
+from webhook.serve import review
+from webhook.serve.tls import CertStore
 from webhook.settings import ServeSettings
-from webhook.tls import CertStore
+from webhook.tools import devcerts
+from webhook.tools.cli import example_files
 
 
 @pytest.fixture(scope="module")

@@ -2,9 +2,9 @@ from pathlib import Path
 
 import pytest
 
-from webhook.core.cards import units
+from webhook.cluster.snapshot import load_snapshot
+from webhook.core.model.cards import units
 from webhook.errors import SnapshotError
-from webhook.snapshot import load_snapshot
 
 NODE = """
 apiVersion: v1
@@ -78,7 +78,7 @@ def test_malformed_files_name_the_file_and_document(tmp_path: Path, text: str, s
 
 
 def test_status_shows_skipped_objects_as_notes(tmp_path: Path) -> None:
-    from webhook.core.report import cluster_status, status_table
+    from webhook.core.decide.report import cluster_status, status_table
 
     write(tmp_path, "misc.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c}\n")
     assert "skipped v1 ConfigMap" in status_table(cluster_status(load_snapshot(tmp_path)))

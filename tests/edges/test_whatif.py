@@ -13,10 +13,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.edges.serving import CLUSTER, REVIEWS, ROOT
-from webhook import review, snapshot, whatif
-from webhook.cli import example_files, policy_of
-from webhook.core.verdicts import Denied
+from webhook.cluster import snapshot
+from webhook.core.model.verdicts import Denied
 from webhook.errors import SnapshotError
+from webhook.serve import review
+from webhook.tools import whatif
+from webhook.tools.cli import example_files, policy_of
 
 FLAGS = {path: flags for path, _, flags in example_files(REVIEWS.parent)}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.edges.serving import CLUSTER, REVIEWS, ROOT, Process
-from webhook import devcerts
+from webhook.tools import devcerts
 
 NOBODY = 65534
 UNTRACKED = shutil.ignore_patterns(

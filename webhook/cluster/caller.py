@@ -1,0 +1,244 @@
+"""The serving replica calls the next in line (SPEC §5c): the edge of ``core.calls``.
+
+Every ``interval`` seconds, while this replica serves, it asks the core whom the freed cards go to.
+A called workload (deny mode) gets our ``called`` annotation, an update its controller reacts to at
+once, so its refused creates are retried now instead of after its back-off, and an Event saying so;
+a released pod (wait mode) has our scheduling gate removed (an ``A|B`` pod its model set) by one
+JSON Patch that first tests the gate and the version it was read at, and an Event. The cards stay
+held in the ledger meanwhile. Then the waiting marks are brought in line with the waiting line, so
+that a restarted or new leader rebuilds the same line from the cluster; a pod that starts waiting
+is told where it stands by an Event. A write that fails is logged and tried again on a later pass;
+a call whose write fails gives its cards back at once.
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from webhook.cluster import cache
+from webhook.core.decide import calls, patches
+from webhook.core.index.line import CALLED_KINDS, Waiter, ordinal
+from webhook.core.index.state import ClusterState
+from webhook.core.model import keys
+from webhook.core.model.cards import amount
+from webhook.core.model.objects import PodRecord, WorkloadRecord, moment
+
+log = logging.getLogger(__name__)
+CALLED = "CardQuotaCalled"
+WAITING = "CardQuotaWaiting"
+RELEASED = "CardQuotaReleased"
+REFUSED = "CardQuotaEnqueueRefused"
+TELL_EVERY = 60.0  # seconds between two Events about one PodGroup refused at enqueue
+MARK_PATIENCE = 10.0  # seconds a written mark is trusted to reach the cache before it is written again
+
+
+class LineCaller:
+    def __init__(
+        self,
+        state: ClusterState,
+        transport: cache.Transport,
+        serving: Callable[[], bool],
+        interval: float = 0.25,
+        clock: Callable[[], float] = time.time,
+        on_served: Callable[[Waiter, float], None] = lambda waiter, waited: None,
+    ) -> None:
+        self.state, self.transport, self.serving = state, transport, serving
+        self.interval, self.clock, self.on_served = interval, clock, on_served
+        self._written: dict[str, tuple[str | None, float]] = {}  # uid -> (mark, when written)
+        self._standing: dict[str, Waiter] = {}  # the line at the last pass, by key
+        self._told: dict[str, float] = {}  # PodGroup key -> when its refusal was last told
+        self._started = clock()
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            if self.serving():
+                await self.once()
+            else:
+                self._standing = {}
+
+    async def once(self) -> None:
+        now = self.clock()
+        self._served(now)
+        await self._tell_new()
+        await self._tell_refusals(now)
+        for call in calls.call_next(self.state, now):
+            await (self._release(call, now) if call.waiter.pod else self._call(call, now))
+        for mark in calls.marks(self.state):
+            await self._mark(mark, now)
+
+    def _served(self, now: float) -> None:
+        """Report each waiter that left the line since the last pass with its workload still
+        there: it has its pods, whether called or served by its controller's own retry (or it
+        wants no more). A deleted workload was not served."""
+        standing = {waiter.key: waiter for waiter in self.state.line}
+        groups = {g.uid for g in self.state.podgroups.values()} if self._standing else set()
+        for key, waiter in self._standing.items():
+            there = key in self.state.workloads_by_uid or key in self.state.pods or key in groups
+            if key not in standing and there:
+                self.on_served(waiter, max(0.0, now - waiter.since))
+        self._new = [w for k, w in standing.items() if w.pod and k not in self._standing]
+        self._standing = standing
+
+    async def _tell_new(self) -> None:
+        """An Event on each pod that started waiting under our gate since the last pass (a new
+        leader does not repeat those its predecessor told)."""
+        for waiter in self._new:
+            pod = self.state.pods.get(waiter.key)
+            if pod is None or waiter.since < self._started - MARK_PATIENCE:
+                continue
+            waiters = self.state.line.line(waiter.queue)
+            place = waiters.index(waiter) + 1 if waiter in waiters else len(waiters) + 1
+            message = (
+                f'waits {ordinal(place)} in queue "{waiter.queue}"\'s line for {_cards(waiter)}, held'
+                f" under the scheduling gate {keys.GATE}: the card-quota webhook releases it the moment"
+                " its cards free"
+            )
+            await self._pod_event(pod, WAITING, message)
+
+    async def _tell_refusals(self, now: float) -> None:
+        """An Event on each PodGroup refused at enqueue, and on its Volcano Job (what ``kubectl
+        describe vcjob`` shows), at most once a minute per group."""
+        refusals, self.state.refusals = self.state.refusals, {}
+        for key, message in refusals.items():
+            group = self.state.podgroups.get(key)
+            if group is None or now - self._told.get(key, -TELL_EVERY) < TELL_EVERY:
+                continue
+            self._told[key] = now
+            involved = [
+                {
+                    "apiVersion": "scheduling.volcano.sh/v1beta1",
+                    "kind": "PodGroup",
+                    "name": group.name,
+                    "uid": group.uid,
+                }
+            ]
+            owner = group.owner
+            if owner is not None and owner.kind == "Job" and owner.api_version.startswith("batch.volcano.sh"):
+                involved.append(
+                    {"apiVersion": owner.api_version, "kind": "Job", "name": owner.name, "uid": owner.uid}
+                )
+            for target in involved:
+                try:
+                    await self.transport.record_event(group.namespace, target, REFUSED, message, "Warning")
+                except cache.Unavailable as exc:
+                    log.warning("could not record an Event", extra={"podgroup": key, "error": str(exc)})
+        for key in [k for k, at in self._told.items() if now - at >= TELL_EVERY]:
+            del self._told[key]
+
+    async def _call(self, call: calls.Call, now: float) -> None:
+        waiter = call.waiter
+        if waiter.group:  # the scheduler retries it every period: its cards are held until then
+            log.info(
+                "held cards for a PodGroup's next enqueue",
+                extra={"podgroup": waiter.what, "queue": waiter.queue, "card": _cards(waiter)},
+            )
+            return
+        workload = self.state.workloads_by_uid.get(waiter.key)
+        kind = _kind(workload)
+        if workload is None or kind is None:
+            self.state.ledger.settle(waiter.hold, call.pods)
+            return
+        stamp = moment(now)
+        try:
+            found = await self.transport.annotate(
+                kind, workload.namespace, workload.name, {keys.CALLED: stamp}
+            )
+        except cache.Unavailable as exc:
+            found = False
+            log.warning(
+                "could not call a waiting workload", extra={"workload": waiter.what, "error": str(exc)}
+            )
+        if not found:
+            self.state.ledger.settle(waiter.hold, call.pods)  # its cards go back to the line
+            return
+        waited = max(0.0, now - waiter.since)
+        log.info(
+            "called a waiting workload",
+            extra={
+                "workload": waiter.what,
+                "queue": waiter.queue,
+                "pods": call.pods,
+                "waited_s": round(waited, 1),
+            },
+        )
+        message = (
+            f'cards freed in queue "{waiter.queue}": {call.pods} of its pods ({_cards(waiter)} each) may be'
+            f" created now, held for it {self.state.policy.in_flight_ttl:g} s; it waited {_duration(waited)}"
+        )
+        await self._event(workload, CALLED, message)
+
+    async def _release(self, call: calls.Call, now: float) -> None:
+        waiter = call.waiter
+        pod = self.state.pods.get(waiter.key)
+        try:
+            live = await self.transport.get(cache.PODS, pod.namespace, pod.name) if pod else None
+            ops = patches.release_patch(self.state, live, call.card) if live else None
+            done = ops is not None and await self.transport.patch(cache.PODS, pod.namespace, pod.name, ops)  # type: ignore[union-attr]
+        except cache.Unavailable as exc:
+            done = False
+            log.warning("could not release a waiting pod", extra={"pod": waiter.what, "error": str(exc)})
+        if not done or pod is None:
+            self.state.ledger.settle(waiter.hold, call.pods)  # its cards go back to the line
+            return
+        waited = max(0.0, now - waiter.since)
+        card = f"{amount(waiter.per_pod)} {call.card}" if call.card else _cards(waiter)
+        log.info(
+            "released a waiting pod",
+            extra={"pod": waiter.what, "queue": waiter.queue, "card": card, "waited_s": round(waited, 1)},
+        )
+        message = (
+            f'cards freed in queue "{waiter.queue}": released to run on {card}; it waited {_duration(waited)}'
+        )
+        await self._pod_event(pod, RELEASED, message)
+
+    async def _pod_event(self, pod: PodRecord, reason: str, message: str) -> None:
+        involved = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
+        try:
+            await self.transport.record_event(pod.namespace, involved, reason, message)
+        except cache.Unavailable as exc:
+            log.warning("could not record an Event", extra={"pod": pod.key, "error": str(exc)})
+
+    async def _mark(self, mark: calls.Mark, now: float) -> None:
+        workload = self.state.workload(mark.kind, mark.namespace, mark.name)
+        kind = _kind(workload)
+        if workload is None or kind is None:
+            return
+        written = self._written.get(workload.uid)
+        if written is not None and written[0] == mark.text and now - written[1] < MARK_PATIENCE:
+            return  # written already; the cache has not shown it yet
+        try:
+            await self.transport.annotate(kind, mark.namespace, mark.name, {keys.WAITING: mark.text})
+        except cache.Unavailable as exc:
+            log.warning("could not write a waiting mark", extra={"workload": mark.name, "error": str(exc)})
+            return
+        self._written[workload.uid] = (mark.text, now)
+
+    async def _event(self, workload: WorkloadRecord, reason: str, message: str) -> None:
+        kind = _kind(workload)
+        involved = {
+            "apiVersion": kind.api_version if kind else "apps/v1",
+            "kind": kind.name if kind else workload.kind,
+            "name": workload.name,
+            "uid": workload.uid,
+        }
+        try:
+            await self.transport.record_event(workload.namespace, involved, reason, message)
+        except cache.Unavailable as exc:
+            log.warning("could not record an Event", extra={"workload": workload.name, "error": str(exc)})
+
+
+def _kind(workload: WorkloadRecord | None) -> cache.Kind | None:
+    if workload is None:
+        return None
+    return next((k for k in cache.KINDS if k.record == workload.kind and k.record in CALLED_KINDS), None)
+
+
+def _cards(waiter: Waiter) -> str:
+    return f"{amount(waiter.per_pod)} {waiter.spec.text}"
+
+
+def _duration(seconds: float) -> str:
+    minutes, rest = divmod(int(seconds), 60)
+    return f"{minutes}m{rest:02d}s" if minutes else f"{rest}s"

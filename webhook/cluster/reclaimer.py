@@ -1,0 +1,265 @@
+"""Tidal reclaim (SPEC §5e): the edge of ``core.tidal``, run by the serving replica.
+
+Every ``interval`` seconds, while this replica serves, it asks the core which admitted pods wait for
+cards of their model that no node has free (for ``after`` seconds at least) and which whole training
+gangs give them back. A gang is evicted whole or not at all: every pod of it is first evicted with
+``dryRun`` (the API server answers as it would, PodDisruptionBudgets included), and only when none is
+refused are they evicted for real, each with its own grace period. A gang a budget protects is
+reported and left out for ``PROTECTED_FOR`` seconds; the next pass picks others.
+
+A reclaim in flight is not repeated: its gang is "leaving" (its cards count as freeing) until its
+pods are gone, and the state holds what was taken (``state.reclaims``), so the enqueue gate keeps
+the evicted PodGroup Pending while the pods its cards went to wait unbound. Every reclaim is told
+by an Event on the victim's PodGroup (and its Volcano Job) and on each beneficiary pod, and counted;
+a dry run (the cluster's setting or the queue's) only reports, once a minute per queue and model.
+"""
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from webhook.cluster import cache
+from webhook.core.decide import tidal
+from webhook.core.index.state import ClusterState
+from webhook.core.model import keys
+from webhook.core.model.cards import amount
+from webhook.core.model.objects import reclaim_text
+from webhook.core.model.reclaim import Gang, Taken
+from webhook.core.model.values import value_class
+
+log = logging.getLogger(__name__)
+PODGROUPS = next(k for k in cache.KINDS if k.plural == "podgroups")
+RECLAIMED = "CardQuotaReclaimed"
+RECLAIMING = "CardQuotaReclaiming"
+NOT_RECLAIMED = "CardQuotaNotReclaimed"
+PROTECTED_FOR = 60.0  # seconds a gang a PodDisruptionBudget protects is left out
+TELL_EVERY = 60.0  # seconds between two reports of one queue's dry run or blocked reclaim
+HOLD_FOR = 300.0  # seconds at most the cards stay held for the beneficiaries (victims' grace included)
+
+
+@value_class
+class Flight:
+    """A gang being evicted: its pods (namespace/name) leave, its cards go to ``plan``'s pods."""
+
+    gang: Gang
+    plan: tidal.Plan
+    since: float
+    uids: frozenset[str]  # its pods when evicted
+
+
+class Reclaimer:
+    def __init__(
+        self,
+        state: ClusterState,
+        transport: cache.Transport,
+        serving: Callable[[], bool],
+        interval: float = 0.5,
+        after: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        on_reclaim: Callable[[str, str, int], None] = lambda card, outcome, cards: None,
+        on_bound: Callable[[float], None] = lambda seconds: None,
+    ) -> None:
+        self.state, self.transport, self.serving = state, transport, serving
+        self.interval, self.after, self.clock = interval, after, clock
+        self.on_reclaim, self.on_bound = on_reclaim, on_bound
+        self.flights: dict[str, Flight] = {}  # gang key -> its eviction
+        self._seen: dict[str, float] = {}  # pod uid -> first seen waiting for cards no node had free
+        self._protected: dict[str, float] = {}  # gang key -> until when a budget keeps it out
+        self._told: dict[tuple[str, str], float] = {}  # (queue, card) -> last report
+        self._done: list[str] = []  # PodGroups whose hold is over, their marks to remove
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)
+            if self.serving():
+                try:
+                    await self.once()
+                except cache.Unavailable as exc:
+                    log.warning("tidal reclaim: the API server is unavailable", extra={"error": str(exc)})
+                except Exception:  # a bug must not stop reclaim for good, nor the cache beside it
+                    log.exception("tidal reclaim: a pass failed; the next one starts afresh")
+
+    async def once(self) -> None:
+        now = self.clock()
+        self._land(now)
+        while self._done:  # holds over: their marks go
+            await self._mark(self._done.pop(), None)
+        unbound = self.state.charged.unbound()
+        self._seen = {uid: at for uid, at in self._seen.items() if uid in unbound}
+        self._protected = {key: until for key, until in self._protected.items() if until > now}
+
+        def ready(uid: str) -> bool:
+            return now - self._seen.setdefault(uid, now) >= self.after
+
+        leaving: set[str] = set()
+        for flight in self.flights.values():
+            leaving.add(flight.gang.key)
+            leaving.update(flight.gang.pods)
+        for plan in tidal.plan(self.state, now, ready, leaving, set(self._protected)):
+            if plan.victims is None:
+                await self._tell_blocked(plan, now)
+            elif plan.mode == "dry-run":
+                await self._tell_dry_run(plan, now)
+            else:
+                await self._reclaim(plan, now)
+
+    def _land(self, now: float) -> None:
+        """Forget the flights whose gangs are gone, and the holds whose pods are bound or gone,
+        timing each beneficiary from its first wait to its binding."""
+        for key, flight in list(self.flights.items()):
+            there = any(uid in self.state.pods and self.state.pods[uid].is_live for uid in flight.uids)
+            if not there or now - flight.since > HOLD_FOR:
+                del self.flights[key]
+        for key, taken in list(self.state.reclaims.items()):
+            if tidal.holding(self.state, key, now) is None:
+                del self.state.reclaims[key]
+                self._done.append(key)
+                for uid in taken.for_pods:
+                    pod = self.state.pods.get(uid)
+                    if pod is not None and pod.node_name and uid in self._seen:
+                        self.on_bound(now - self._seen.pop(uid))
+
+    async def _reclaim(self, plan: tidal.Plan, now: float) -> None:
+        assert plan.victims is not None
+        for gang in plan.victims:
+            refused = await self._refusal(gang)
+            if refused:
+                self._protected[gang.key] = now + PROTECTED_FOR
+                self.on_reclaim(plan.card, "protected", gang.total)
+                message = (
+                    f'not evicted for queue "{plan.queue}"\'s pods waiting for {plan.card}: {refused};'
+                    f" it is left alone for {PROTECTED_FOR:g} s, none of its pods evicted"
+                )
+                log.warning("tidal reclaim: a gang is protected", extra={"gang": gang.key, "why": refused})
+                await self._gang_event(gang, NOT_RECLAIMED, message, "Warning")
+                continue
+            await self._evict(gang, plan, now)
+
+    async def _mark(self, key: str, text: str | None) -> None:
+        """Write (or with None remove) the reclaim mark on a PodGroup: the hold survives a failover."""
+        group = self.state.podgroups.get(key)
+        if group is None:
+            return
+        try:
+            await self.transport.annotate(PODGROUPS, group.namespace, group.name, {keys.RECLAIMED: text})
+        except cache.Unavailable as exc:
+            log.warning("could not write a reclaim mark", extra={"podgroup": key, "error": str(exc)})
+
+    async def _refusal(self, gang: Gang) -> str:
+        """Why evicting ``gang`` whole would be refused now (a dry run of each pod), or ""."""
+        for key in gang.pods:
+            namespace, _, name = key.partition("/")
+            refused = await self.transport.evict(namespace, name, dry_run=True)
+            if refused:
+                return f"evicting pod {key} is refused: {refused}"
+        return ""
+
+    async def _evict(self, gang: Gang, plan: tidal.Plan, now: float) -> None:
+        keys = set(gang.pods)
+        members = self.state.charged.in_group(gang.key) or self.state.pods
+        uids = frozenset(
+            uid for uid in members if uid in self.state.pods and self.state.pods[uid].key in keys
+        )
+        self.flights[gang.key] = Flight(gang, plan, now, uids)
+        taken = Taken(plan.card, gang.total, plan.queue, plan.pods, now + HOLD_FOR)
+        self.state.reclaims[gang.key] = taken
+        await self._mark(gang.key, reclaim_text(taken))  # first: a new leader holds it too
+        for key in gang.pods:
+            namespace, _, name = key.partition("/")
+            refused = await self.transport.evict(namespace, name)
+            if refused:  # a budget changed since the dry run: the rest still go (the gang restarts whole)
+                log.warning("tidal reclaim: an eviction was refused", extra={"pod": key, "why": refused})
+        self.on_reclaim(plan.card, "evicted", gang.total)
+        beneficiaries = self._names(plan)
+        nodes = ", ".join(sorted(gang.cards))
+        log.info(
+            "tidal reclaim: evicted a gang",
+            extra={"gang": gang.key, "card": plan.card, "cards": gang.total, "for": beneficiaries},
+        )
+        await self._gang_event(
+            gang,
+            RECLAIMED,
+            f'{amount(gang.total)} {plan.card} on {nodes} taken back for queue "{plan.queue}"'
+            f" (priority {tidal.priority_of(self.state, plan.queue)}), whose pods {beneficiaries} wait for"
+            f" them: its {len(gang.pods)} pods are evicted whole; it is enqueued again once those are bound,"
+            f' as queue "{gang.queue}"\'s quota allows',
+            "Warning",
+        )
+        for uid in plan.pods:
+            pod = self.state.pods.get(uid)
+            if pod is None:
+                continue
+            involved = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
+            message = (
+                f'takes back {amount(gang.total)} {plan.card} from {_what(gang)} (queue "{gang.queue}",'
+                f" priority {gang.queue_priority}): its {len(gang.pods)} pods are evicted"
+            )
+            await self._event(pod.namespace, involved, RECLAIMING, message)
+
+    async def _tell_blocked(self, plan: tidal.Plan, now: float) -> None:
+        if not self._due(plan, now):
+            return
+        self.on_reclaim(plan.card, "nothing to take", 0)
+        message = f"no card of {plan.card} can be taken back for it: {plan.why}"
+        for uid in plan.pods:
+            pod = self.state.pods.get(uid)
+            if pod is not None:
+                involved = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
+                await self._event(pod.namespace, involved, NOT_RECLAIMED, message)
+
+    async def _tell_dry_run(self, plan: tidal.Plan, now: float) -> None:
+        if not self._due(plan, now):
+            return
+        self.on_reclaim(plan.card, "dry run", plan.cards)
+        victims = ", ".join(f"{_what(g)} ({amount(g.total)} {plan.card})" for g in plan.victims or ())
+        log.info("tidal reclaim (dry run): would evict", extra={"queue": plan.queue, "victims": victims})
+        for uid in plan.pods:
+            pod = self.state.pods.get(uid)
+            if pod is not None:
+                involved = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
+                await self._event(pod.namespace, involved, RECLAIMING, f"dry run: would take back {victims}")
+
+    def _due(self, plan: tidal.Plan, now: float) -> bool:
+        key = (plan.queue, plan.card)
+        if now - self._told.get(key, -TELL_EVERY) < TELL_EVERY:
+            return False
+        self._told[key] = now
+        return True
+
+    def _names(self, plan: tidal.Plan) -> str:
+        names = [self.state.pods[uid].key for uid in plan.pods if uid in self.state.pods]
+        return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+    async def _gang_event(self, gang: Gang, reason: str, message: str, kind: str = "Normal") -> None:
+        group = self.state.podgroups.get(gang.key)
+        if group is None:
+            return
+        namespace = group.namespace
+        involved = [
+            {
+                "apiVersion": "scheduling.volcano.sh/v1beta1",
+                "kind": "PodGroup",
+                "name": group.name,
+                "uid": group.uid,
+            }
+        ]
+        owner = group.owner
+        if owner is not None and owner.kind == "Job" and owner.api_version.startswith("batch.volcano.sh"):
+            involved.append(
+                {"apiVersion": owner.api_version, "kind": "Job", "name": owner.name, "uid": owner.uid}
+            )
+        for target in involved:
+            await self._event(namespace, target, reason, message, kind)
+
+    async def _event(
+        self, namespace: str, involved: dict[str, str], reason: str, message: str, kind: str = "Normal"
+    ) -> None:
+        try:
+            await self.transport.record_event(namespace, involved, reason, message, kind)
+        except cache.Unavailable as exc:
+            log.warning("could not record an Event", extra={"object": involved["name"], "error": str(exc)})
+
+
+def _what(gang: Gang) -> str:
+    return f"podgroup {gang.key}"

@@ -1,0 +1,96 @@
+"""Multi-card placement (SPEC §5b): the one model a multi-card pod is given when it is created.
+
+The capacity-card scheduler plugin enqueues a PodGroup only if all its pods fit one alternative
+of an ``A|B`` spec, and binds an ``A|B`` pod to whichever model node order picks, full or not.
+Pods whose ``card.name`` names one model it counts exactly, per model. So the pod mutation gives
+every multi-card pod one model: one that keeps the queue's demand feasible with this pod fixed
+to it (and every ancestor's), in the spec's order, preferring a model with a free card on some
+node now. No such model: the pod is left as it is, and the validation denies it.
+"""
+
+from webhook.core.decide.constraints import allowed_cards
+from webhook.core.decide.decisions import ancestors_refuse, covering, queue_refuses, volcano_task
+from webhook.core.index.state import ClusterState
+from webhook.core.index.usage import QueueUsage, queue_usage, tree_has_room
+from webhook.core.model import keys
+from webhook.core.model.cards import UNIT, CardName, CardSpec
+from webhook.core.model.demand import PodDemand, pod_demand
+from webhook.core.model.feasibility import TooComplex
+from webhook.core.model.ledger import Cover
+from webhook.core.model.objects import PodRecord
+from webhook.core.model.values import value_class
+
+
+@value_class
+class Assignment:
+    card: CardName
+    queue: str
+    free_now: bool  # some node of the model has the pod's cards free now
+    covers: Cover | None  # the flexible demand already holding the pod's cards, if any
+    task: str = ""  # the Volcano Job task whose pods all get this model
+
+
+def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assignment | None:
+    """The model for a multi-card pod (``pod.namespace`` already the request's), or None."""
+    spec = demand.spec
+    if not spec.is_multi:
+        return None
+    candidates = allowed_cards(state, pod.template, pod.node_name, spec)
+    queue = state.queue_of_pod(pod)
+    if not candidates or queue_refuses(state, queue, "", spec, demand.count) is not None:
+        return None
+    less = covering(state, pod, demand)
+    task = volcano_task(state, pod)
+    pods = 1
+    if task is not None:
+        sibling = _sibling_model(state, pod, task[0], demand)
+        if sibling is not None:  # the task's model, feasible or not: the validation decides
+            return Assignment(sibling, queue, state.free.has_free(sibling, demand.count), less, task[0])
+        if less is not None and less.origin == "reserved":  # the first pod: room for the whole task
+            pods = task[1]
+            less = Cover(less.spec, UNIT, -(-demand.count * pods // UNIT), "reserved")
+    quota = state.queues[queue].quota or {}
+    usage: QueueUsage | None = None
+    first: CardName | None = None  # the first feasible model, if none has a free card now
+    whole = less
+    if less is not None and pods > 1:
+        less = Cover(less.spec, UNIT, -(-demand.count // UNIT), "reserved")  # what this one pod's hold covers
+    name = task[0] if task else ""
+    for card in candidates:
+        size = demand.count_on(card, state.inventory)  # a shared GPU's byte share differs by model
+        if first is not None and not state.free.has_free(card, size):
+            continue  # it could only come second to ``first``
+        one = CardSpec((card,))
+        # The quick sufficient check first (every flexible pod counted on each of its models, this
+        # pod's own demand included); the exact one only when it fails.
+        if not tree_has_room(state, queue, quota, one, size * pods):
+            if usage is None:
+                usage = queue_usage(state, queue)
+                usage = usage if whole is None else usage.without(whole)
+            try:
+                if not usage.fits(one, size, pods):
+                    continue
+            except TooComplex:
+                continue
+        if ancestors_refuse(state, queue, one, size, pods, "", less=whole) is not None:
+            continue
+        if state.free.has_free(card, size):
+            return Assignment(card, queue, True, less, name)
+        first = first or card
+    return Assignment(first, queue, False, less, name) if first is not None else None
+
+
+def _sibling_model(state: ClusterState, pod: PodRecord, task: str, demand: PodDemand) -> CardName | None:
+    """The model the other pods of this Volcano Job task were assigned: held, or live in the cache."""
+    held = state.ledger.task_model(task)
+    if held is not None:
+        return held
+    name = task.rpartition("/")[2]
+    assert pod.owner is not None
+    for other in state.pods_owned_by(pod.owner.uid):
+        if other.template.annotations.get(keys.TASK_SPEC) != name:
+            continue
+        found = pod_demand(other.template, state.inventory, state.policy)
+        if isinstance(found, PodDemand) and found.origin == demand.spec:
+            return found.spec.cards[0]
+    return None

@@ -1,0 +1,130 @@
+"""Calling the next in line (SPEC §5c): when cards free, the waiters that fit now, in order.
+
+Each queue's line is walked from its head. A waiter is called for as many of its pods as fit after
+everything that still waits ahead of it (the same exact check an admission makes, the queue's
+ancestors included), and those pods are held in the in-flight ledger under the waiter's hold key,
+so no other create takes their cards while its controller retries (deny mode) or its pod is
+released (wait mode). A waiter that does not fit keeps its place, and its demand still counts
+ahead of everyone behind it: on its cards nobody overtakes it; on other cards they may go first.
+"""
+
+from collections.abc import Sequence
+from dataclasses import replace
+from functools import partial
+
+from webhook.core.decide import decisions
+from webhook.core.decide.fitting import fitting_now
+from webhook.core.index.line import Waiter
+from webhook.core.index.state import ClusterState
+from webhook.core.index.usage import queue_usage
+from webhook.core.model.cards import CardName, CardSpec
+from webhook.core.model.demand import PodDemand, pod_demand
+from webhook.core.model.feasibility import TooComplex
+from webhook.core.model.ledger import Entry
+from webhook.core.model.objects import mark_text
+from webhook.core.model.values import value_class
+from webhook.core.model.verdicts import Allowed, Decision, Denied
+
+
+@value_class
+class Call:
+    """A waiter called for ``pods`` of its pods: their cards are held for it now. ``card``: the
+    model a released ``A|B`` pod is given (its affinity narrowed to it), else None."""
+
+    waiter: Waiter
+    pods: int
+    card: CardName | None = None
+
+
+@value_class
+class Mark:
+    """A workload whose waiting mark must change: ``text`` to write, or None to remove it."""
+
+    kind: str
+    namespace: str
+    name: str
+    text: str | None
+
+
+def call_next(state: ClusterState, now: float) -> tuple[Call, ...]:
+    """Call every waiter that fits now, head first, and hold what each is called for."""
+    state.expire(now)
+    calls: list[Call] = []
+    for queue in state.line.queues():
+        waiters = state.line.line(queue)
+        for index, waiter in enumerate(waiters):
+            wanted = state.waiting_pods(waiter)
+            if wanted <= 0:
+                continue
+            if waiter.pod:
+                call = _release(state, waiter, waiters[:index], now)
+                if call is not None:
+                    calls.append(call)
+                continue
+            pods, _ = fitting_now(partial(_check, state, waiter, waiters[:index]), wanted)
+            if pods > 0:
+                _hold(state, waiter, pods, now)
+                calls.append(Call(waiter, pods))
+    return tuple(calls)
+
+
+def _release(state: ClusterState, waiter: Waiter, ahead: Sequence[Waiter], now: float) -> Call | None:
+    """A gated pod (wait mode) released when it fits after those ahead: an ``A|B`` pod on the first
+    of its models that does (the one it is then confined to), held in the ledger under its uid
+    until the cache sees it ungated."""
+    pod = state.pods.get(waiter.key)
+    demand = pod_demand(pod.template, state.inventory, state.policy) if pod is not None else None
+    if not isinstance(demand, PodDemand):
+        return None
+    if not waiter.spec.is_multi:
+        if isinstance(_check(state, waiter, ahead, 1), Denied):
+            return None
+        _hold(state, waiter, 1, now)
+        return Call(waiter, 1)
+    for card in waiter.spec.cards:
+        one = replace(waiter, spec=CardSpec((card,)), per_pod=demand.count_on(card, state.inventory))
+        if not isinstance(_check(state, one, ahead, 1), Denied):
+            _hold(state, one, 1, now)
+            return Call(waiter, 1, card)
+    return None
+
+
+def _check(state: ClusterState, waiter: Waiter, ahead: Sequence[Waiter], pods: int) -> Decision:
+    """Whether ``pods`` more pods of ``waiter`` fit after what still waits ahead of it."""
+    queue, spec, per_pod = waiter.queue, waiter.spec, waiter.per_pod
+    if decisions.queue_refuses(state, queue, waiter.what, spec, per_pod) is not None:
+        return Denied("its queue admits nothing now")
+    usage = queue_usage(state, queue, ahead=ahead)
+    try:
+        if not usage.fits(spec, per_pod, pods):
+            return Denied("no room")
+    except TooComplex:
+        return Denied("too complex to check")
+    above = decisions.ancestors_refuse(state, queue, spec, per_pod, pods, waiter.what)
+    return above if above is not None else Allowed()
+
+
+def _hold(state: ClusterState, waiter: Waiter, pods: int, now: float) -> None:
+    expires = now + state.policy.in_flight_ttl
+    entry = state.ledger.get(waiter.hold)
+    if entry is not None and entry.spec == waiter.spec and entry.per_pod == waiter.per_pod:
+        entry.pods += pods
+        entry.expires = max(entry.expires, expires)
+    else:
+        state.ledger.record(waiter.hold, Entry(waiter.queue, waiter.spec, waiter.per_pod, pods, expires))
+
+
+def marks(state: ClusterState) -> tuple[Mark, ...]:
+    """The waiting marks to write so the cluster says what the line holds: each waiting workload
+    carries its place (so a new leader rebuilds the line), and none that left it keeps one."""
+    out: list[Mark] = []
+    for uid in state.marked():
+        workload = state.workloads_by_uid.get(uid)
+        waiter = state.line.get(uid)
+        if workload is None:
+            continue
+        text = mark_text(waiter.since, waiter.priority) if waiter is not None and not waiter.pod else None
+        written = mark_text(*workload.waiting) if workload.waiting is not None else None
+        if text != written:
+            out.append(Mark(workload.kind, workload.namespace, workload.name, text))
+    return tuple(out)

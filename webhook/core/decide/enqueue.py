@@ -1,0 +1,135 @@
+"""The enqueue gate (SPEC §5d): a PodGroup's move to Inqueue, checked as the capacity-card plugin
+checks it, so that stock Volcano (no card plugin) cannot enqueue a job past its queue's card quota.
+
+Volcano's scheduler writes the phase with a plain UPDATE of the PodGroup, and its job controller
+creates a job's pods only once the phase is Inqueue. The move is allowed when the cards the group
+asks for beyond what its pods hold already (what it would reserve once enqueued) fit what is left of
+its queue, after what waits ahead in the queue's line, and of every ancestor. Like the plugin
+(``capacity_card_fn_job_enqueueable.go``: a job's ``card.request`` is checked whole, and an ``A|B``
+key must fit one of its cards alone), an ``A|B`` request is judged whole on one alternative. A group
+refused takes its place in the line; the scheduler retries every period, and a call holds the cards
+it waits for until then.
+"""
+
+from dataclasses import replace
+
+from webhook.core.decide import messages, tidal
+from webhook.core.decide.decisions import ancestors_refuse, ever_fits, queue_refuses, too_complex
+from webhook.core.index import line
+from webhook.core.index.reservations import RESERVING_PHASES
+from webhook.core.index.state import ClusterState, enqueue_key
+from webhook.core.index.usage import queue_usage
+from webhook.core.model import keys
+from webhook.core.model.cards import amount
+from webhook.core.model.feasibility import TooComplex
+from webhook.core.model.objects import PodGroupRecord, podgroup_record
+from webhook.core.model.verdicts import ENQUEUE, Allowed, Decision, Denied, Hold, Join, Request
+
+
+def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decision:
+    """A PodGroup UPDATE: the gate applies only to a move into Inqueue (or Running) from a phase that
+    reserves nothing."""
+    group = podgroup_record(request.obj)
+    old = podgroup_record(request.old_obj) if request.old_obj else None
+    if group.phase not in RESERVING_PHASES or (old is not None and old.phase in RESERVING_PHASES):
+        return Allowed("not an enqueue")
+    if not group.namespace or group.namespace == "default":
+        group = replace(group, namespace=request.namespace or group.namespace)
+    taken = tidal.holding(state, group.key, now)
+    if taken is not None:
+        message = messages.reclaimed(
+            describe(group), taken, tidal.unbound(state, taken), now, "it stays Pending"
+        )
+        return Denied(
+            message + ", then is enqueued as its quota allows",
+            queue=group.queue or keys.DEFAULT_QUEUE,
+            card=taken.card,
+            cause=ENQUEUE,
+            podgroup=group.key,
+        )
+    rest = state.unreserved(group)
+    if not rest:
+        return Allowed("its pods hold every card it asks for")
+    queue = group.queue or keys.DEFAULT_QUEUE
+    what = describe(group)
+    waiter = state.line.get(group.uid)
+    ahead = state.line.ahead(queue, waiter.place if waiter else line.place_of(0, now, group.uid))
+    usage = queue_usage(state, queue, exclude_ledger=enqueue_key(group.uid, 0), ahead=ahead)
+    holds: list[Hold] = []
+    for index, (spec, count) in enumerate(rest.items()):
+        refused = queue_refuses(state, queue, what, spec, count)
+        if refused is not None:
+            join = Join(group.uid, 0, group.key)
+            return replace(
+                refused, message=refused.message + _stays(group), join=join, cause=ENQUEUE, podgroup=group.key
+            )
+        try:
+            fits = usage.fits(spec, count, 1)
+        except TooComplex as error:
+            return too_complex(queue, what, spec, count, 1, error)
+        if not fits and not ever_fits(state, queue, spec, count):
+            whole = messages.no_room(usage, spec, what, count) + " to be enqueued"
+            return Denied(
+                f"{whole}: more than the whole quota of its queue (or of an ancestor) holds, so it stays"
+                " Pending, in no line, until the quota is raised or the job asks for less",
+                queue=queue,
+                card=spec.text,
+                cause=ENQUEUE,
+                podgroup=group.key,
+            )
+        if not fits:
+            place = line.ordinal(len(ahead) + 1)
+            message = (
+                messages.no_room(usage, spec, what, count)
+                + " to be enqueued"
+                + messages.ahead_in_line(ahead)
+                + f"; it waits {place} in the queue's line"
+                + _stays(group)
+            )
+            return Denied(
+                message,
+                queue=queue,
+                card=spec.text,
+                join=Join(group.uid, 0, group.key),
+                cause=ENQUEUE,
+                podgroup=group.key,
+            )
+        key = enqueue_key(group.uid, index)
+        above = ancestors_refuse(state, queue, spec, count, 1, what, key)
+        if above is not None:
+            stays = _stays(group)
+            return replace(
+                above,
+                message=above.message + stays,
+                join=Join(group.uid, 0, group.key),
+                cause=ENQUEUE,
+                podgroup=group.key,
+            )
+        usage = usage.plus(spec, count)
+        holds.append(Hold(key, queue, spec, count, 1))
+    text = ", ".join(f"{amount(count)} {spec.text}" for spec, count in rest.items())
+    return Allowed(
+        f"enqueued: {text} fit its queue",
+        hold=holds[0],
+        more=tuple(holds[1:]),
+        queue=queue,
+        card=next(iter(rest)).text,
+    )
+
+
+def describe(group: PodGroupRecord) -> str:
+    """``podgroup ns/name`` and, when it has one, its owner: ``(volcano job ns/train)``."""
+    text = f"podgroup {group.namespace}/{group.name}"
+    owner = group.owner
+    if owner is not None and owner.kind == "Job" and owner.api_version.startswith("batch.volcano.sh"):
+        return f"{text} (volcano job {group.namespace}/{owner.name})"
+    if owner is not None:
+        return f"{text} ({owner.kind.lower()} {group.namespace}/{owner.name})"
+    return text
+
+
+def _stays(group: PodGroupRecord) -> str:
+    owner = group.owner
+    if owner is not None and owner.kind == "Job" and owner.api_version.startswith("batch.volcano.sh"):
+        return "; it stays Pending, none of its pods created, and is enqueued the moment its cards free"
+    return "; it stays Pending and is enqueued the moment its cards free"

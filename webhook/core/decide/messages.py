@@ -1,0 +1,155 @@
+"""The one-line texts people read in kubectl, ReplicaSet and HPA events. Only the target queue's
+numbers ever appear: never another tenant's."""
+
+from collections.abc import Sequence
+
+from webhook.core.index.line import Waiter, ordinal
+from webhook.core.index.usage import CardUse, QueueUsage
+from webhook.core.model.cards import CardName, CardSpec, amount
+from webhook.core.model.feasibility import TooComplex
+from webhook.core.model.reclaim import Taken
+
+
+def breakdown(use: CardUse) -> str:
+    parts = [
+        f"{amount(n)} {label}"
+        for n, label in (
+            (use.bound, "running"),
+            (use.pending, "pending"),
+            (use.reserved, "reserved by PodGroups"),
+            (use.in_flight, "admitted, not yet seen"),
+            (use.waiting, "waiting ahead in line"),
+        )
+        if n
+    ]
+    quota = amount(use.quota)
+    return f"quota {quota}: {', '.join(parts)}" if parts else f"quota {quota}"
+
+
+def left_of(usage: QueueUsage, card: CardName) -> str:
+    """``1 NVIDIA-H200 left (quota 3: 1 running, 1 pending)``, or why there is none at all."""
+    if card not in usage.quota:
+        return f"no {card} quota"
+    use = usage.card(card)
+    return f"{amount(use.left)} {card} left ({breakdown(use)})"
+
+
+def no_room(
+    usage: QueueUsage, spec: CardSpec, what: str, per_pod: int, pods: int = 1, below: str = ""
+) -> str:
+    """Why ``pods`` pods of ``spec`` do not fit; ``what`` names the object; ``below`` names the
+    queue it asked for when ``usage`` is an ancestor's (its whole subtree's)."""
+    text = _no_room(usage, spec, what, per_pod, pods, below)
+    if usage.has_line:
+        return text  # the line's own remark says what waits
+    try:
+        waiting = usage.backlog(spec)
+    except TooComplex:
+        waiting = False  # only a remark: never worth a slow or failed message
+    if waiting:
+        text += f'; queue "{usage.queue}" already has more demand for these cards than quota: new pods wait'
+    return text
+
+
+def _no_room(usage: QueueUsage, spec: CardSpec, what: str, per_pod: int, pods: int, below: str) -> str:
+    queue = f'queue "{usage.queue}"' + (f' (above "{below}", counting all its queues)' if below else "")
+    if not spec.is_multi:
+        card = spec.cards[0]
+        if pods == 1:
+            return f"{queue} has {left_of(usage, card)}; {what} needs {amount(per_pod)}"
+        return (
+            f"{what} needs {amount(per_pod * pods)} {card} ({amount(per_pod)} per pod); {queue} has"
+            f" {_trim_card(left_of(usage, card), card)}"
+        )
+    options = ", ".join(f"{card} ({_left_short(usage, card)})" for card in spec.cards)
+    if pods == 1:
+        return f"none of {options} in {queue} can hold {what} needing {amount(per_pod)}"
+    return (
+        f"{what} needs {pods} pods of {amount(per_pod)} card(s) from {spec.text}; none of {options}"
+        f" in {queue} can hold them"
+    )
+
+
+def _left_short(usage: QueueUsage, card: CardName) -> str:
+    return f"{amount(usage.card(card).left)} left" if card in usage.quota else "no quota"
+
+
+def _trim_card(text: str, card: CardName) -> str:
+    """``1 NVIDIA-H200 left (...)`` -> ``1 left (...)`` where the card was just named."""
+    return text.replace(f" {card} left", " left", 1)
+
+
+def no_quota_annotation(queue: str, what: str, spec: CardSpec, count: int) -> str:
+    return (
+        f'queue "{queue}" has no card quota (no volcano.sh/card.quota annotation), so it may use no'
+        f" card; {what} needs {amount(count)} {spec.text}"
+    )
+
+
+def too_complex(queue: str, what: str, need: str, error: TooComplex) -> str:
+    """Why a request was denied without an answer: the exact check gave up at its guard."""
+    return (
+        f'{what} needs {need}, but the flexible card demand of queue "{queue}" ({error}) is too'
+        " tangled to check exactly in time, so it is denied to be safe; fewer distinct pod sizes or"
+        " card alternatives in the queue avoid this"
+    )
+
+
+def ahead_in_line(ahead: Sequence[Waiter]) -> str:
+    """``; 2 wait ahead of it in the line (first: replicaset ns/a, 1 pod of 1 NVIDIA-H200)``."""
+    if not ahead:
+        return ""
+    first = ahead[0]
+    pods = f"{first.pods} pod{'s' if first.pods != 1 else ''} of {amount(first.per_pod)} {first.spec.text}"
+    count = f"{len(ahead)} wait" if len(ahead) != 1 else "1 waits"
+    return f"; {count} ahead of it in the queue's line (first: {first.what}, {pods})"
+
+
+def gated_next(place: int) -> str:
+    """What a wait-mode controller's pod is told when it reached validation ungated (it fitted when
+    mutated): its controller's next create waits under the gate."""
+    return (
+        f"; its controller's next create waits {ordinal(place)} in the queue's line, under a scheduling gate"
+    )
+
+
+def joins_line(place: int, surge_of: str) -> str:
+    """What a refused controller's pod is told in deny mode: its controller waits, and is called."""
+    if surge_of:
+        return (
+            f"; it is a rolling-update surge pod of deployment {surge_of}: its ReplicaSet waits"
+            f" {ordinal(place)} in the queue's line and creates it the moment an old pod frees its card"
+        )
+    return (
+        f"; its controller waits {ordinal(place)} in the queue's line and is told to retry the moment"
+        " its cards free"
+    )
+
+
+def unassigned(what: str, spec: CardSpec, queue: str) -> str:
+    """A multi-card pod that reached validation with no model: none had room when it was mutated,
+    one has now (cards freed in between). Admitted, it would run on no one model (decisions.md §19)."""
+    return (
+        f"{what} asks for one of {spec.text} and was given no model: none had room in queue"
+        f' "{queue}" when it was mutated; cards freed since, so a new create is given one'
+    )
+
+
+def reclaimed(what: str, taken: Taken, waiting: int, now: float, then: str) -> str:
+    """Why a gang whose cards tidal reclaim took back is not started again yet: ``what`` (its
+    PodGroup, or one of its pods) waits while ``waiting`` pods the cards went to are unbound."""
+    pods = f"{waiting} pod{'s' if waiting != 1 else ''}"
+    return (
+        f'{what} gave {amount(taken.cards)} {taken.card} back to queue "{taken.queue}" (tidal reclaim):'
+        f" {then} while the {pods} they were taken for wait{'s' if waiting == 1 else ''} to be bound"
+        f" ({max(0, int(taken.until - now))} s at most)"
+    )
+
+
+def unassigned_covered(what: str, spec: CardSpec) -> str:
+    """A multi-card pod its PodGroup's reservation covers that reached validation with no model
+    (its mutation did not see the reservation yet, or did not run)."""
+    return (
+        f"{what} asks for one of {spec.text} and was given no model, though its PodGroup holds cards"
+        " for it: a new create is given one (its controller creates it again)"
+    )

@@ -1,0 +1,276 @@
+"""Tidal reclaim, planned from the cache (SPEC §5e): which admitted pods wait for cards of their
+model that no node has free, and which whole training gangs give them back.
+
+``plan`` reads the state only: the serving replica evicts what it returns (``webhook.cluster.reclaimer``).
+A beneficiary is a live pod of one card model, admitted (so counted) inside its queue's quota, that
+no node holds yet, of service type inference, in a queue whose reclaim is not off; ``ready`` says
+which have waited long enough. Per model, the queues are served highest priority first, each after
+those before it: their pods all count in what must be placed, so cards already freeing (pods being
+deleted, gangs evicted by an earlier pass) are never taken twice. Victims come from
+``reclaim.victims``: whole gangs, same model, another reclaimable queue of lower priority, training.
+"""
+
+from collections import Counter, defaultdict
+from collections.abc import Callable, Collection, Iterable
+
+from webhook.core.index.state import ClusterState
+from webhook.core.index.usage import queue_usage
+from webhook.core.model import keys
+from webhook.core.model.cards import CardName, figure
+from webhook.core.model.objects import moment, reclaim_mark
+from webhook.core.model.reclaim import INFERENCE, Gang, Taken, freed, placeable, victims, why_not
+from webhook.core.model.values import value_class
+
+MODES = ("on", "dry-run", "off")
+
+
+@value_class
+class Plan:
+    """What one queue's pods waiting for ``card`` get: ``victims`` to evict (None: nothing that may
+    be taken frees enough, ``why`` says so)."""
+
+    card: CardName
+    queue: str
+    mode: str  # "on" or "dry-run"
+    pods: tuple[str, ...]  # the beneficiaries, pod uids
+    victims: tuple[Gang, ...] | None
+    why: str = ""
+
+    @property
+    def cards(self) -> int:
+        return sum(g.total for g in self.victims or ())
+
+
+def mode_of(state: ClusterState, queue: str) -> str:
+    """The queue's reclaim mode: its annotation, else the cluster's setting."""
+    info = state.queues.get(queue)
+    said = info.record.annotations.get(keys.RECLAIM, "") if info is not None else ""
+    return said if said in MODES else state.policy.reclaim
+
+
+def priority_of(state: ClusterState, queue: str) -> int:
+    info = state.queues.get(queue)
+    return info.record.priority if info is not None else 0
+
+
+def reclaimable(state: ClusterState, queue: str) -> bool:
+    """Whether the queue's training may give cards back: our annotation, else spec.reclaimable."""
+    info = state.queues.get(queue)
+    if info is None:
+        return True
+    said = info.record.annotations.get(keys.RECLAIMABLE, "").lower()
+    return info.record.reclaimable if said not in ("true", "false") else said == "true"
+
+
+def service_of(state: ClusterState, uid: str) -> str:
+    """A pod's service type: its PodGroup's volcano.sh/service.type, else its PodGroup's owner kind
+    (the pod's own for a pod with no PodGroup) by the service-type table."""
+    pod = state.pods[uid]
+    group = state.podgroups.get(f"{pod.namespace}/{pod.group_name}") if pod.group_name else None
+    if group is not None:
+        said = group.annotations.get(keys.SERVICE_TYPE)
+        if said:
+            return said
+        owner = group.owner
+    else:
+        owner = pod.owner
+    if owner is None:
+        return ""
+    kind = "ReplicaSet" if owner.kind == "Deployment" else owner.kind
+    return state.policy.service_type_by_kind.get(kind, "")
+
+
+def waiting(state: ClusterState, ready: Callable[[str], bool]) -> dict[CardName, dict[str, list[str]]]:
+    """Per model and queue, the pods that may take back cards now (oldest uid order is kept stable)."""
+    out: dict[CardName, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    for uid in sorted(state.charged.unbound()):
+        charge = state.charge_of(uid)
+        if charge is None or charge.card is None or not ready(uid):
+            continue
+        pod = state.pods.get(uid)
+        if pod is None or not pod.is_live or mode_of(state, charge.queue) == "off":
+            continue
+        if service_of(state, uid) != INFERENCE:
+            continue
+        out[charge.card][charge.queue].append(uid)
+    return out
+
+
+def inside_quota(state: ClusterState, queue: str, card: CardName) -> bool:
+    """Whether the queue's use of ``card``, every pod counted, is within its quota."""
+    info = state.queues.get(queue)
+    if info is None or info.quota is None or card not in info.quota:
+        return False
+    return queue_usage(state, queue).card(card).used <= info.quota[card]
+
+
+def gangs(state: ClusterState, card: CardName, now: float, leaving: Collection[str]) -> list[Gang]:
+    """The gangs holding bound cards of ``card`` that are not leaving already: a PodGroup's pods
+    (or a pod with none, alone). One holding other models too is left out: evicting it whole would
+    touch them."""
+    members: dict[str, set[str]] = defaultdict(set)
+    for node in state.free.nodes_of(card):
+        for uid in state.charged.on_node(node):
+            charge, pod = state.charge_of(uid), state.pods.get(uid)
+            if charge is None or pod is None or charge.card != card or not charge.bound:
+                continue
+            key = charge.group or pod.key
+            if key not in leaving and pod.is_live:
+                members[key].add(uid)
+    found: list[Gang] = []
+    for key, held in members.items():
+        uids = set(state.charged.in_group(key)) | held if key in state.podgroups else held
+        gang = _gang(state, key, uids, card)
+        if gang is not None:
+            found.append(gang)
+    return found
+
+
+def _gang(state: ClusterState, key: str, uids: Iterable[str], card: CardName) -> Gang | None:
+    cards: dict[str, int] = defaultdict(int)
+    pods, priority, preemptable, queue = [], 0, True, ""
+    for uid in sorted(uids):
+        pod, charge = state.pods.get(uid), state.charge_of(uid)
+        if pod is None:
+            continue
+        pods.append(pod.key)
+        priority = max(priority, pod.priority)
+        preemptable = preemptable and pod.template.annotations.get(keys.PREEMPTABLE) != "false"
+        if charge is None or not pod.is_live:
+            continue
+        queue = queue or charge.queue
+        if charge.bound and charge.card != card:
+            return None  # it holds another model too
+        if charge.bound:
+            cards[pod.node_name] += charge.count
+    group = state.podgroups.get(key)
+    if group is not None:
+        preemptable = preemptable and group.annotations.get(keys.PREEMPTABLE) != "false"
+        queue = group.queue or queue
+    first = next(iter(sorted(uids)))
+    return Gang(
+        key=key,
+        queue=queue,
+        queue_priority=priority_of(state, queue),
+        reclaimable=reclaimable(state, queue),
+        service=service_of(state, first),
+        preemptable=preemptable,
+        priority=priority,
+        created=group.created if group is not None else 0.0,
+        card=card,
+        cards=dict(cards),
+        pods=tuple(pods),
+    )
+
+
+def freeing(state: ClusterState, card: CardName, leaving: Collection[str]) -> dict[str, int]:
+    """Each node's free cards of ``card``, counting those of pods being deleted and of the pods
+    ``leaving`` (evicted, not yet seen going) as free already."""
+    nodes = state.free.nodes_of(card)
+    for node in nodes:
+        for uid in state.charged.on_node(node):
+            charge, pod = state.charge_of(uid), state.pods.get(uid)
+            if charge is None or pod is None or charge.card != card or not charge.bound:
+                continue
+            if pod.deletion_deadline is not None or pod.key in leaving:
+                nodes[node] += charge.count
+    return nodes
+
+
+def plan(
+    state: ClusterState,
+    now: float,
+    ready: Callable[[str], bool],
+    leaving: Collection[str] = (),
+    excluded: Collection[str] = (),
+) -> list[Plan]:
+    """What to take back now. ``leaving``: the PodGroups (and pods, namespace/name) already evicted
+    whose pods the cache may still show; ``excluded``: gangs not to take (a budget protects them)."""
+    plans: list[Plan] = []
+    for card, queues in sorted(waiting(state, ready).items()):
+        free = freeing(state, card, leaving)
+        every = gangs(state, card, now, leaving)
+        candidates = [g for g in every if g.key not in excluded]
+        protected = len(every) - len(candidates)
+        chosen: list[Gang] = []
+        needs: list[int] = []
+        for queue in sorted(queues, key=lambda q: (-priority_of(state, q), q)):
+            if not inside_quota(state, queue, card):
+                continue
+            uids = queues[queue]
+            sizes = [_size(state, uid) for uid in uids]
+            mode = mode_of(state, queue)
+            now_free = freed(free, chosen)
+            if placeable(now_free, [*needs, *sizes]):
+                needs += sizes
+                continue
+            priority = priority_of(state, queue)
+            others = [g for g in candidates if g not in chosen]
+            picked, served = None, list(uids)
+            while sizes:  # as many of its pods as anything may free, first in line first
+                picked = victims(now_free, [*needs, *sizes], others, card, queue, priority)
+                if picked is not None:
+                    break
+                sizes, served = sizes[:-1], served[:-1]
+            if len(served) < len(uids):  # the rest: nothing that may be taken frees enough for them
+                why = _nothing(others, card, queue, priority, protected)
+                plans.append(Plan(card, queue, mode, tuple(uids[len(served) :]), None, why))
+            if picked is not None:
+                needs += sizes
+                chosen.extend(picked)
+            if picked:
+                plans.append(Plan(card, queue, mode, tuple(served), picked))
+    return plans
+
+
+def holding(state: ClusterState, group: str, now: float) -> Taken | None:
+    """What was taken back from PodGroup ``group`` while the pods it went to still wait unbound
+    (and its hold has not run out); None once they are bound or gone."""
+    taken = state.reclaims.get(group)
+    if taken is None and (record := state.podgroups.get(group)) is not None:
+        taken = reclaim_mark(record.annotations.get(keys.RECLAIMED))  # written by an earlier leader
+    if taken is None or now >= taken.until:
+        return None
+    return taken if any(uid in state.charged.unbound() for uid in taken.for_pods) else None
+
+
+def in_progress(state: ClusterState, now: float) -> list[dict[str, object]]:
+    """The reclaims whose cards are still held: each evicted PodGroup, what it gave back, for which
+    queue, and how many of those pods still wait unbound."""
+    out: list[dict[str, object]] = []
+    for key in sorted(
+        set(state.reclaims) | {k for k, g in state.podgroups.items() if keys.RECLAIMED in g.annotations}
+    ):
+        taken = holding(state, key, now)
+        if taken is not None:
+            out.append(
+                {
+                    "podgroup": key,
+                    "card": taken.card,
+                    "cards": figure(taken.cards),
+                    "for_queue": taken.queue,
+                    "waiting_pods": unbound(state, taken),
+                    "held_until": moment(taken.until),
+                }
+            )
+    return out
+
+
+def unbound(state: ClusterState, taken: Taken) -> int:
+    """How many of the pods ``taken`` went to still wait unbound."""
+    return sum(1 for uid in taken.for_pods if uid in state.charged.unbound())
+
+
+def _size(state: ClusterState, uid: str) -> int:
+    charge = state.charge_of(uid)
+    return charge.count if charge is not None else 0
+
+
+def _nothing(others: list[Gang], card: CardName, queue: str, priority: int, protected: int = 0) -> str:
+    """Why no gang frees the cards: each reason, with how many gangs it keeps out."""
+    reasons = Counter(why_not(g, card, queue, priority) or "together they free too few" for g in others)
+    if protected:
+        reasons["a PodDisruptionBudget forbids evicting it now"] += protected
+    if not reasons:
+        return f"no running pod holds {card}"
+    return "; ".join(f"{n} gang{'s' if n > 1 else ''}: {why}" for why, n in sorted(reasons.items()))

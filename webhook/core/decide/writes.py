@@ -1,0 +1,244 @@
+"""Validation of quota and job writes: Queue and Volcano Job CREATE/UPDATE (SPEC §6)."""
+
+import math
+from collections import Counter
+from contextlib import ExitStack
+from functools import partial
+
+from webhook.core.decide import fitting
+from webhook.core.decide.decisions import annotation_problem
+from webhook.core.decide.messages import breakdown
+from webhook.core.decide.scaling import check_pods
+from webhook.core.index.queues import quota_sums
+from webhook.core.index.state import ClusterState
+from webhook.core.index.usage import queue_usage
+from webhook.core.model import keys
+from webhook.core.model.cards import UNIT, CardName, CardSpec, amount
+from webhook.core.model.demand import PodDemand, pod_demand
+from webhook.core.model.feasibility import Group, TooComplex, assign
+from webhook.core.model.ledger import Entry
+from webhook.core.model.objects import Task, WorkloadRecord, queue_record, workload_record
+from webhook.core.model.quota import AnnotationError, parse_card_request, parse_quota
+from webhook.core.model.verdicts import Allowed, Decision, Denied, Request
+
+
+def decide_queue(state: ClusterState, request: Request) -> Decision:
+    record = queue_record(request.obj)
+    name = record.name or request.name
+    text = record.annotations.get(keys.CARD_QUOTA)
+    if text is None:
+        return Allowed("no card quota: the queue may use no card")
+    try:
+        quota = parse_quota(keys.CARD_QUOTA, text)
+    except AnnotationError as exc:
+        return Denied(f'queue "{name}" has a malformed {exc}', queue=name)
+    parent = record.parent if state.policy.hierarchical_queues else ""
+    warnings = _quota_warnings(state, name, parent, quota)
+    if parent or name in state.descendants:
+        warnings += _tree_warnings(state, name, parent, quota)
+    return Allowed("well-formed quota", warnings=tuple(warnings), queue=name)
+
+
+def _tree_warnings(state: ClusterState, name: str, parent: str, quota: dict[CardName, int]) -> list[str]:
+    """Hierarchical queues: legal over-subscription, said out loud. A child's quota above its
+    parent's for a card, and children whose quotas for a card sum above their parent's."""
+    warnings: list[str] = []
+    above = state.queues.get(parent) if parent else None
+    if above is not None and above.quota:
+        for card, count in sorted(quota.items()):
+            if card in above.quota and count > above.quota[card]:
+                warnings.append(
+                    f'queue "{name}": {card} quota {amount(count)} is above the {amount(above.quota[card])}'
+                    f" of its parent"
+                    f' "{parent}", which limits it'
+                )
+        warnings += _children_sum(state, parent, above.quota, {name: quota})
+    warnings += _children_sum(state, name, quota, {})
+    return warnings
+
+
+def _children_sum(
+    state: ClusterState, parent: str, limit: dict[CardName, int], changed: dict[str, dict[CardName, int]]
+) -> list[str]:
+    quotas = {q: dict(info.quota or {}) for q, info in state.queues.items() if info.record.parent == parent}
+    quotas.update(changed)
+    warnings = []
+    for card, count in sorted(limit.items()):
+        total = sum(q.get(card, 0) for q in quotas.values())
+        if total > count:
+            warnings.append(
+                f'the children of queue "{parent}" have {card} quotas summing to {amount(total)}, above'
+                f" its {amount(count)};"
+                " they compete for it"
+            )
+    return warnings
+
+
+def _quota_warnings(state: ClusterState, name: str, parent: str, quota: dict[CardName, int]) -> list[str]:
+    warnings: list[str] = []
+    quotas = {q: info.quota for q, info in state.queues.items() if info.quota and q != name}
+    quotas[name] = quota
+    chains = {**state.ancestors, name: (parent, *state.ancestors.get(parent, ())) if parent else ()}
+    totals = quota_sums(quotas, chains)
+    for card, count in quota.items():
+        cluster = state.inventory.cluster_cards(card)
+        if cluster is None:
+            if count:
+                warnings.append(
+                    f"{card} is on no node yet: the quota of {amount(count)} cannot be used until one joins"
+                )
+        elif totals[card] > cluster:
+            warnings.append(
+                f"{card}: all queues' quotas sum to {amount(totals[card])} but the cluster has"
+                f" {amount(cluster)};"
+                " queues will compete for the cards"
+            )
+    if name in state.queues:
+        usage = queue_usage(state, name)
+        placement = usage.placement
+        for card in sorted(set(usage.fixed) | {c for (_, c) in placement.placed}):
+            use = usage.card(card, placement)
+            if use.used > quota.get(card, 0):
+                detail = breakdown(use).partition(": ")[2]
+                warnings.append(
+                    f'queue "{name}": new {card} quota {amount(quota.get(card, 0))} is below its current'
+                    f" use {amount(use.used)} ({detail}); nothing is evicted, new pods wait until use falls"
+                    " below it"
+                )
+    return warnings
+
+
+def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
+    job = workload_record({**request.obj, "kind": "Job"})
+    what = f"volcano job {request.namespace}/{job.name or request.name}"
+    problem = annotation_problem(state, job.annotations, [t.template for t in job.tasks], what)
+    if problem:
+        return Denied(problem)
+    queue = job.queue or keys.DEFAULT_QUEUE
+    info = state.queues.get(queue)
+    if info is None or info.quota is None:
+        return Allowed("queue unknown or without card quota: Volcano decides")
+    groups = _minimum_demand(state, job.annotations.get(keys.CARD_REQUEST), job.tasks, job.min_available)
+    if not groups:
+        return Allowed("no card demand")
+    never = _never_enqueued(info.quota, groups)
+    if never is not None:
+        spec, need = never
+        whole = ", ".join(f"{amount(info.quota.get(c, 0))} {c}" for c in spec.cards)
+        if spec.is_multi:
+            return Denied(
+                f"{what} needs {amount(need)} {spec.text}, and Volcano enqueues a multi-card request whole"
+                f" on one model, but no model of it holds {amount(need)} in the whole quota of queue"
+                f' "{queue}" ({whole}): it could never run; split the request per model',
+                queue=queue,
+                card=spec.text,
+            )
+        total = sum(g.demand for g in groups)
+        named = list(dict.fromkeys(c for g in groups for c in g.cards))
+        whole = ", ".join(f"{amount(info.quota.get(c, 0))} {c}" for c in named)
+        return Denied(
+            f'{what} needs at least {amount(total)} {"|".join(named)} but the whole quota of queue "{queue}"'
+            f" is {whole}: it could never run",
+            queue=queue,
+            card="|".join(named),
+        )
+    for ancestor in state.ancestors.get(queue, ()):
+        limit = state.queues[ancestor].quota
+        limited = [g for g in groups if limit and all(c in limit for c in g.cards)]
+        if not limit or not limited:
+            continue
+        try:
+            beyond = assign(dict(limit), limited) is None
+        except TooComplex:
+            continue  # the job's own queue was checked exactly; an ancestor only adds a remark
+        if beyond:
+            named = list(dict.fromkeys(c for g in limited for c in g.cards))
+            whole = ", ".join(f"{amount(limit.get(c, 0))} {c}" for c in named)
+            need = sum(g.demand for g in limited)
+            return Denied(
+                f"{what} needs at least {amount(need)} {'|'.join(named)} but the whole quota of queue"
+                f' "{ancestor}" (above "{queue}") is {whole}: it could never run',
+                queue=ancestor,
+                card="|".join(named),
+            )
+    warnings = _unfit_tasks(state, job, what) if request.operation == "CREATE" else ()
+    return Allowed(
+        "can run within the queue's whole quota; queueing is Volcano's job", warnings=warnings, queue=queue
+    )
+
+
+def _unfit_tasks(state: ClusterState, job: WorkloadRecord, what: str) -> tuple[str, ...]:
+    """Warnings when the job's pods do not all fit now. Without its own ``card.request`` the job's
+    PodGroup gets one counting every replica (§12), and the capacity-card plugin enqueues it whole:
+    nothing is created until all fit, and one warning says the job waits. With its own, each card
+    task whose pods do not all fit gets a warning, counted after the pods of the tasks before it
+    that fit (the controller creates them all at once)."""
+    whole = keys.CARD_REQUEST not in job.annotations
+    total = sum(task.replicas for task in job.tasks)
+    fits, warnings, first = total, [], None
+    with ExitStack() as held:
+        for task in job.tasks:
+            demand = pod_demand(task.template, state.inventory, state.policy)
+            if not isinstance(demand, PodDemand) or task.replicas <= 0:
+                continue
+            queue = task.template.annotations.get(keys.QUEUE_NAME) or job.queue or keys.DEFAULT_QUEUE
+            key = f"fitting:{job.key}/{task.name}"
+            named = f"{what} task {task.name or '-'}" if len(job.tasks) > 1 else what
+            check = partial(check_pods, state, key, queue, task.template, demand, what=named)
+            fit, refusal = fitting.fitting_now(check, task.replicas)
+            fits -= task.replicas - fit
+            if refusal is not None:
+                if first is None:
+                    short = fitting.limit_of(state, queue, demand, fit, refusal)[1]
+                    first = (refusal, queue, demand.spec, short)
+                warnings.append(
+                    fitting.warning(state, named, queue, demand, task.replicas, task.replicas, fit, refusal)
+                )
+            cpu, memory = state.compute_charged(task.template) or (0, 0)
+            entry = Entry(queue, demand.spec, demand.count, fit, math.inf, cpu, memory)
+            held.enter_context(fitting.holding(state, key, entry))
+    if whole and first is not None:
+        refusal, queue, spec, short = first  # figures without the job's own pods held
+        text = fitting.figures(state, refusal.queue, queue, spec) if short else refusal.message
+        return (fitting.whole_job_waits(what, total, fits, text, short),)
+    return tuple(warnings)
+
+
+def _never_enqueued(quota: dict[CardName, int], groups: list[Group]) -> tuple[CardSpec, int] | None:
+    """A key of the job's minimum demand the capacity-card plugin could never enqueue, even in an
+    empty queue, with what it needs: a model's own demand above its quota, or a multi-card key that
+    fits no single alternative on top of the job's own demand for that model (the plugin tries
+    each alternative alone, for the whole key)."""
+    fixed: Counter[CardName] = Counter()
+    multi: Counter[tuple[CardName, ...]] = Counter()
+    for group in groups:
+        if len(group.cards) == 1:
+            fixed[group.cards[0]] += group.demand
+        else:
+            multi[group.cards] += group.demand
+    for card, need in fixed.items():
+        if need > quota.get(card, 0):
+            return CardSpec((card,)), need
+    for cards, need in multi.items():
+        if all(fixed[card] + need > quota.get(card, 0) for card in cards):
+            return CardSpec(cards), need
+    return None
+
+
+def _minimum_demand(
+    state: ClusterState, request_text: str | None, tasks: tuple[Task, ...], min_available: int
+) -> list[Group]:
+    if request_text:
+        counts = parse_card_request(keys.CARD_REQUEST, request_text).counts
+        return [Group(spec.cards, UNIT, -(-n // UNIT)) for spec, n in counts.items()]
+    per_task: list[tuple[int, CardSpec]] = []
+    for task in tasks:
+        demand = pod_demand(task.template, state.inventory, state.policy)
+        if isinstance(demand, PodDemand):
+            per_task.extend([(demand.count, demand.spec)] * task.replicas)
+    total_pods = sum(task.replicas for task in tasks)
+    needed = min_available if 0 < min_available < total_pods else total_pods
+    # The cheapest `needed` pods are a lower bound: if even they exceed the whole quota, it never runs.
+    cheapest = sorted(per_task, key=lambda item: item[0])[: max(0, needed - (total_pods - len(per_task)))]
+    grouped: Counter[tuple[CardSpec, int]] = Counter((spec, count) for count, spec in cheapest)
+    return [Group(spec.cards, count, pods) for (spec, count), pods in grouped.items()]

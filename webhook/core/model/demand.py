@@ -1,0 +1,189 @@
+"""The card demand of one pod (or one pod of a template): which cards, which resource, how many."""
+
+from webhook.core.model import keys
+from webhook.core.model.cards import (
+    CardKind,
+    CardName,
+    CardNameError,
+    CardSpec,
+    parse_card_name,
+    parse_card_spec,
+    product_of,
+    units,
+)
+from webhook.core.model.inventory import Inventory
+from webhook.core.model.objects import PodTemplate
+from webhook.core.model.policy import Policy
+from webhook.core.model.quantity import QuantityError, ceil_quantity
+from webhook.core.model.sharing import Share, share_of, uses_sharing
+from webhook.core.model.values import value_class
+
+
+@value_class
+class NotCardPod:
+    """No ``card.name`` and no card resource: the webhook leaves it alone."""
+
+
+@value_class
+class UnnamedCardPod:
+    """Requests a card resource but names no card: it would escape per-model quota."""
+
+    resource: str
+    count: int
+
+
+@value_class
+class PodDemand:
+    """``count`` card units (``cards.UNIT`` a card) of one of ``spec``'s models, through
+    ``resource``. ``origin``: the multi-card spec the pod asked for when the pod mutation assigned
+    it the one model ``spec`` names (SPEC §5b); None otherwise."""
+
+    spec: CardSpec
+    resource: str
+    count: int
+    origin: CardSpec | None = None
+    share: Share | None = None  # a shared GPU's request (Volcano vGPU, HAMi, Koordinator)
+
+    def count_on(self, card: CardName, inventory: Inventory) -> int:
+        """The units of one pod on model ``card``: a byte share differs by model; ``count`` is the
+        largest over the spec's models, what an unassigned pod is held at."""
+        if self.share is None:
+            return self.count
+        units = self.share.units(inventory.memory_mib(product_of(card)))
+        return units if isinstance(units, int) else self.count
+
+    def asked_count(self, inventory: Inventory) -> int:
+        """The units the workload's own template asks per pod (what its scale-up is held at): for a
+        share assigned one model of an ``A|B`` spec, the largest over the spec's models."""
+        if self.share is None or self.origin is None:
+            return self.count
+        return max(self.count_on(card, inventory) for card in self.origin.cards)
+
+    @property
+    def asked(self) -> CardSpec:
+        """The spec the workload asked for: what scale-up holds and PodGroup requests are keyed by."""
+        return self.origin or self.spec
+
+
+@value_class
+class BadDemand:
+    """A card pod we must refuse; ``reason`` completes "pod X ..."."""
+
+    reason: str
+
+
+Demand = NotCardPod | UnnamedCardPod | PodDemand | BadDemand
+
+
+def resource_of(card: CardName, inventory: Inventory, policy: Policy) -> str:
+    """The resource name a card is requested through: discovered, else the naming rules."""
+    if (resource := inventory.resource(card)) is not None:
+        return resource
+    parsed = parse_card_name(card)
+    if parsed.kind is CardKind.MPS:
+        return keys.MPS_RESOURCE
+    if parsed.kind is CardKind.MIG:
+        return keys.MIG_PREFIX + parsed.mig_profile
+    return policy.default_resource
+
+
+def label_key_of(card: CardName, inventory: Inventory, policy: Policy) -> str:
+    return inventory.label_key(card) or policy.default_label_key
+
+
+def is_card_resource(resource: str, inventory: Inventory, policy: Policy) -> bool:
+    return (
+        resource in inventory.card_resources()
+        or resource in (policy.default_resource, keys.MPS_RESOURCE)
+        or resource.startswith(keys.MIG_PREFIX)
+    )
+
+
+def quantity_of(template: PodTemplate, resource: str) -> int | None:
+    """Limits first, then requests (the plugin's order), rounded up; None when neither has it."""
+    for source in (template.resources.limits, template.resources.requests):
+        if resource in source:
+            try:
+                return ceil_quantity(source[resource])
+            except QuantityError:
+                return 0
+    return None
+
+
+def spec_resource(spec: CardSpec, inventory: Inventory, policy: Policy) -> str | BadDemand:
+    """The one resource all alternatives share, or why they do not."""
+    if len(spec.cards) == 1:
+        return resource_of(spec.cards[0], inventory, policy)
+    resources = {card: resource_of(card, inventory, policy) for card in spec.cards}
+    if len(set(resources.values())) > 1:
+        listed = ", ".join(f"{card} is {res}" for card, res in resources.items())
+        return BadDemand(
+            f"names cards of different resources ({listed}): a device plugin would allocate all of"
+            " them; split the workload into one per resource"
+        )
+    return next(iter(resources.values()))
+
+
+def pod_demand(template: PodTemplate, inventory: Inventory, policy: Policy) -> Demand:
+    raw = template.annotations.get(keys.CARD_NAME)
+    if raw is None:
+        return _unnamed(template, inventory, policy)
+    try:
+        spec = parse_card_spec(raw)
+    except CardNameError as exc:
+        return BadDemand(f"has a malformed {keys.CARD_NAME}: {exc}")
+    resource = spec_resource(spec, inventory, policy)
+    if isinstance(resource, BadDemand):
+        return resource
+    share = share_of(template.resources.limits, template.resources.requests, policy)
+    if share is not None:
+        return _shared(spec, resource, share, inventory, _origin(template, spec))
+    count = quantity_of(template, resource)
+    if count is not None and count < 0:
+        return BadDemand(
+            f"names card {spec.text} but requests {count} {resource}: a quantity is never negative; set"
+            f" resources.limits[{resource!r}] to the number of cards per pod"
+        )
+    if not count:
+        return BadDemand(
+            f"names card {spec.text} but requests {count or 0} {resource}: set"
+            f" resources.limits[{resource!r}] to the number of cards per pod"
+        )
+    return PodDemand(spec, resource, units(count), _origin(template, spec))
+
+
+def _shared(
+    spec: CardSpec, resource: str, share: Share | str, inventory: Inventory, origin: CardSpec | None
+) -> PodDemand | BadDemand:
+    """A shared GPU's demand: per model, its share of one card of that model times its cards."""
+    if isinstance(share, str):
+        return BadDemand(share)
+    counts = []
+    for card in spec.cards:
+        units = share.units(inventory.memory_mib(product_of(card)))
+        if isinstance(units, str):
+            return BadDemand(units if len(spec.cards) == 1 else f"{units} ({card})")
+        counts.append(units)
+    return PodDemand(spec, resource, max(counts), origin, share)
+
+
+def _origin(template: PodTemplate, spec: CardSpec) -> CardSpec | None:
+    """The multi-card spec an assigned pod asked for: our annotation, when it still holds the pod's
+    one model; a stale or hand-written value that does not is ignored."""
+    raw = template.annotations.get(keys.CARD_SPEC)
+    if raw is None or spec.is_multi:
+        return None
+    try:
+        origin = parse_card_spec(raw)
+    except CardNameError:
+        return None
+    return origin if origin.is_multi and spec.cards[0] in origin.cards else None
+
+
+def _unnamed(template: PodTemplate, inventory: Inventory, policy: Policy) -> Demand:
+    for resource in sorted({*template.resources.limits, *template.resources.requests}):
+        if is_card_resource(resource, inventory, policy) or uses_sharing((resource,)):
+            count = quantity_of(template, resource) or 0
+            if count > 0:
+                return UnnamedCardPod(resource, count)
+    return NotCardPod()

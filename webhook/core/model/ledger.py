@@ -1,0 +1,133 @@
+"""In-flight ledger: demand admitted but not yet seen in the cache (SPEC §7).
+
+An entry is keyed by pod UID (a pod create) or by workload (a scale-up, holding a number of
+pods). It leaves when the cache shows the pod, when the workload's pods arrive, or at its TTL.
+A multi-card pod's assignment (SPEC §5b) is held from its mutation, when the pod has no UID yet,
+until its validation: assignments of one queue, model and size are interchangeable, so the
+validation takes any one of them over. Time is always passed in; nothing here reads a clock.
+"""
+
+from collections import Counter
+from dataclasses import dataclass
+
+from webhook.core.model.cards import CardName, CardSpec
+from webhook.core.model.values import value_class
+
+Slot = tuple[str, CardName, int]  # queue, model, cards per pod
+
+
+@value_class
+class Cover:
+    """Part of a queue's flexible demand that already holds a pod's cards: ``pods`` pods of
+    ``per_pod`` cards of ``spec`` from ``origin`` ("reserved" by its PodGroup, or "in flight" in its
+    workload's scale-up held under ``key``). An entry that covers it takes that part over."""
+
+    spec: CardSpec
+    per_pod: int
+    pods: int
+    origin: str
+    key: str = ""
+
+
+@dataclass(slots=True)
+class Entry:
+    queue: str
+    spec: CardSpec | None  # None: only CPU/memory is held (a pod that uses no card)
+    per_pod: int
+    pods: int
+    expires: float
+    cpu: int = 0  # millicores per pod, when the CPU/memory check charges them
+    memory: int = 0  # bytes per pod
+    covers: Cover | None = None  # the flexible demand this entry's (assigned) pod comes out of
+    task: str = ""  # a Volcano Job task's pods all get one model: "<job uid>/<task>"
+
+
+class Ledger:
+    def __init__(self) -> None:
+        self._entries: dict[str, Entry] = {}
+        self._assignments: dict[Slot, list[str]] = {}  # oldest first; keys leave lazily
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        """Forget every hold: a replica that takes the Lease starts from what its cache counts."""
+        self._entries.clear()
+        self._assignments.clear()
+
+    def record(self, key: str, entry: Entry) -> None:
+        self._entries[key] = entry
+
+    def record_assignment(self, key: str, entry: Entry) -> None:
+        """Hold a multi-card pod's assigned model (``entry.spec``: that one model) until its validation."""
+        assert entry.spec is not None and not entry.spec.is_multi
+        self._entries[key] = entry
+        self._assignments.setdefault((entry.queue, entry.spec.cards[0], entry.per_pod), []).append(key)
+
+    def assignment(self, queue: str, card: CardName, per_pod: int) -> str:
+        """The key of the oldest assignment still held for this queue, model and size, or ""."""
+        keys = self._assignments.get((queue, card, per_pod))
+        while keys:
+            if keys[0] in self._entries:
+                return keys[0]
+            keys.pop(0)
+        self._assignments.pop((queue, card, per_pod), None)
+        return ""
+
+    def drop(self, key: str) -> None:
+        """Stop holding an entry at once, whatever it still holds."""
+        self._entries.pop(key, None)
+
+    def get(self, key: str) -> Entry | None:
+        return self._entries.get(key)
+
+    def settle(self, key: str, pods: int = 1) -> None:
+        """The cache now shows ``pods`` of this entry: stop holding them."""
+        entry = self._entries.get(key)
+        if entry is None:
+            return
+        entry.pods -= pods
+        if entry.pods <= 0:
+            del self._entries[key]
+
+    def expire(self, now: float) -> None:
+        for key in [k for k, e in self._entries.items() if e.expires <= now]:
+            del self._entries[key]
+        for slot in [s for s, keys in self._assignments.items() if not any(k in self._entries for k in keys)]:
+            del self._assignments[slot]
+
+    def held(self, queue: str, exclude: str = "") -> Counter[tuple[CardSpec, int]]:
+        """Pods held per (spec, per-pod count) for one queue, leaving out entry ``exclude``."""
+        return self.held_in(frozenset((queue,)), exclude)
+
+    def held_in(self, queues: frozenset[str], exclude: str = "") -> Counter[tuple[CardSpec, int]]:
+        """The same for a set of queues (an ancestor and its descendants)."""
+        held: Counter[tuple[CardSpec, int]] = Counter()
+        for key, entry in self._entries.items():
+            if entry.queue in queues and entry.pods > 0 and entry.spec is not None and key != exclude:
+                held[(entry.spec, entry.per_pod)] += entry.pods
+        return held
+
+    def task_model(self, task: str) -> CardName | None:
+        """The model a held pod of this Volcano Job task was assigned, if any."""
+        for entry in self._entries.values():
+            if entry.task == task and entry.spec is not None and entry.pods > 0:
+                return entry.spec.cards[0]
+        return None
+
+    def covers_in(self, queues: frozenset[str], exclude: str = "") -> list[Cover]:
+        """What the held entries of these queues take over from flexible demand counted elsewhere."""
+        return [
+            e.covers
+            for key, e in self._entries.items()
+            if e.covers is not None and e.queue in queues and e.pods > 0 and key != exclude
+        ]
+
+    def held_compute(self, queue: str, exclude: str = "") -> tuple[int, int]:
+        """CPU (millicores) and memory (bytes) held for ``queue``, leaving out entry ``exclude``."""
+        cpu = memory = 0
+        for key, entry in self._entries.items():
+            if entry.queue == queue and entry.pods > 0 and key != exclude:
+                cpu += entry.cpu * entry.pods
+                memory += entry.memory * entry.pods
+        return cpu, memory

@@ -1,0 +1,89 @@
+"""What a decision returns: ``Allowed | Denied``, a closed union consumed with ``match``."""
+
+from collections.abc import Mapping
+from typing import Any
+
+from webhook.core.model.cards import CardSpec
+from webhook.core.model.ledger import Cover
+from webhook.core.model.values import value_class
+
+PatchOp = Mapping[str, Any]
+
+
+@value_class
+class Hold:
+    """Demand to record in the in-flight ledger once the request is really admitted."""
+
+    key: str
+    queue: str
+    spec: CardSpec | None  # None: only CPU/memory is held
+    per_pod: int
+    pods: int
+    transfer_from: tuple[str, ...] = ()  # entries this hold takes over: its scale-up's, its assignment's
+    cpu: int = 0  # per pod, when the CPU/memory check charges it
+    memory: int = 0
+    assignment: bool = False  # a multi-card pod's assigned model, held from mutation to validation
+    covers: Cover | None = None  # the flexible demand the held pod comes out of
+    task: str = ""  # the Volcano Job task of the held pod ("<job uid>/<task>")
+
+
+@value_class
+class Allowed:
+    reason: str = ""
+    warnings: tuple[str, ...] = ()
+    patch: tuple[PatchOp, ...] = ()
+    hold: Hold | None = None
+    queue: str = ""
+    card: str = ""
+    more: tuple[Hold, ...] = ()  # further holds: a PodGroup enqueued with several card specs
+    gated: tuple[str, str] | None = None  # (owner uid, pod name) of a pod this mutation put under our gate
+
+
+@value_class
+class Join:
+    """A refused controller (deny mode) that takes its place in its queue's waiting line."""
+
+    uid: str  # the ReplicaSet, StatefulSet or batch Job; or a PodGroup refused at enqueue
+    priority: int  # its refused pod's
+    group: str = ""  # the PodGroup's key (namespace/name), when it is one
+
+
+TOO_COMPLEX = "too complex"  # a denial because the exact check gave up at its guard (fail closed)
+WAITS = "waits"  # a wait-mode controller's pod that does not fit now: the mutation gates it instead
+ENQUEUE = "enqueue"  # a PodGroup's move to Inqueue refused (the enqueue gate): its users are told
+
+
+@value_class
+class Denied:
+    message: str
+    code: int = 403
+    queue: str = ""
+    card: str = ""
+    cause: str = ""  # "" for a quota or shape denial; TOO_COMPLEX when the check gave up
+    release: tuple[str, ...] = ()  # ledger entries the denied request had held (its assignment)
+    join: Join | None = None  # the controller that waits in line for its cards (deny mode)
+    podgroup: str = ""  # a PodGroup refused at enqueue (namespace/name): told by an Event
+
+
+Decision = Allowed | Denied
+
+
+@value_class
+class Request:
+    """An admission request, as the core needs it."""
+
+    uid: str
+    kind: str  # e.g. "Pod", "Scale", "Deployment", "Job", "Queue", "PodGroup"
+    group: str  # API group of the kind
+    resource: str  # e.g. "pods", "deployments"
+    sub_resource: str
+    operation: str
+    namespace: str
+    name: str
+    obj: Mapping[str, Any]
+    old_obj: Mapping[str, Any]
+    dry_run: bool = False
+
+    @property
+    def target(self) -> str:
+        return f"{self.namespace}/{self.name}" if self.namespace else self.name

@@ -1,0 +1,88 @@
+"""One AdmissionReview in, one AdmissionReview response out: the glue every front shares."""
+
+import time
+from typing import Any, Literal
+
+import orjson
+
+from webhook.core.decide import admission, patches
+from webhook.core.index.state import ClusterState
+from webhook.core.model import shapes
+from webhook.core.model.objects import OwnerRef
+from webhook.core.model.verdicts import Allowed, Decision, Denied
+from webhook.serve import logs, wire
+
+Webhook = Literal["validate", "mutate"]
+
+
+def decide(state: ClusterState, body: bytes | str, webhook: Webhook, now: float) -> tuple[str, Decision]:
+    """Parse, decide and (unless dry-run) record; raises ``BadReview`` for unanswerable input."""
+    raw = wire.parse_review(body)
+    return raw.uid, decide_request(state, raw, webhook, now)
+
+
+def owner_to_fetch(
+    state: ClusterState, raw: wire.AdmissionRequest, webhook: Webhook
+) -> tuple[OwnerRef, str] | None:
+    """For a PodGroup mutation whose owner the cache lacks: the owner to read live, and its namespace."""
+    mutated = raw.operation in ("CREATE", "UPDATE") and not raw.sub_resource
+    if webhook != "mutate" or not mutated or raw.resource.resource != "podgroups":
+        return None
+    obj = raw.object or {}
+    if shapes.problem("podgroups", "", obj):
+        return None
+    ref = patches.owner_to_fetch(state, obj)
+    return None if ref is None else (ref, wire.to_request(raw).namespace)
+
+
+def owner_from(ref: OwnerRef, body: dict[str, Any] | None) -> patches.Owner | None:
+    return None if body is None else patches.owner_from(ref, body)
+
+
+def decide_request(
+    state: ClusterState,
+    raw: wire.AdmissionRequest,
+    webhook: Webhook,
+    now: float,
+    owner: patches.Owner | None = None,
+) -> Decision:
+    """Decide a parsed review and log one line for it."""
+    started = time.perf_counter()
+    request = wire.to_request(raw)
+    if webhook == "validate":
+        decision = admission.validate(state, request, now)
+        admission.admit(state, request, decision, now)
+    else:
+        decision = admission.mutate(state, request, owner, now)
+        admission.admit(state, request, decision, now)  # a multi-card pod's assigned model
+    logs.review(
+        {
+            "uid": request.uid,
+            "webhook": webhook,
+            "kind": request.kind,
+            "object": request.target,
+            "operation": request.operation,
+            "dry_run": request.dry_run,
+            "decision": "allowed" if isinstance(decision, Allowed) else "denied",
+            "queue": decision.queue,
+            "card": decision.card,
+            "duration_ms": round((time.perf_counter() - started) * 1000, 3),
+        }
+    )
+    return decision
+
+
+def answer(state: ClusterState, body: bytes | str, webhook: Webhook, now: float) -> dict[str, Any]:
+    uid, decision = decide(state, body, webhook, now)
+    return wire.response(uid, decision)
+
+
+def summary(decision: Decision) -> str:
+    """One line for people: ``DENIED 403: ...`` / ``ALLOWED (+2 patch ops): ...``."""
+    match decision:
+        case Denied(message=message, code=code):
+            return f"DENIED {code}: {message}"
+        case Allowed(reason=reason, patch=patch, warnings=warnings):
+            extra = "".join(f"\n  warning: {w}" for w in warnings)
+            extra += "".join(f"\n  patch: {orjson.dumps(dict(op)).decode()}" for op in patch)
+            return f"ALLOWED: {reason}{extra}"

@@ -1,0 +1,184 @@
+"""``cardquota whatif -f FILE``: what the webhooks would say to every object of a manifest.
+
+Each object becomes the request the API server would send: CREATE, or UPDATE when the cluster
+already holds a workload or Queue of that name (the old object then carries the replicas the
+cluster has). The pod and PodGroup mutation answers first, with its patch, then the validation
+decides. Objects are taken in file order and an admitted one holds its cards for the next, as if
+the file were applied; the holds live only in this process's copy of the state, so nothing is
+recorded anywhere. Kinds the webhooks are not registered for are reported as not sent.
+"""
+
+import copy
+import dataclasses
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jsonpatch
+import orjson
+
+from webhook.cluster import snapshot
+from webhook.core.decide import admission
+from webhook.core.index.state import ClusterState
+from webhook.core.model.verdicts import Allowed, Decision, Denied, Request
+from webhook.errors import ConfigError
+
+# (API group, kind) -> resource, for the kinds the webhooks are registered for.
+RESOURCES: Mapping[tuple[str, str], str] = {
+    ("", "Pod"): "pods",
+    ("apps", "Deployment"): "deployments",
+    ("apps", "StatefulSet"): "statefulsets",
+    ("apps", "ReplicaSet"): "replicasets",
+    ("scheduling.volcano.sh", "Queue"): "queues",
+    ("scheduling.volcano.sh", "PodGroup"): "podgroups",
+    ("batch.volcano.sh", "Job"): "jobs",
+}
+MUTATED = frozenset({"pods", "podgroups"})
+WORKLOADS = {
+    "deployments": "Deployment",
+    "statefulsets": "StatefulSet",
+    "replicasets": "ReplicaSet",
+    "jobs": "Job",
+}
+
+
+@dataclass
+class Answer:
+    """What the webhooks say to one object."""
+
+    source: str  # where in the manifest
+    target: str  # kind namespace/name
+    operation: str
+    sent: bool = True
+    allowed: bool = True
+    message: str = ""
+    warnings: list[str] = field(default_factory=list)
+    patch: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "object": self.target,
+            "source": self.source,
+            "operation": self.operation,
+            "sent": self.sent,
+            "allowed": self.allowed,
+            "message": self.message,
+            "warnings": self.warnings,
+            "patch": self.patch,
+        }
+
+
+def read_manifest(path: str, stdin: bytes | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """Every object of a multi-document YAML/JSON manifest (``-``: standard input), Lists unrolled."""
+    if path == "-":
+        return list(snapshot.objects_of("stdin", stdin or b""))
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"{path}: no such file")
+    return list(snapshot.objects_of(str(file), file.read_bytes()))
+
+
+def whatif(
+    state: ClusterState, objects: list[tuple[str, dict[str, Any]]], now: float | None = None
+) -> list[Answer]:
+    """Answer every object in order; ``state`` receives the holds of what is admitted (pass a copy)."""
+    now = time.time() if now is None else now
+    return [_answer(state, source, obj, now) for source, obj in objects]
+
+
+def _answer(state: ClusterState, source: str, obj: dict[str, Any], now: float) -> Answer:
+    api_version = str(obj.get("apiVersion") or "")
+    group = api_version.rpartition("/")[0] if "/" in api_version else ""
+    kind = str(obj.get("kind") or "")
+    meta = _dict(obj.get("metadata"))
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    resource = RESOURCES.get((group, kind))
+    target = f"{kind.lower()} {name}" if kind == "Queue" else f"{kind.lower()} {namespace}/{name}"
+    if resource is None:
+        return Answer(
+            source, target, "CREATE", sent=False, message=f"{api_version} {kind} is not sent to the webhooks"
+        )
+    if kind != "Queue":
+        obj = {**obj, "metadata": {**meta, "namespace": namespace}}
+    operation, old = _operation(state, resource, kind, namespace, name, obj)
+    request = Request(
+        uid=f"whatif-{uuid.uuid4().hex[:8]}",
+        kind=kind,
+        group=group,
+        resource=resource,
+        sub_resource="",
+        operation=operation,
+        namespace="" if kind == "Queue" else namespace,
+        name=name,
+        obj=obj,
+        old_obj=old,
+    )
+    answer = Answer(source, target, operation)
+    if resource in MUTATED and operation == "CREATE":
+        mutation = admission.mutate(state, request, now=now)
+        admission.admit(state, request, mutation, now)  # a multi-card pod's assigned model
+        if _record(answer, mutation):
+            return answer
+        if isinstance(mutation, Allowed) and mutation.patch:  # validation sees the mutated object
+            patched = jsonpatch.apply_patch(obj, [dict(op) for op in mutation.patch])
+            request = dataclasses.replace(request, obj=patched)
+    validation = admission.validate(state, request, now)
+    admission.admit(state, request, validation, now)
+    _record(answer, validation)
+    return answer
+
+
+def _operation(
+    state: ClusterState, resource: str, kind: str, namespace: str, name: str, obj: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    """CREATE, or UPDATE with the old object as the cluster holds it (its replicas)."""
+    if resource == "queues" and name in state.queues:
+        return "UPDATE", obj
+    workload = state.workload(WORKLOADS[resource], namespace, name) if resource in WORKLOADS else None
+    if workload is None:
+        return "CREATE", {}
+    old = copy.deepcopy(obj)
+    spec = _dict(old.get("spec"))
+    if resource == "jobs":
+        tasks = spec.get("tasks")
+        for task, held in zip(tasks if isinstance(tasks, list) else [], workload.tasks, strict=False):
+            if isinstance(task, dict):
+                task["replicas"] = held.replicas
+    else:
+        spec["replicas"] = workload.replicas
+    old["spec"] = spec
+    return "UPDATE", old
+
+
+def _record(answer: Answer, decision: Decision) -> bool:
+    """Fold one decision into the answer; True when it ends the object's story (a denial)."""
+    match decision:
+        case Denied(message=message):
+            answer.allowed, answer.message = False, message
+            return True
+        case Allowed(reason=reason, patch=patch, warnings=warnings):
+            answer.warnings += list(warnings)
+            answer.patch += [dict(op) for op in patch]
+            answer.message = f"{answer.message}; {reason}" if answer.message else reason
+    return False
+
+
+def table(answers: list[Answer]) -> str:
+    lines: list[str] = []
+    for a in answers:
+        verdict = "NOT SENT" if not a.sent else ("ALLOWED" if a.allowed else "DENIED")
+        lines.append(f"{a.target} ({a.operation}): {verdict}: {a.message}")
+        lines += [f"  warning: {w}" for w in a.warnings]
+        lines += [f"  patch: {orjson.dumps(op).decode()}" for op in a.patch]
+    return "\n".join(lines)
+
+
+def as_json(answers: list[Answer]) -> bytes:
+    return orjson.dumps([a.as_json() for a in answers], option=orjson.OPT_INDENT_2)
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
