@@ -205,11 +205,13 @@ def test_the_higher_priority_queue_is_served_first_and_each_card_is_taken_once()
         second,
         *gang("a", ["n1", "n1"]),
         *gang("b", ["n2", "n2"], priority=10),
-        *inference(1),
+        *inference(2),
         *other,
     )
-    # serve (80000) takes "a" (2 cards for 1 pod); serve2's pod fits the card left over from it.
-    assert [(p.queue, [g.key for g in p.victims or ()]) for p in plans(state)] == [("serve", ["ns/a"])]
+    # serve (80000) takes "a" for its 2 pods; serve2 comes after them, so "a"'s cards are taken
+    # already: it takes "b", never "a" again.
+    found = [(p.queue, [g.key for g in p.victims or ()]) for p in plans(state)]
+    assert found == [("serve", ["ns/a"]), ("serve2", ["ns/b"])]
 
 
 # ---- a property over random clusters ----------------------------------------------------------

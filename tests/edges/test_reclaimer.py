@@ -5,6 +5,7 @@ new pods wait."""
 
 import asyncio
 import json
+import logging
 from typing import Any
 
 import pytest
@@ -84,8 +85,9 @@ def test_a_whole_gang_is_evicted_once_told_on_both_sides_and_held_from_enqueue()
     )
     # The next pass, the cache still showing the pods running: nothing evicted again.
     clock[0] = 102.0
+    told = list(api.events)
     run(reclaimer)
-    assert api.evicted == TJ
+    assert api.evicted == TJ and api.dry == TJ and api.events == told
     # The evicted group's move back to Inqueue is refused while web waits unbound.
     enqueue = enqueue_of_tj()
     decision = admission.validate(state, enqueue, 103.0)
@@ -139,6 +141,11 @@ def test_a_whole_gang_is_evicted_once_told_on_both_sides_and_held_from_enqueue()
         ingest.upsert(state, web)
     assert isinstance(admission.validate(state, enqueue, 104.0), Allowed)
     assert isinstance(admission.validate(state, request(again), 104.0), Allowed)
+    # The hold has a term of its own: past it, the group is judged by its quota even with web waiting.
+    waiting = seed_002(*inference(2))
+    ingest.upsert(waiting, group)
+    assert isinstance(admission.validate(waiting, enqueue_of_tj(), 401.0), Denied)
+    assert isinstance(admission.validate(waiting, enqueue_of_tj(), 401.5), Allowed)
     run(reclaimer)  # the next pass sees the hold over and removes the mark
     assert api.marks[-1] == ("podgroups/ns/tj", None)
 
@@ -191,12 +198,18 @@ def test_a_gang_a_budget_protects_is_left_whole_and_reported() -> None:
 def test_a_dry_run_only_reports_and_nothing_happens_while_not_serving() -> None:
     dry = serve_queue(annotations={"cardquota.volcano.sh/reclaim": "dry-run"})
     state = cluster(*NODES, train_queue(), dry, *gang("tj", ["n1", "n1", "n2", "n2"]), *inference(1))
-    api = Api()
-    run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
-    assert api.dry == [] and api.evicted == []
+    api, clock = Api(), [100.0]
+    dry_run = Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    for at in (100.0, 101.0, 159.0):  # told once a minute, not every pass
+        clock[0] = at
+        run(dry_run)
+    assert api.dry == [] and api.evicted == [] and api.marks == [] and not state.reclaims
     assert [e[1:] for e in api.events] == [
         ("CardQuotaReclaiming", f"dry run: would take back podgroup ns/tj (4 {R4090})")
     ]
+    clock[0] = 160.0
+    run(dry_run)
+    assert len(api.events) == 2
     idle, quiet = seed_002(*inference(1)), Api()
     reclaimer = Reclaimer(idle, quiet, lambda: False, interval=0.01, after=0.0)  # type: ignore[arg-type]
 
@@ -209,7 +222,9 @@ def test_a_dry_run_only_reports_and_nothing_happens_while_not_serving() -> None:
     assert quiet.evicted == [] and quiet.events == []
 
 
-def test_a_pass_that_fails_is_logged_and_the_next_one_runs(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pass_that_fails_is_logged_and_the_next_one_runs(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     state, api = seed_002(*inference(1)), Api()
     calls: list[int] = []
 
@@ -224,9 +239,14 @@ def test_a_pass_that_fails_is_logged_and_the_next_one_runs(monkeypatch: pytest.M
 
     async def briefly() -> None:
         task = asyncio.create_task(reclaimer.run())
-        await asyncio.sleep(0.1)
+        for _ in range(500):  # up to 5 s on a loaded machine
+            await asyncio.sleep(0.01)
+            if len(calls) >= 2 or task.done():
+                break
         assert not task.done(), "the loop stopped"
         task.cancel()
 
-    asyncio.run(briefly())
+    with caplog.at_level(logging.ERROR):
+        asyncio.run(briefly())
     assert len(calls) >= 2
+    assert "tidal reclaim: a pass failed" in caplog.text
