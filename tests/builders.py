@@ -286,3 +286,142 @@ def shared(limits: dict[str, Any]) -> dict[str, Any]:
     """A pod spec whose one container asks ``limits``: a shared GPU's resources (pass as ``spec``)."""
     resources = {"limits": {name: str(value) for name, value in limits.items()}}
     return {"containers": [{"name": "c", "image": "i", "resources": resources}]}
+
+
+# ---- Dynamic Resource Allocation (resource.k8s.io/v1) ------------------------------------------
+NVIDIA_DRA = "gpu.nvidia.com"
+GPU_CLASS_CEL = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+MIG_CLASS_CEL = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"
+
+
+def resource_slice(
+    node_name: str,
+    product: str,
+    gpus: int,
+    *,
+    driver: str = NVIDIA_DRA,
+    mig_profile: str = "",
+    memory: str = "80Gi",
+    name: str = "",
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """A slice of ``gpus`` devices of NVML name ``product`` (spaces) on ``node_name``, as NVIDIA's
+    driver publishes them (MIG devices when ``mig_profile``)."""
+    kind = "mig" if mig_profile else ("hami-gpu" if driver.startswith("hami") else "gpu")
+    devices = []
+    for i in range(gpus):
+        attributes: dict[str, Any] = {
+            "type": {"string": kind},
+            "productName": {"string": product},
+            "uuid": {"string": f"GPU-{node_name}-{i}"},
+        }
+        if mig_profile:
+            attributes["profile"] = {"string": mig_profile}
+        capacity = {"memory": {"value": memory}}
+        if driver.startswith("hami"):
+            capacity["cores"] = {"value": "100"}
+        label = f"gpu-{i}-mig-{mig_profile.replace('.', '')}-{i}" if mig_profile else f"gpu-{i}"
+        devices.append({"name": label, "attributes": attributes, "capacity": capacity, **(extra or {})})
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name or f"{node_name}-{driver}"},
+        "spec": {
+            "driver": driver,
+            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": 1},
+            "nodeName": node_name,
+            "devices": devices,
+        },
+    }
+
+
+def device_class(
+    name: str, expression: str | None = GPU_CLASS_CEL, card: str | None = None, extended: str = ""
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if card is not None:
+        meta["annotations"] = {"cardquota.volcano.sh/card": card}
+    spec: dict[str, Any] = {}
+    if expression is not None:
+        spec["selectors"] = [{"cel": {"expression": expression}}]
+    if extended:
+        spec["extendedResourceName"] = extended
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": meta, "spec": spec}
+
+
+def gpu_request(
+    name: str = "gpu",
+    device_class_name: str = NVIDIA_DRA,
+    count: int | None = 1,
+    *,
+    selectors: tuple[str, ...] = (),
+    mode: str | None = None,
+    admin: bool = False,
+    capacity: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": device_class_name}
+    if count is not None:
+        exactly["count"] = count
+    if mode:
+        exactly["allocationMode"] = mode
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    if admin:
+        exactly["adminAccess"] = True
+    if capacity:
+        exactly["capacity"] = {"requests": capacity}
+    return {"name": name, "exactly": exactly}
+
+
+def first_available(name: str, *subrequests: dict[str, Any]) -> dict[str, Any]:
+    """A request whose alternatives are ``subrequests`` (``gpu_request`` values: their ``exactly``)."""
+    return {"name": name, "firstAvailable": [{"name": s["name"], **s["exactly"]} for s in subrequests]}
+
+
+def claim_template(name: str, *requests: dict[str, Any], namespace: str = "ns") -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": namespace},
+        "spec": {"spec": {"devices": {"requests": list(requests)}}},
+    }
+
+
+def resource_claim(
+    name: str,
+    *requests: dict[str, Any],
+    namespace: str = "ns",
+    pod_owner: dict[str, Any] | None = None,
+    pod_claim: str = "",
+    allocated: tuple[tuple[str, str, str], ...] = (),
+) -> dict[str, Any]:
+    """A claim; ``pod_owner``: the pod it was made for (``{"name", "uid"}``) with ``pod_claim``, the
+    pod's name for it; ``allocated``: (request, pool, device) of driver gpu.nvidia.com."""
+    meta: dict[str, Any] = {"name": name, "namespace": namespace, "uid": f"uid-claim-{name}"}
+    if pod_owner:
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "controller": True, **pod_owner}]
+        meta["annotations"] = {"resource.kubernetes.io/pod-claim-name": pod_claim}
+    out: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": meta,
+        "spec": {"devices": {"requests": list(requests)}},
+    }
+    if allocated:
+        results = [{"request": r, "driver": NVIDIA_DRA, "pool": p, "device": d} for r, p, d in allocated]
+        out["status"] = {"allocation": {"devices": {"results": results}}}
+    return out
+
+
+def claiming(
+    obj: dict[str, Any], *, templates: tuple[str, ...] = (), claims: tuple[str, ...] = ()
+) -> dict[str, Any]:
+    """``obj`` (a pod, or a pod template) taking its GPUs through these claim templates and claims
+    (its entries named ``t0``.., ``c0``..)."""
+    spec = obj.setdefault("spec", {})
+    refs = [{"name": f"t{i}", "resourceClaimTemplateName": t} for i, t in enumerate(templates)]
+    refs += [{"name": f"c{i}", "resourceClaimName": c} for i, c in enumerate(claims)]
+    spec["resourceClaims"] = refs
+    for container in spec.get("containers") or []:
+        container.setdefault("resources", {})["claims"] = [{"name": r["name"]} for r in refs]
+    return obj

@@ -14,7 +14,7 @@ kept raw and read once per distinct text: the pods of a workload repeat the same
 
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Annotated, Any
 
 import msgspec
@@ -22,6 +22,7 @@ import orjson
 
 from webhook.core.model import keys, objects, shapes
 from webhook.core.model.compact import KEPT_ANNOTATIONS, Pool
+from webhook.core.model.devices import claim_refs
 from webhook.core.model.objects import OwnerRef, PodRecord, PodTemplate
 from webhook.core.model.resources import Resources, resources_of
 
@@ -96,10 +97,12 @@ class Spec(_Struct):
     affinity: Affinity | None = None
     schedulerName: str | None = None
     schedulingGates: list[Gate] | None = None
+    resourceClaims: msgspec.Raw = NULL  # rare: read the ordinary way (``devices.claim_refs``)
 
 
 class Status(_Struct):
     phase: str | None = None
+    resourceClaimStatuses: msgspec.Raw = NULL
 
 
 class Pod(_Struct):
@@ -164,11 +167,17 @@ class PodReader:
                 if shapes.timestamp(m.deletionTimestamp) is not None:
                     return None
                 deadline = objects.deletion_deadline(m.deletionTimestamp, m.deletionGracePeriodSeconds)
+            template = self._template(m.annotations, resources, spec.schedulerName or "")
+            if spec.resourceClaims is not NULL:
+                claiming = self._claiming(template, m.namespace, spec, pod.status or _NO_STATUS)
+                if claiming is None:
+                    return None
+                template = claiming
             record = PodRecord(
                 m.uid,
                 intern(m.namespace),
                 m.name,
-                self._template(m.annotations, resources, spec.schedulerName or ""),
+                template,
                 intern(spec.nodeName or ""),
                 intern((pod.status or _NO_STATUS).phase or "Pending"),
                 deadline,
@@ -209,6 +218,21 @@ class PodReader:
                 PodTemplate(shown, resources, scheduler=scheduler)
             )
         return found
+
+    def _claiming(
+        self, template: PodTemplate, namespace: str, spec: Spec, status: Status
+    ) -> PodTemplate | None:
+        """``template`` with the pod's resource claims; None when they are not JSON."""
+        try:
+            claims = claim_refs(
+                {"resourceClaims": orjson.loads(bytes(spec.resourceClaims))},
+                {"resourceClaimStatuses": orjson.loads(bytes(status.resourceClaimStatuses))},
+            )
+        except orjson.JSONDecodeError:
+            return None
+        if not claims:
+            return template
+        return self.pool.template(replace(template, claims=claims, namespace=namespace))
 
     def _owner(self, refs: list[Owner]) -> OwnerRef | None:
         for ref in refs:

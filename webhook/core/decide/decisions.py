@@ -45,6 +45,12 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
     if problem:
         return Denied(problem, card=demand.spec.text)
     queue = state.queue_of_pod(pod)
+    if demand.claims is not None:
+        what += f" ({demand.claims.told})"
+        unpaid = _unpaid(state, pod, queue, demand, what)
+        if not isinstance(unpaid, PodDemand):
+            return unpaid
+        demand = unpaid
     if pod.group_name and (gave := tidal.holding(state, f"{pod.namespace}/{pod.group_name}", now)):
         message = messages.reclaimed(
             f"{what} of podgroup {pod.namespace}/{pod.group_name}",
@@ -105,6 +111,30 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
     message = messages.no_room(usage, demand.spec, what, demand.count) + messages.ahead_in_line(ahead)
     return _refused(state, pod, queue, demand, message, len(ahead), place, release)
+
+
+def _unpaid(
+    state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand, what: str
+) -> Decision | PodDemand:
+    """A claiming pod's demand less the claims by name another pod of its queue is charged for
+    (SPEC §4b: a shared claim is charged once); refused when that pod is another queue's."""
+    count = demand.count
+    for key, units in demand.claims.named if demand.claims is not None else ():
+        payer = state.claim_payer(key)
+        if payer is None or payer.uid == pod.uid:
+            continue
+        if (theirs := state.queue_of_pod(payer)) != queue:
+            return Denied(
+                messages.claim_of_another_queue(what, key, payer.key, theirs, queue),
+                queue=queue,
+                card=demand.spec.text,
+            )
+        count -= units
+    if count == demand.count:
+        return demand
+    if count <= 0:
+        return Allowed("its claims are charged already, to the pods it shares them with", queue=queue)
+    return replace(demand, count=count)
 
 
 def _refused(

@@ -153,3 +153,11 @@ def unassigned_covered(what: str, spec: CardSpec) -> str:
         f"{what} asks for one of {spec.text} and was given no model, though its PodGroup holds cards"
         " for it: a new create is given one (its controller creates it again)"
     )
+
+
+def claim_of_another_queue(what: str, claim: str, payer: str, theirs: str, queue: str) -> str:
+    """A pod naming a ResourceClaim another queue's pod is charged for (SPEC §4b)."""
+    return (
+        f"{what} shares ResourceClaim {claim} with pod {payer} of queue {theirs!r}: its GPUs are charged"
+        f" to that queue, not to queue {queue!r}; give the pod a claim of its own"
+    )

@@ -53,7 +53,8 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
     chosen = None
     if gate is not None:
         ops = [*_card_name_ops(template, demand.spec), *gate]
-        ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, demand.spec)))
+        if not demand.only_claims:
+            ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, demand.spec)))
         record = pod_record(pod, template)
         return Allowed(
             "waits in its queue's line under our scheduling gate",
@@ -70,7 +71,8 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
     ops = _card_name_ops(template, spec)
     if chosen is not None:
         ops.append({"op": "add", "path": _CARD_SPEC_PATH, "value": demand.spec.text})
-    ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, spec)))
+    if not demand.only_claims:
+        ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, spec)))
     if chosen is None:
         return Allowed("card pod confined to its models", patch=tuple(ops), card=spec.text)
     where = "a node has it free now" if chosen.free_now else "no node has it free now, the quota has room"
@@ -163,7 +165,9 @@ def release_patch(state: ClusterState, pod: Raw, card: CardName | None) -> list[
         if keys.CARD_SPEC not in template.annotations:
             asked = template.annotations.get(keys.CARD_NAME, "")
             ops.append({"op": "add", "path": _CARD_SPEC_PATH, "value": asked})
-        ops.extend(affinity_ops(spec, _expression(state, CardSpec((card,)))))
+        demand = pod_demand(template, state.inventory, state.policy) if template.claims else None
+        if not (isinstance(demand, PodDemand) and demand.only_claims):
+            ops.extend(affinity_ops(spec, _expression(state, CardSpec((card,)))))
     return ops
 
 

@@ -9,7 +9,7 @@ from collections.abc import Container, Mapping
 from typing import Any
 
 from webhook.core.index.state import ClusterState
-from webhook.core.model import nodes, objects, shapes
+from webhook.core.model import devices, nodes, objects, shapes
 
 WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "ReplicaSet"})
 RESOURCES = {
@@ -19,8 +19,20 @@ RESOURCES = {
     "PodGroup": "podgroups",
     "Pod": "pods",
 }
+# DRA's kinds (SPEC §4b): read by tolerant readers (``devices``), each odd field a reason, no shape check.
+DRA_KINDS = frozenset({"DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate"})
 # Applied in this order when many arrive at once, so each finds what it refers to already there.
-ORDER = ("Node", "Queue", "Workload", "PodGroup", "Pod")
+ORDER = (
+    "Node",
+    "DeviceClass",
+    "ResourceSlice",
+    "ResourceClaimTemplate",
+    "ResourceClaim",
+    "Queue",
+    "Workload",
+    "PodGroup",
+    "Pod",
+)
 
 
 def bucket(obj: Mapping[str, Any]) -> str | None:
@@ -29,6 +41,8 @@ def bucket(obj: Mapping[str, Any]) -> str | None:
     if kind in WORKLOAD_KINDS or (kind == "Job" and api.startswith(("batch.volcano.sh", "batch/"))):
         return "Workload"
     if kind in ("PodGroup", "Queue") and api.startswith("scheduling.volcano.sh"):
+        return kind
+    if kind in DRA_KINDS and api.startswith(devices.API_GROUP + "/"):
         return kind
     return kind if kind in ("Node", "Pod") else None
 
@@ -45,6 +59,8 @@ def upsert(state: ClusterState, obj: Mapping[str, Any]) -> str:
     where = bucket(obj)
     if where is None:
         return f"{obj.get('kind', '?')} is not used"
+    if where in DRA_KINDS:
+        return _apply_dra(state, where, obj)
     problem = shapes.problem(_resource(where, obj), "", obj)
     if problem:
         state.skip(key(obj), problem)
@@ -58,11 +74,19 @@ def remove(state: ClusterState, obj: Mapping[str, Any]) -> None:
     """Forget ``obj`` (only its identity is read: a DELETED event may carry an old body)."""
     where = bucket(obj)
     state.skip(key(obj), "")
-    if where is None or shapes.problem(RESOURCES[where], "", {"metadata": obj.get("metadata")}):
+    if where is None or shapes.problem(RESOURCES.get(where, "nodes"), "", {"metadata": obj.get("metadata")}):
         return
     meta = obj.get("metadata") or {}
     name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "default")
-    if where == "Node":
+    if where == "DeviceClass":
+        state.delete_device_class(name)
+    elif where == "ResourceSlice":
+        state.delete_slice(name)
+    elif where == "ResourceClaim":
+        state.delete_claim(f"{namespace}/{name}")
+    elif where == "ResourceClaimTemplate":
+        state.delete_claim_template(f"{namespace}/{name}")
+    elif where == "Node":
         state.delete_node(name)
     elif where == "Queue":
         state.delete_queue(name)
@@ -73,6 +97,38 @@ def remove(state: ClusterState, obj: Mapping[str, Any]) -> None:
         state.delete_podgroup(f"{namespace}/{name}")
     else:
         state.delete_pod(str(meta.get("uid") or f"{meta.get('namespace', '')}/{name}"))
+
+
+def _apply_dra(state: ClusterState, where: str, obj: Mapping[str, Any]) -> str:
+    """A DRA object into the state; what of it is left out is kept in ``state.skipped``."""
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta.get("name"):
+        problem = "metadata.name is missing or not a string"
+        state.skip(key(obj), problem)
+        return problem
+    drivers = state.policy.dra_drivers
+    problem = ""
+    if where == "DeviceClass":
+        found = devices.class_record(obj, drivers)
+        problem = found.problem
+        state.upsert_device_class(found)
+    elif where == "ResourceSlice":
+        record = devices.slice_record(obj, drivers)
+        if record is None:
+            state.delete_slice(str(meta["name"]))
+        else:
+            problem = "; ".join(record.skipped)
+            state.upsert_slice(record)
+    elif where == "ResourceClaim":
+        claim = devices.claim_record(obj, drivers)
+        problem = claim.problem
+        state.upsert_claim(claim)
+    else:
+        template = devices.template_record(obj, drivers)
+        problem = template.problem
+        state.upsert_claim_template(template)
+    state.skip(key(obj), problem)
+    return problem
 
 
 def _resource(where: str, obj: Mapping[str, Any]) -> str:
@@ -126,6 +182,15 @@ def identities(
         return {f"/{name}": stub("", name) for name in state.queues if f"/{name}" not in exclude}
     if kind == "PodGroup":
         return {key: stub(*key.split("/", 1)) for key in state.podgroups if key not in exclude}
+    if kind in DRA_KINDS:
+        found = state.inventory.devices
+        names: list[str] = {
+            "DeviceClass": [f"/{n}" for n in found.classes],
+            "ResourceSlice": [f"/{n}" for n in found.slices],
+            "ResourceClaim": list(found.claims),
+            "ResourceClaimTemplate": list(found.templates),
+        }[kind]
+        return {key: stub(*key.split("/", 1)) for key in names if key not in exclude}
     held_as = objects.record_kind(kind, api_version)
     kept = (key for (held, key) in state.workloads if held == held_as and key not in exclude)
     return {key: stub(*key.split("/", 1)) for key in kept}

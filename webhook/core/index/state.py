@@ -11,6 +11,7 @@ queue's tally (cards × groups) and never walks pods.
 import heapq
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 
 from webhook.core.index.charges import Charger, PodIndex, compute_charged
 from webhook.core.index.freecards import FreeCards
@@ -21,10 +22,12 @@ from webhook.core.index.tally import Charge, ComputeCharge, Reservation, Tally
 from webhook.core.index.workloads import Workloads
 from webhook.core.model import compact, keys
 from webhook.core.model.cards import CardName, CardSpec
+from webhook.core.model.claims import Devices
 from webhook.core.model.demand import PodDemand, pod_demand
+from webhook.core.model.devices import ClaimRecord, ClassRecord, SliceRecord, TemplateRecord
 from webhook.core.model.inventory import Inventory
 from webhook.core.model.ledger import Ledger
-from webhook.core.model.nodes import NodeCards
+from webhook.core.model.nodes import NodeCards, with_devices
 from webhook.core.model.objects import (
     TERMINAL_PHASES,
     PodGroupRecord,
@@ -43,7 +46,12 @@ class ClusterState:
     def __init__(self, policy: Policy | None = None) -> None:
         self.policy = policy or Policy()
         self.nodes: dict[str, NodeCards] = {}
-        self.inventory = Inventory()
+        self.inventory = Inventory(Devices(self.policy.dra_drivers))
+        self._labelled: dict[str, NodeCards] = {}  # each node's cards from its labels (SPEC §3)
+        # DRA (SPEC §4b): the pods that use each claim ("ns/name") or template ("template:ns/name"),
+        # and the pod each claim by name is charged to (a claim several pods share is charged once)
+        self._claim_users: defaultdict[str, set[str]] = defaultdict(set)
+        self._payers: dict[str, str] = {}
         self.free = FreeCards()  # free cards per node and model, for the multi-card assignment
         self.tree = QueueTree(self.policy.hierarchical_queues)
         self.pods: dict[str, PodRecord] = {}
@@ -110,6 +118,10 @@ class ClusterState:
 
     # ---- nodes -------------------------------------------------------------------------
     def upsert_node(self, cards: NodeCards) -> None:
+        self._labelled[cards.node] = cards
+        cards = with_devices(
+            cards, self.inventory.devices.node_cards(cards.node), self.policy.default_resource
+        )
         if self.nodes.get(cards.node) == cards:
             return
         self.nodes[cards.node] = cards
@@ -117,6 +129,7 @@ class ClusterState:
         self._after_node_change(cards.node, self.inventory.put(cards))
 
     def delete_node(self, name: str) -> None:
+        self._labelled.pop(name, None)
         if self.nodes.pop(name, None) is not None:
             self.free.delete_node(name)
             self._after_node_change(name, self.inventory.remove(name))
@@ -126,6 +139,101 @@ class ClusterState:
             self._recharge(list(self.pods))  # a card's resource name moved: rare, walk all
         else:
             self._recharge(list(self.charged.on_node(node)))
+
+    # ---- DRA: slices, classes, claims, templates (SPEC §4b) ---------------------------------
+    def upsert_slice(self, record: SliceRecord) -> None:
+        self._refresh_nodes(self.inventory.devices.put_slice(record))
+
+    def delete_slice(self, name: str) -> None:
+        self._refresh_nodes(self.inventory.devices.drop_slice(name))
+
+    def _refresh_nodes(self, names: Iterable[str]) -> None:
+        for name in names:
+            if name in self._labelled:
+                self.upsert_node(self._labelled[name])
+
+    def upsert_device_class(self, record: ClassRecord) -> None:
+        if self.inventory.devices.classes.get(record.name) != record:
+            self.inventory.devices.classes[record.name] = record
+            self._recharge_claimants()
+
+    def delete_device_class(self, name: str) -> None:
+        if self.inventory.devices.classes.pop(name, None) is not None:
+            self._recharge_claimants()
+
+    def upsert_claim(self, record: ClaimRecord) -> None:
+        if self.inventory.devices.claims.get(record.key) != record:
+            self.inventory.devices.claims[record.key] = record
+            self._recharge(list(self._claim_users.get(record.key, ())))
+
+    def delete_claim(self, key: str) -> None:
+        if self.inventory.devices.claims.pop(key, None) is not None:
+            self._recharge(list(self._claim_users.get(key, ())))
+
+    def upsert_claim_template(self, record: TemplateRecord) -> None:
+        if self.inventory.devices.templates.get(record.key) != record:
+            self.inventory.devices.templates[record.key] = record
+            self._recharge(list(self._claim_users.get(f"template:{record.key}", ())))
+
+    def delete_claim_template(self, key: str) -> None:
+        if self.inventory.devices.templates.pop(key, None) is not None:
+            self._recharge(list(self._claim_users.get(f"template:{key}", ())))
+
+    def _recharge_claimants(self) -> None:
+        self._recharge({uid for users in self._claim_users.values() for uid in users})
+
+    def claim_payer(self, key: str) -> PodRecord | None:
+        """The live pod a claim by name (``namespace/name``) is charged to."""
+        uid = self._payers.get(key)
+        return self.pods.get(uid) if uid else None
+
+    def claim_users(self, key: str) -> set[str]:
+        return self._claim_users.get(key, set())
+
+    def _claim_keys(self, pod: PodRecord) -> list[str]:
+        namespace = pod.template.namespace or pod.namespace
+        out = []
+        for ref in pod.template.claims:
+            if ref.claim:
+                out.append(f"{namespace}/{ref.claim}")
+            if ref.template:
+                out.append(f"template:{namespace}/{ref.template}")
+            if ref.generated:
+                out.append(f"{namespace}/{ref.generated}")
+        return out
+
+    def _unshared(self, pod: PodRecord, charge: Charge | None) -> Charge | None:
+        """A claiming pod's charge less the claims by name another pod is charged for already."""
+        if charge is None:
+            return None
+        demand = pod_demand(pod.template, self.inventory, self.policy)
+        if not isinstance(demand, PodDemand) or demand.claims is None or not demand.claims.named:
+            return charge
+        count = charge.count
+        for key, units in demand.claims.named:
+            payer = self._payers.get(key)
+            if payer is None or payer == pod.uid or not self._live(payer):
+                self._payers[key] = pod.uid
+            else:
+                count -= units
+        if count == charge.count:
+            return charge
+        return replace(charge, count=count) if count > 0 else None
+
+    def _leave_claims(self, pod: PodRecord) -> None:
+        """``pod`` is no longer counted: the claims it paid for go to another of their pods."""
+        heirs: set[str] = set()
+        for key in self._claim_keys(pod):
+            users = self._claim_users.get(key)
+            if users is not None:
+                users.discard(pod.uid)
+                if not users:
+                    del self._claim_users[key]
+            if self._payers.get(key) == pod.uid:
+                del self._payers[key]
+                heirs |= set(users or ())
+        for uid in sorted(heirs):
+            self._recharge((uid,))
 
     # ---- pods (``charges``) --------------------------------------------------------------
     @property
@@ -138,7 +246,7 @@ class ClusterState:
         if not pooled:
             pod = self._pool.pod(pod)
         old = self.pods.get(pod.uid)
-        self._unindex(pod.uid)
+        self._unindex(pod.uid, leaving=old is not None and old.is_live and not pod.is_live)
         self.pods[pod.uid] = pod
         if self.gating and pod.owner is not None and self.gating.get(pod.owner.uid, ("",))[0] == pod.name:
             del self.gating[pod.owner.uid]  # the gated pod is seen: the cache's own count takes over
@@ -164,7 +272,7 @@ class ClusterState:
 
     def delete_pod(self, uid: str) -> None:
         if uid in self.pods:
-            self._unindex(uid)
+            self._unindex(uid, leaving=True)
             del self.pods[uid]
 
     def expire(self, now: float) -> None:
@@ -173,7 +281,7 @@ class ClusterState:
             _, uid = heapq.heappop(self._deadlines)
             pod = self.pods.get(uid)
             if pod is not None and pod.is_terminal(now):
-                self._unindex(uid)
+                self._unindex(uid, leaving=True)
         self.ledger.expire(now)
         if self.gating:
             self.gating = {uid: mark for uid, mark in self.gating.items() if mark[1] >= now}
@@ -195,9 +303,12 @@ class ClusterState:
         return compute_charged(template, self.inventory, self.policy)
 
     def _index(self, pod: PodRecord) -> None:
-        group = self.charged.add(
-            pod, self._charger.card(pod, self.nodes.get(pod.node_name)), self._compute_charge(pod)
-        )
+        charge = self._charger.card(pod, self.nodes.get(pod.node_name))
+        if pod.template.claims:
+            for key in self._claim_keys(pod):
+                self._claim_users[key].add(pod.uid)
+            charge = self._unshared(pod, charge) if pod.is_live else charge
+        group = self.charged.add(pod, charge, self._compute_charge(pod))
         if group:
             self._refresh_reservation(group)
         if pod.owner is not None and pod.owner.uid in self._refused:
@@ -209,7 +320,8 @@ class ClusterState:
                 self.line.put(waiter)
                 self._gate_in_group(pod, waiter, +1)
 
-    def _unindex(self, uid: str) -> None:
+    def _unindex(self, uid: str, leaving: bool = False) -> None:
+        """Take a pod's charges back; ``leaving``: it is counted no more (deleted, finished)."""
         pod = self.pods.get(uid)
         if pod is None:
             return
@@ -219,6 +331,8 @@ class ClusterState:
             self._gate_in_group(pod, waiter, -1)
         if pod.owner is not None and pod.owner.uid in self._refused:
             self._rewait(pod.owner.uid, leaving=uid)
+        if pod.template.claims and leaving:
+            self._leave_claims(pod)
 
     def _recharge(self, uids: Iterable[str]) -> None:
         """Charge these pods again: their node, queue, PodGroup or owner changed."""

@@ -62,11 +62,26 @@ class Pool:
         }
         res = template.resources
         scheduler = sys.intern(template.scheduler)
-        key = (_items(annotations), _items(res.requests), _items(res.limits), res.cpu, res.memory, scheduler)
+        key = (
+            _items(annotations),
+            _items(res.requests),
+            _items(res.limits),
+            res.cpu,
+            res.memory,
+            scheduler,
+            template.claims,
+            template.namespace,
+        )
         found = self._templates.get(key)
         if found is None:
             resources = Resources(dict(res.requests), dict(res.limits), res.cpu, res.memory)
-            found = PodTemplate(annotations, resources, scheduler=scheduler)
+            found = PodTemplate(
+                annotations,
+                resources,
+                scheduler=scheduler,
+                claims=template.claims,
+                namespace=sys.intern(template.namespace),
+            )
             self._templates[key] = found
         return found
 

@@ -11,6 +11,7 @@ from webhook.core.model.cards import (
     product_of,
     units,
 )
+from webhook.core.model.claims import ClaimDemand, claims_demand
 from webhook.core.model.inventory import Inventory
 from webhook.core.model.objects import PodTemplate
 from webhook.core.model.policy import Policy
@@ -43,10 +44,13 @@ class PodDemand:
     count: int
     origin: CardSpec | None = None
     share: Share | None = None  # a shared GPU's request (Volcano vGPU, HAMi, Koordinator)
+    claims: ClaimDemand | None = None  # the part asked through ResourceClaims (SPEC §4b)
 
     def count_on(self, card: CardName, inventory: Inventory) -> int:
         """The units of one pod on model ``card``: a byte share differs by model; ``count`` is the
         largest over the spec's models, what an unassigned pod is held at."""
+        if self.claims is not None:
+            return self.count - self.claims.count + self.claims.on(card)
         if self.share is None:
             return self.count
         units = self.share.units(inventory.memory_mib(product_of(card)))
@@ -58,6 +62,11 @@ class PodDemand:
         if self.share is None or self.origin is None:
             return self.count
         return max(self.count_on(card, inventory) for card in self.origin.cards)
+
+    @property
+    def only_claims(self) -> bool:
+        """Its GPUs all come through ResourceClaims: the claim holds the model, not the node (§6b)."""
+        return self.claims is not None and self.count == self.claims.count
 
     @property
     def asked(self) -> CardSpec:
@@ -125,6 +134,48 @@ def spec_resource(spec: CardSpec, inventory: Inventory, policy: Policy) -> str |
 
 
 def pod_demand(template: PodTemplate, inventory: Inventory, policy: Policy) -> Demand:
+    """A pod's card demand: its extended resources (SPEC §4) and the GPUs its claims ask (§4b)."""
+    plugin = _plugin_demand(template, inventory, policy)
+    if not template.claims or isinstance(plugin, BadDemand | UnnamedCardPod):
+        return plugin
+    named = plugin.spec if isinstance(plugin, PodDemand) else _named_spec(template)
+    if isinstance(named, BadDemand):
+        return named
+    found = claims_demand(template.claims, template.namespace, inventory.devices, named)
+    if isinstance(found, str):
+        return BadDemand(found)
+    if found is None:
+        if isinstance(plugin, PodDemand) and not plugin.count:
+            return BadDemand(
+                f"names card {plugin.spec.text} but requests 0 {plugin.resource} and its resource claims"
+                f" ask no GPU: set resources.limits[{plugin.resource!r}], or claim the GPUs"
+            )
+        return plugin
+    if isinstance(plugin, PodDemand):
+        if plugin.count and plugin.spec != found.spec:
+            return BadDemand(
+                f"asks {plugin.spec.text} through {plugin.resource} and {found.spec.text} through"
+                f" {found.told}: a pod's GPUs are one model"
+            )
+        count = plugin.count + found.count
+        return PodDemand(found.spec, plugin.resource, count, plugin.origin, plugin.share, found)
+    resource = spec_resource(found.spec, inventory, policy)
+    resource = resource if isinstance(resource, str) else policy.default_resource
+    return PodDemand(found.spec, resource, found.count, _origin(template, found.spec), None, found)
+
+
+def _named_spec(template: PodTemplate) -> CardSpec | BadDemand | None:
+    raw = template.annotations.get(keys.CARD_NAME)
+    if raw is None:
+        return None
+    try:
+        return parse_card_spec(raw)
+    except CardNameError as exc:
+        return BadDemand(f"has a malformed {keys.CARD_NAME}: {exc}")
+
+
+def _plugin_demand(template: PodTemplate, inventory: Inventory, policy: Policy) -> Demand:
+    """The demand of the pod's extended resources alone."""
     raw = template.annotations.get(keys.CARD_NAME)
     if raw is None:
         return _unnamed(template, inventory, policy)
@@ -144,6 +195,8 @@ def pod_demand(template: PodTemplate, inventory: Inventory, policy: Policy) -> D
             f"names card {spec.text} but requests {count} {resource}: a quantity is never negative; set"
             f" resources.limits[{resource!r}] to the number of cards per pod"
         )
+    if not count and template.claims:
+        return PodDemand(spec, resource, 0, _origin(template, spec))  # its claims may ask them
     if not count:
         return BadDemand(
             f"names card {spec.text} but requests {count or 0} {resource}: set"

@@ -5,6 +5,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.model.cards import CardName
+from webhook.core.model.claims import Devices
 from webhook.core.model.nodes import NodeCards
 from webhook.core.model.values import value_class
 
@@ -38,7 +39,8 @@ class Inventory:
     dictionary look-up, and totals are summed only when asked for.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, devices: Devices | None = None) -> None:
+        self.devices = devices or Devices()  # DRA: classes, slices, claims, templates (SPEC §4b)
         self.by_node: dict[str, NodeCards] = {}
         self._holders: dict[CardName, dict[str, int]] = {}
         self._sources: dict[CardName, CardSource] = {}

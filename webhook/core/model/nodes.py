@@ -15,9 +15,10 @@ Rules (SPEC §3), in the plugin's order:
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 
 from webhook.core.model import keys
-from webhook.core.model.cards import CardName, mig_card_name, mps_card_name, units
+from webhook.core.model.cards import CardKind, CardName, mig_card_name, mps_card_name, parse_card_name, units
 from webhook.core.model.quantity import QuantityError, ceil_quantity
 from webhook.core.model.sharing import NODE_RESOURCES
 from webhook.core.model.values import value_class
@@ -48,6 +49,7 @@ class NodeCards:
     memory_mib: int | None = None  # per card, from the ``<vendor>/<type>.memory`` label
     shared: tuple[tuple[str, int], ...] = ()  # GPU-sharing resources (Volcano vGPU, Koordinator)
     shared_cards: int = 0  # the physical cards behind them (the count label), in card units
+    devices: tuple[tuple[CardName, int], ...] = ()  # what its ResourceSlices publish (SPEC §4b), units
 
     def card_names(self) -> frozenset[CardName]:
         return frozenset(card.name for card in self.cards)
@@ -188,3 +190,26 @@ def _mps_card(
         return None
     name = mps_card_name(info.product, mps_memory_gib(info.memory_mib), int(replicas))
     return NodeCard(name, resource, count)
+
+
+def with_devices(cards: NodeCards, devices: Mapping[CardName, int], default_resource: str) -> NodeCards:
+    """The node's cards with the GPUs its ResourceSlices publish (whole cards, by card name). A GPU
+    is counted once: a card both forms show counts the larger of the two (a node served by the
+    device plugin and by DRA's extended-resource form shows the same GPUs twice). A card only DRA
+    shows is requested through the resource the naming rules give it."""
+    if not devices:
+        return cards
+    found = {card.name: card for card in cards.cards}
+    for name in sorted(devices):
+        count = units(devices[name])
+        card = found.get(name)
+        if card is None:
+            parsed = parse_card_name(name)
+            resource = (
+                keys.MIG_PREFIX + parsed.mig_profile if parsed.kind is CardKind.MIG else default_resource
+            )
+            found[name] = NodeCard(name, resource, count)
+        elif card.count < count:
+            found[name] = NodeCard(name, card.resource, count)
+    shown = tuple((name, units(devices[name])) for name in sorted(devices))
+    return replace(cards, cards=tuple(found.values()), devices=shown)

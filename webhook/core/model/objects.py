@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from webhook.core.model import keys
+from webhook.core.model.devices import ClaimRef, claim_refs
 from webhook.core.model.reclaim import Taken
 from webhook.core.model.resources import Resources, resources_of
 from webhook.core.model.values import value_class
@@ -39,6 +40,9 @@ class PodTemplate:
     node_selector: Mapping[str, str] = field(default_factory=dict)
     required_terms: tuple[Raw, ...] | None = None
     scheduler: str = ""  # spec.schedulerName
+    # spec.resourceClaims (SPEC §4b) and, when there are any, the namespace they are read in
+    claims: tuple[ClaimRef, ...] = ()
+    namespace: str = ""
 
 
 @value_class
@@ -156,9 +160,11 @@ def controller_of(obj: Raw) -> OwnerRef | None:
     return None
 
 
-def pod_template_of(template: Raw) -> PodTemplate:
-    """Slim view of a Pod or a PodTemplateSpec (``metadata`` + ``spec``)."""
+def pod_template_of(template: Raw, namespace: str = "") -> PodTemplate:
+    """Slim view of a Pod or a PodTemplateSpec (``metadata`` + ``spec``); ``namespace``: where its
+    claims are (a pod's own, else the workload's)."""
     spec = template.get("spec") or {}
+    claims = claim_refs(spec, template.get("status") if isinstance(template.get("status"), Mapping) else None)
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     )
@@ -171,6 +177,8 @@ def pod_template_of(template: Raw) -> PodTemplate:
         node_selector=_strings(spec.get("nodeSelector")),
         required_terms=terms,
         scheduler=str(spec.get("schedulerName") or ""),
+        claims=claims,
+        namespace=(namespace or str(_meta(template).get("namespace") or "default")) if claims else "",
     )
 
 
@@ -252,18 +260,25 @@ def batch_job_wants(spec: Raw, status: Raw) -> int:
 def workload_record(obj: Raw) -> WorkloadRecord:
     meta, spec = _meta(obj), obj.get("spec") or {}
     kind = record_kind(str(obj.get("kind", "")), str(obj.get("apiVersion", "")))
+    namespace = str(meta.get("namespace") or "default")
     tasks: tuple[Task, ...]
     if kind == BATCH_JOB:
         replicas = batch_job_wants(spec, obj.get("status") or {})
-        tasks = (Task("", replicas, pod_template_of(spec.get("template") or {})),)
+        tasks = (Task("", replicas, pod_template_of(spec.get("template") or {}, namespace)),)
     elif kind == "Job":  # Volcano Job (batch.volcano.sh): tasks, each with a template
         tasks = tuple(
-            Task(str(t.get("name", "")), _int(t.get("replicas"), 0), pod_template_of(t.get("template") or {}))
+            Task(
+                str(t.get("name", "")),
+                _int(t.get("replicas"), 0),
+                pod_template_of(t.get("template") or {}, namespace),
+            )
             for t in spec.get("tasks") or []
         )
         replicas = sum(t.replicas for t in tasks)
     else:
-        tasks = (Task("", _int(spec.get("replicas"), 1), pod_template_of(spec.get("template") or {})),)
+        tasks = (
+            Task("", _int(spec.get("replicas"), 1), pod_template_of(spec.get("template") or {}, namespace)),
+        )
         replicas = _int(spec.get("replicas"), 1)
     annotations = _strings(meta.get("annotations"))
     return WorkloadRecord(

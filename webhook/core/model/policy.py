@@ -48,5 +48,7 @@ class Policy:
     # Tidal reclaim (SPEC §5e): "on" (evict the training that holds the cards an admitted pod waits
     # for), "dry-run" (only report it) or "off"; a Queue's cardquota.volcano.sh/reclaim overrides it.
     reclaim: str = "on"
+    # The drivers whose ResourceSlice devices are GPUs counted as cards (SPEC §4b).
+    dra_drivers: tuple[str, ...] = ("gpu.nvidia.com", "hami-core-gpu.project-hami.io")
     # The schedulers whose pods a queue's capability limits (spec.schedulerName).
     volcano_schedulers: frozenset[str] = frozenset({"volcano"})

@@ -1,0 +1,293 @@
+"""The GPUs a pod asks through its ResourceClaims, as card demand (SPEC §4b), and the catalogue of
+DRA objects that demand is read from.
+
+:class:`Devices` holds the cluster's DeviceClasses, ResourceSlices, ResourceClaims and
+ResourceClaimTemplates as slim records (``devices``). :func:`claims_demand` reads the claims a pod
+references (a template until the claim made from it is seen, then that claim) and answers the card
+spec and units per pod, or the reason the pod must be refused, or None when it asks no GPU of ours.
+"""
+
+import math
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from fractions import Fraction
+
+from webhook.core.model.cards import UNIT, CardName, CardSpec, amount
+from webhook.core.model.devices import (
+    ALL,
+    CLASS_CARD,
+    ClaimRecord,
+    ClaimRef,
+    ClassRecord,
+    DeviceRequest,
+    SliceRecord,
+    TemplateRecord,
+    named,
+)
+from webhook.core.model.values import value_class
+
+
+@value_class
+class ClaimDemand:
+    """What one pod's claims ask: one of ``spec``'s models, ``per_card`` units of each (a
+    ``firstAvailable`` alternative may ask another count), ``named``: the units that come from
+    claims by name (``namespace/name``), which several pods may share and are charged once."""
+
+    spec: CardSpec
+    per_card: tuple[tuple[CardName, int], ...]
+    named: tuple[tuple[str, int], ...] = ()
+    told: str = ""  # the claims and what each asks, for messages: "claim gpus (2 NVIDIA-H200)"
+
+    @property
+    def count(self) -> int:
+        """The units an unassigned pod is held at: the largest over its models."""
+        return max(units for _, units in self.per_card)
+
+    def on(self, card: CardName) -> int:
+        return dict(self.per_card).get(card, self.count)
+
+
+class Devices:
+    """The cluster's DRA objects, kept one at a time; each update answers whether it changed."""
+
+    def __init__(self, drivers: Iterable[str] = ()) -> None:
+        self.drivers = tuple(drivers)
+        self.classes: dict[str, ClassRecord] = {}
+        self.templates: dict[str, TemplateRecord] = {}
+        self.claims: dict[str, ClaimRecord] = {}
+        self.slices: dict[str, SliceRecord] = {}
+        self._by_node: defaultdict[str, set[str]] = defaultdict(set)  # node -> slice names
+        self._capacity: dict[CardName, dict[str, Fraction]] | None = None
+        self._devices: dict[tuple[str, str, str], CardName] | None = None
+
+    def put_slice(self, record: SliceRecord) -> set[str]:
+        """Add or replace a slice; returns the nodes whose cards changed."""
+        old = self.slices.get(record.name)
+        if old == record:
+            return set()
+        self.drop_slice(record.name)
+        self.slices[record.name] = record
+        if record.node:
+            self._by_node[record.node].add(record.name)
+        self._capacity = self._devices = None
+        return {record.node, *(old.node for old in [old] if old is not None)} - {""}
+
+    def drop_slice(self, name: str) -> set[str]:
+        old = self.slices.pop(name, None)
+        if old is None:
+            return set()
+        self._by_node[old.node].discard(name)
+        if not self._by_node[old.node]:
+            del self._by_node[old.node]
+        self._capacity = self._devices = None
+        return {old.node} - {""}
+
+    def node_cards(self, node: str) -> Counter[CardName]:
+        """The GPUs the slices of ``node`` publish, by card (each device once)."""
+        seen: dict[tuple[str, str, str], CardName] = {}
+        for name in self._by_node.get(node, ()):
+            found = self.slices[name]
+            for device in found.devices:
+                seen[(found.driver, found.pool, device.name)] = device.card
+        return Counter(seen.values())
+
+    def nodes(self) -> list[str]:
+        return sorted(self._by_node)
+
+    def capacity(self, card: CardName) -> dict[str, Fraction]:
+        """Per capacity name, the least one device of ``card`` has (a share is never counted smaller
+        than on the device it gets)."""
+        if self._capacity is None:
+            least: dict[CardName, dict[str, Fraction]] = {}
+            for found in self.slices.values():
+                for device in found.devices:
+                    mine = least.setdefault(device.card, {})
+                    for name, value in device.capacity:
+                        mine[name] = min(mine.get(name, value), value)
+            self._capacity = least
+        return self._capacity.get(card, {})
+
+    def device(self, driver: str, pool: str, name: str) -> CardName | None:
+        """The card of an allocated device."""
+        if self._devices is None:
+            self._devices = {
+                (found.driver, found.pool, device.name): device.card
+                for found in self.slices.values()
+                for device in found.devices
+            }
+        return self._devices.get((driver, pool, name))
+
+
+# ---- demand ------------------------------------------------------------------------------------
+class _Refused(Exception):
+    """The text completes "pod X ..."."""
+
+
+@value_class
+class _Asked:
+    cards: tuple[CardName, ...]
+    per_card: tuple[tuple[CardName, int], ...]
+
+
+def claims_demand(
+    refs: tuple[ClaimRef, ...], namespace: str, devices: Devices, named_spec: CardSpec | None
+) -> ClaimDemand | str | None:
+    """The card demand of a pod's claims; a refusal's text; None when they ask no GPU we count.
+    ``named_spec``: the pod's own ``volcano.sh/card.name``, the model of requests that fix none."""
+    try:
+        return _demand(refs, namespace, devices, named_spec)
+    except _Refused as refused:
+        return str(refused)
+
+
+def _demand(
+    refs: tuple[ClaimRef, ...], namespace: str, devices: Devices, named_spec: CardSpec | None
+) -> ClaimDemand | None:
+    cards: tuple[CardName, ...] | None = None
+    total: Counter[CardName] = Counter()
+    by_name: list[tuple[str, int]] = []
+    told: list[str] = []
+    for ref in refs:
+        what, requests = _source(ref, namespace, devices)
+        asked = [a for r in requests if (a := _asked(r, what, devices, named_spec)) is not None]
+        if not asked:
+            continue
+        mine: Counter[CardName] = Counter()
+        for one in asked:
+            if cards is not None and set(one.cards) != set(cards):
+                raise _Refused(
+                    f"asks GPUs of {'|'.join(cards)} and of {'|'.join(one.cards)} ({what}): a pod's GPUs"
+                    " are one model; split it into one pod per model"
+                )
+            cards = cards or one.cards
+            mine.update(dict(one.per_card))
+        total.update(mine)
+        units = max(mine.values())
+        if ref.claim:
+            by_name.append((f"{namespace}/{ref.claim}", units))
+        told.append(f"{what}: {amount(units)} {'|'.join(cards or ())}")
+    if cards is None:
+        return None
+    return ClaimDemand(CardSpec(cards), tuple((c, total[c]) for c in cards), tuple(by_name), "; ".join(told))
+
+
+def _source(ref: ClaimRef, namespace: str, devices: Devices) -> tuple[str, tuple[DeviceRequest, ...]]:
+    """The requests a reference stands for, and how messages name it."""
+    if ref.claim:
+        claim = devices.claims.get(f"{namespace}/{ref.claim}")
+        what = f"claim {named(ref.claim)}"
+        if claim is None:
+            raise _Refused(f"uses ResourceClaim {namespace}/{named(ref.claim)}, which does not exist")
+        if claim.problem:
+            raise _Refused(f"uses ResourceClaim {namespace}/{named(ref.claim)}, whose {claim.problem}")
+        return what, claim.requests
+    if ref.template:
+        made = devices.claims.get(f"{namespace}/{ref.generated}") if ref.generated else None
+        if made is not None and not made.problem:
+            return f"claim {made.name} from template {named(ref.template)}", made.requests
+        template = devices.templates.get(f"{namespace}/{ref.template}")
+        what = f"claim {named(ref.name)} from template {named(ref.template)}"
+        if template is None:
+            raise _Refused(
+                f"uses ResourceClaimTemplate {namespace}/{named(ref.template)}, which does not exist"
+            )
+        if template.problem:
+            raise _Refused(
+                f"uses ResourceClaimTemplate {namespace}/{named(ref.template)}, whose {template.problem}"
+            )
+        return what, template.requests
+    raise _Refused(f"has resource claim {named(ref.name)} naming neither a claim nor a template")
+
+
+def _asked(request: DeviceRequest, what: str, devices: Devices, named_spec: CardSpec | None) -> _Asked | None:
+    """The cards one request may get and the units of each, or None when it asks no GPU of ours."""
+    if request.alternatives:
+        found = [a for sub in request.alternatives if (a := _asked(sub, what, devices, named_spec))]
+        if not found:
+            return None
+        if len(found) < len(request.alternatives):
+            raise _Refused(
+                f"has request {named(request.name)} ({what}) whose alternatives are not all GPUs of a"
+                " card: its GPUs could not be counted"
+            )
+        per_card: dict[CardName, int] = {}
+        for one in found:
+            for card, units in one.per_card:
+                per_card.setdefault(card, units)
+        return _Asked(tuple(per_card), tuple(per_card.items()))
+    device_class = devices.classes.get(request.device_class)
+    ours = bool(request.selector.driver and request.selector.driver & set(devices.drivers))
+    if device_class is None:
+        if ours:
+            raise _Refused(
+                f"asks GPUs of DeviceClass {named(request.device_class)} ({what}), which does not exist"
+            )
+        return None
+    if not device_class.is_gpu(devices.drivers) and not ours:
+        return None
+    if request.admin:
+        return None  # administrative access: watching a device, not taking it
+    label = f"request {named(request.name)} of {what}"
+    if device_class.problem:
+        raise _Refused(f"asks GPUs of DeviceClass {device_class.name} ({label}), but {device_class.problem}")
+    if request.mode == ALL:
+        raise _Refused(
+            f"asks all the devices of DeviceClass {device_class.name} ({label}, allocationMode All):"
+            " the count is unbounded; ask an exact count"
+        )
+    cards = _cards(device_class, request, label, named_spec)
+    return _Asked(cards, tuple((card, _units(request, card, devices, label)) for card in cards))
+
+
+def _cards(
+    device_class: ClassRecord, request: DeviceRequest, label: str, named_spec: CardSpec | None
+) -> tuple[CardName, ...]:
+    if device_class.card is not None:
+        cards = device_class.card.cards
+        fixed = request.selector.cards()
+        if fixed is not None and not set(fixed) & set(cards):
+            raise _Refused(
+                f"asks {'|'.join(fixed)} of DeviceClass {device_class.name}, whose devices are"
+                f" {device_class.card.text} ({label})"
+            )
+    else:
+        found = device_class.selector.also(request.selector).cards()
+        if found is None:
+            if named_spec is None:
+                raise _Refused(
+                    f"asks GPUs of DeviceClass {device_class.name} ({label}) without saying which model:"
+                    f" name it with the pod annotation volcano.sh/card.name, or use a DeviceClass"
+                    f" annotated {CLASS_CARD}, or select devices.attributes[...].productName"
+                )
+            return named_spec.cards
+        if not found:
+            raise _Refused(
+                f"asks devices of DeviceClass {device_class.name} ({label}) that are no card model"
+            )
+        cards = found
+    if named_spec is None:
+        return cards
+    kept = tuple(card for card in named_spec.cards if card in cards)
+    if not kept:
+        raise _Refused(
+            f"names card {named_spec.text} but asks {'|'.join(cards)} through {label}: name one model"
+        )
+    return kept
+
+
+def _units(request: DeviceRequest, card: CardName, devices: Devices, label: str) -> int:
+    """Units of ``request`` on ``card``: whole devices, or the share of a device's capacity."""
+    if not request.capacity:
+        return request.count * UNIT
+    has = devices.capacity(card)
+    share = Fraction(0)
+    for name, value in request.capacity:
+        if name not in has or has[name] <= 0:
+            raise _Refused(
+                f"asks {name} {value} of each {card} ({label}), but no device of {card} publishes"
+                f" a capacity {name}"
+            )
+        if value > has[name]:
+            raise _Refused(f"asks {name} {value} of each {card} ({label}), more than one has ({has[name]})")
+        share = max(share, value / has[name])
+    return request.count * math.ceil(share * UNIT)
