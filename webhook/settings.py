@@ -45,6 +45,12 @@ class PolicySettings(BaseSettings):
         "cards back from whole training gangs of lower-priority reclaimable queues (on), is only "
         "reported (dry-run), or waits (off); a Queue's cardquota.volcano.sh/reclaim annotation overrides it",
     )
+    dra_drivers: str = Field(
+        "gpu.nvidia.com,hami-core-gpu.project-hami.io",
+        description="Dynamic Resource Allocation drivers whose ResourceSlice devices are GPUs counted as "
+        "cards, comma-separated; empty: DeviceClasses, ResourceSlices and claims are not watched (a "
+        "cluster without resource.k8s.io/v1) and pods' resource claims are not read",
+    )
     in_flight_ttl_seconds: float = Field(
         30.0, gt=0, description="how long admitted demand is held before the cache shows it"
     )
@@ -119,6 +125,7 @@ class PolicySettings(BaseSettings):
             card_unlimited_cpu_memory=self.card_unlimited_cpu_memory,
             hami_default_memory_mib=self.hami_default_memory_mib,
             hami_default_cores=self.hami_default_cores,
+            dra_drivers=tuple(filter(None, (d.strip() for d in self.dra_drivers.split(",")))),
             volcano_schedulers=frozenset(
                 filter(None, (n.strip() for n in self.volcano_schedulers.split(",")))
             ),

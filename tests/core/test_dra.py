@@ -485,3 +485,12 @@ def test_a_dra_only_pod_is_not_confined_by_node_labels() -> None:
     assert not any("affinity" in op["path"] for op in mutated.patch)
     plain = admission.mutate(state, request(pod("q", H200, 1)), 0.0)
     assert any("affinity" in op["path"] for op in plain.patch)
+
+
+def test_status_shows_the_cards_resource_slices_publish_and_their_nodes() -> None:
+    from webhook.core.decide.report import cluster_status, status_table
+
+    status = cluster_status(dra_cluster())
+    assert status["cards"][H200]["dra"] == {"devices": 4, "nodes": ["dra"]}
+    assert status["cards"][R4090]["dra"] == {"devices": 2, "nodes": ["r"]}
+    assert "4 in ResourceSlices on dra" in status_table(status)

@@ -104,8 +104,9 @@ def test_status_json_has_the_documented_keys() -> None:
         "resource": "nvidia.com/gpu",
         "label_key": "nvidia.com/gpu.product",
         "product": "NVIDIA-H200",
-        "nodes": 2,
-        "total": 15,
+        "nodes": 3,
+        "total": 16,
+        "dra": {"devices": 1, "nodes": ["h200-dra-0"]},  # examples/cluster/dra.yaml
     }
     assert status["cards"]["NVIDIA-H800/mps-80g*1/2"]["resource"] == "nvidia.com/gpu.shared"
     assert status["queues"]["cr-queue1"]["NVIDIA-H200"] == {

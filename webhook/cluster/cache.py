@@ -24,6 +24,7 @@ from webhook.cluster import listing
 from webhook.core.index import ingest
 from webhook.core.index.state import ClusterState
 from webhook.core.model import objects
+from webhook.core.model.policy import Policy
 
 log = logging.getLogger(__name__)
 Raw = dict[str, Any]
@@ -65,6 +66,19 @@ KINDS = (
     Kind("Pod", "v1", "pods"),
 )
 PODS = KINDS[-1]
+# Dynamic Resource Allocation's (SPEC §4b), watched when GPU drivers are configured; applied after
+# the nodes and before the pods that use them.
+DRA_KINDS = (
+    Kind("DeviceClass", "resource.k8s.io/v1", "deviceclasses"),
+    Kind("ResourceSlice", "resource.k8s.io/v1", "resourceslices"),
+    Kind("ResourceClaimTemplate", "resource.k8s.io/v1", "resourceclaimtemplates"),
+    Kind("ResourceClaim", "resource.k8s.io/v1", "resourceclaims"),
+)
+
+
+def watched(policy: Policy) -> tuple[Kind, ...]:
+    """The kinds a live cache lists and watches, in the order a first sync applies them."""
+    return (KINDS[0], *(DRA_KINDS if policy.dra_drivers else ()), *KINDS[1:])
 
 
 def kind_of(name: str, api_version: str) -> Kind | None:

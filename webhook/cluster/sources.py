@@ -251,7 +251,9 @@ class LiveSource:
 
     async def run(self) -> None:
         transport = self._transport = await self.connect()
-        self.informers = [cache.Informer(kind, self._state, transport) for kind in cache.KINDS]
+        self.informers = [
+            cache.Informer(kind, self._state, transport) for kind in cache.watched(self._state.policy)
+        ]
         tasks: list[asyncio.Task[None]] = []
         if self.elect is not None:
             self.elector = self.elect(transport)

@@ -68,7 +68,7 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
             record = replace(record, namespace=request.namespace or record.namespace)
         chosen = assign_model(state, record, demand)
     spec = CardSpec((chosen.card,)) if chosen else demand.spec
-    ops = _card_name_ops(template, spec)
+    ops = _card_name_ops(template, spec, assigned=chosen is not None)
     if chosen is not None:
         ops.append({"op": "add", "path": _CARD_SPEC_PATH, "value": demand.spec.text})
     if not demand.only_claims:
@@ -96,10 +96,20 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
     )
 
 
-def _card_name_ops(template: PodTemplate, spec: CardSpec) -> list[PatchOp]:
-    if template.annotations.get(keys.CARD_NAME) != spec.text:
-        return [{"op": "replace", "path": _CARD_NAME_PATH, "value": spec.text}]
-    return []
+def _card_name_ops(template: PodTemplate, spec: CardSpec, assigned: bool = False) -> list[PatchOp]:
+    """The canonical ``card.name``; a pod whose claims name its model and that has none gets one
+    only when the mutation assigned it one model of several (``assigned``)."""
+    current = template.annotations.get(keys.CARD_NAME)
+    if current == spec.text:
+        return []
+    if current is None:
+        if not assigned:
+            return []
+        ops: list[PatchOp] = (
+            [] if template.annotations else [{"op": "add", "path": "/metadata/annotations", "value": {}}]
+        )
+        return [*ops, {"op": "add", "path": _CARD_NAME_PATH, "value": spec.text}]
+    return [{"op": "replace", "path": _CARD_NAME_PATH, "value": spec.text}]
 
 
 def _gate_ops(

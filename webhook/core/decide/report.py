@@ -12,6 +12,18 @@ from webhook.core.model.cards import CardName, amount, figure
 from webhook.core.model.objects import moment
 
 
+def _devices(state: ClusterState, card: CardName) -> dict[str, Any]:
+    """What ResourceSlices publish of ``card`` (SPEC §4b): their devices and nodes, when any."""
+    nodes = {
+        node: count
+        for node in state.inventory.devices.nodes()
+        if (found := state.nodes.get(node)) is not None and (count := dict(found.devices).get(card))
+    }
+    if not nodes:
+        return {}
+    return {"dra": {"devices": figure(sum(nodes.values())), "nodes": sorted(nodes)}}
+
+
 def cluster_status(state: ClusterState, now: float = 0.0) -> dict[str, Any]:
     """``now``: seconds since the epoch, to tell reclaims still in progress (0: any not yet over)."""
     cards = {
@@ -21,6 +33,7 @@ def cluster_status(state: ClusterState, now: float = 0.0) -> dict[str, Any]:
             "product": total.product,
             "nodes": len(total.nodes),
             "total": figure(total.total),
+            **_devices(state, name),
         }
         for name, total in state.inventory.cards.items()
     }
@@ -160,6 +173,9 @@ def status_table(status: dict[str, Any]) -> str:
     lines = ["CARD                                      RESOURCE                 NODES  TOTAL"]
     for name, card in status["cards"].items():
         lines.append(f"{name:<41} {card['resource']:<24} {card['nodes']:>5}  {card['total']:>5}")
+        if "dra" in card:
+            dra = card["dra"]
+            lines.append(f"  {dra['devices']} in ResourceSlices on {', '.join(dra['nodes'])}")
     for product, info in status.get("shared", {}).items():
         resources = ", ".join(f"{resource} {count}" for resource, count in info["resources"].items())
         lines.append(f"{product:<41} {info['cards']} more shared on {info['nodes']} node(s): {resources}")

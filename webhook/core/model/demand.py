@@ -136,7 +136,7 @@ def spec_resource(spec: CardSpec, inventory: Inventory, policy: Policy) -> str |
 def pod_demand(template: PodTemplate, inventory: Inventory, policy: Policy) -> Demand:
     """A pod's card demand: its extended resources (SPEC §4) and the GPUs its claims ask (§4b)."""
     plugin = _plugin_demand(template, inventory, policy)
-    if not template.claims or isinstance(plugin, BadDemand | UnnamedCardPod):
+    if not template.claims or not inventory.devices.drivers or isinstance(plugin, BadDemand | UnnamedCardPod):
         return plugin
     named = plugin.spec if isinstance(plugin, PodDemand) else _named_spec(template)
     if isinstance(named, BadDemand):
