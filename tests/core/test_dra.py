@@ -3,6 +3,7 @@ GPUs. Table tests over small clusters built in memory, as ``test_pod_decisions``
 
 from typing import Any
 
+import jsonpatch
 import pytest
 
 from tests.builders import (
@@ -474,8 +475,13 @@ def test_a_template_that_arrives_after_its_pods_charges_them() -> None:
     assert pending(state) == 0  # unreadable: refused at its create, charged nothing here
     ingest.upsert(state, claim_template("late", gpu_request("g", "h200", 2)))
     assert pending(state) == 2
-    ingest.remove(state, claim_template("late"))
-    assert pending(state) == 0
+
+
+def test_a_template_replaced_after_its_pod_was_charged_changes_nothing_until_the_claim() -> None:
+    state = dra_cluster(claim_template("t", gpu_request("g", "h200", 2)), dra_pod("a", templates=("t",)))
+    ingest.upsert(state, claim_template("t", gpu_request("g", "h200", 3)))
+    assert pending(state) == 2
+    assert state.admitted_claim("uid-ns-a", "t0") == 2 * UNIT
 
 
 def test_a_dra_only_pod_is_not_confined_by_node_labels() -> None:
@@ -494,3 +500,109 @@ def test_status_shows_the_cards_resource_slices_publish_and_their_nodes() -> Non
     assert status["cards"][H200]["dra"] == {"devices": 4, "nodes": ["dra"]}
     assert status["cards"][R4090]["dra"] == {"devices": 2, "nodes": ["r"]}
     assert "4 in ResourceSlices on dra" in status_table(status)
+
+
+# ---- the claim made for a pod (SPEC §6b) --------------------------------------------------------
+def made_claim(pod_name: str, entry: str, *requests: dict[str, Any]) -> dict[str, Any]:
+    """A claim as the resource claim controller creates it for ``pod_name``'s entry ``entry``."""
+    obj = resource_claim(
+        "", *requests, pod_owner={"name": pod_name, "uid": f"uid-ns-{pod_name}"}, pod_claim=entry
+    )
+    obj["metadata"].pop("name")
+    obj["metadata"]["generateName"] = f"{pod_name}-{entry}-"
+    return obj
+
+
+def claim_request(obj: dict[str, Any]) -> Any:
+    return request(obj, resource="resourceclaims", group="resource.k8s.io")
+
+
+def test_a_claim_from_a_generic_class_is_pinned_to_the_pods_card() -> None:
+    state = dra_cluster(claim_template("t", gpu_request(count=2)), dra_pod("p", H200, templates=("t",)))
+    claim = made_claim("p", "t0", gpu_request(count=2))
+    mutated = admission.mutate(state, claim_request(claim), 0.0)
+    assert isinstance(mutated, Allowed)
+    assert list(mutated.patch) == [
+        {
+            "op": "add",
+            "path": "/spec/devices/requests/0/exactly/selectors",
+            "value": [
+                {"cel": {"expression": "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H200'"}}
+            ],
+        }
+    ]
+    pinned = jsonpatch.apply_patch(claim, list(mutated.patch))
+    again = admission.mutate(state, claim_request(pinned), 0.0)
+    assert not again.patch  # idempotent
+    assert isinstance(admission.validate(state, claim_request(pinned), 0.0), Allowed)
+
+
+def test_a_claim_whose_class_names_the_model_is_left_as_it_is() -> None:
+    state = dra_cluster(claim_template("t", gpu_request("g", "h200", 2)), dra_pod("p", templates=("t",)))
+    mutated = admission.mutate(state, claim_request(made_claim("p", "t0", gpu_request("g", "h200", 2))), 0.0)
+    assert not mutated.patch
+
+
+def test_a_first_available_claim_keeps_the_alternative_its_pod_was_assigned() -> None:
+    choice = first_available(
+        "gpu",
+        gpu_request("big", count=1, selectors=(PRODUCT_IS.format("NVIDIA H200"),)),
+        gpu_request("small", count=2, selectors=(PRODUCT_IS.format("NVIDIA GeForce RTX 4090"),)),
+    )
+    assigned = dra_pod(
+        "p", R4090, templates=("t",), annotations={"cardquota.volcano.sh/card.spec": f"{H200}|{R4090}"}
+    )
+    state = dra_cluster(claim_template("t", choice), assigned)
+    mutated = admission.mutate(state, claim_request(made_claim("p", "t0", choice)), 0.0)
+    assert list(mutated.patch) == [
+        {
+            "op": "replace",
+            "path": "/spec/devices/requests/0/firstAvailable",
+            "value": [choice["firstAvailable"][1]],
+        }
+    ]
+
+
+def test_a_mig_claim_is_pinned_to_its_profile() -> None:
+    state = dra_cluster(
+        resource_slice("dra", "NVIDIA H200", 2, mig_profile="1g.18gb", name="dra-mig"),
+        claim_template("t", gpu_request("g", "mig.nvidia.com", 1)),
+        dra_pod("p", H200_MIG, templates=("t",)),
+    )
+    mutated = admission.mutate(
+        state, claim_request(made_claim("p", "t0", gpu_request("g", "mig.nvidia.com", 1))), 0.0
+    )
+    (op,) = mutated.patch
+    assert op["value"][0]["cel"]["expression"] == (
+        "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H200'"
+        " && device.attributes['gpu.nvidia.com'].profile == '1g.18gb'"
+    )
+
+
+def test_a_claim_larger_than_its_pod_was_admitted_with_is_refused() -> None:
+    """The template was replaced by a larger one after the pod was admitted: refused at the claim."""
+    state = dra_cluster(claim_template("t", gpu_request("g", "h200", 1)), dra_pod("p", templates=("t",)))
+    ingest.upsert(state, claim_template("t", gpu_request("g", "h200", 3)))
+    refused = admission.validate(
+        state, claim_request(made_claim("p", "t0", gpu_request("g", "h200", 3))), 0.0
+    )
+    assert isinstance(refused, Denied)
+    assert refused.message == (
+        "resourceclaim ns/p-t0-… of pod ns/p asks 3 NVIDIA-H200, but the pod was admitted with 1 for its"
+        " claim t0: its template t asks more than when the pod was created; delete the pod to have it"
+        " admitted again as the template is now"
+    )
+    same = admission.validate(state, claim_request(made_claim("p", "t0", gpu_request("g", "h200", 1))), 0.0)
+    assert isinstance(same, Allowed)
+
+
+def test_a_claim_of_another_model_than_its_pods_is_refused() -> None:
+    state = dra_cluster(claim_template("t", gpu_request(count=1)), dra_pod("p", H200, templates=("t",)))
+    other = made_claim(
+        "p", "t0", gpu_request(count=1, selectors=(PRODUCT_IS.format("NVIDIA GeForce RTX 4090"),))
+    )
+    refused = admission.validate(state, claim_request(other), 0.0)
+    assert (
+        isinstance(refused, Denied)
+        and "names card NVIDIA-H200 but asks NVIDIA-GeForce-RTX-4090" in refused.message
+    )

@@ -148,7 +148,7 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
     objects = render(control_plane, "card-quota")
     validating = of_kind(objects, "ValidatingWebhookConfiguration")
     mutating = of_kind(objects, "MutatingWebhookConfiguration")
-    validate, gates, enqueue = validating["webhooks"]
+    validate, gates, enqueue, claims = validating["webhooks"]
     rules = {
         (r["apiGroups"][0], res, tuple(r["operations"])) for r in validate["rules"] for res in r["resources"]
     }
@@ -176,7 +176,23 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
     assert "object.status.phase in ['Inqueue', 'Running']" in conditions["enqueued"]
     assert "'volcano.sh/card.request' in object.metadata.annotations" in conditions["card-podgroups-only"]
     assert (enqueue["failurePolicy"], enqueue["sideEffects"]) == ("Fail", "NoneOnDryRun")
-    pods, podgroups = mutating["webhooks"]
+    # DRA: the claim made for a pod (its controlling owner) is checked and pinned to its model.
+    pins = mutating["webhooks"][2]
+    for hook in (claims, pins):
+        assert [(r["apiGroups"], r["resources"], r["operations"]) for r in hook["rules"]] == [
+            (["resource.k8s.io"], ["resourceclaims"], ["CREATE"])
+        ]
+        (owned,) = hook["matchConditions"]
+        assert "r.kind == 'Pod' && has(r.controller) && r.controller" in owned["expression"]
+    assert (claims["failurePolicy"], pins["failurePolicy"], pins["reinvocationPolicy"]) == (
+        "Fail",
+        "Fail",
+        "IfNeeded",
+    )
+    # A pod whose GPUs come through resource claims reaches both pod webhooks.
+    for hook in (validate, mutating["webhooks"][0]):
+        assert "has(object.spec.resourceClaims)" in " ".join(c["expression"] for c in hook["matchConditions"])
+    pods, podgroups, _ = mutating["webhooks"]
     assert [r["resources"] for r in pods["rules"]] == [["pods"]]
     assert [(r["resources"], r["operations"]) for r in podgroups["rules"]] == [
         (["podgroups"], ["CREATE", "UPDATE"])
@@ -192,7 +208,7 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
         "Fail",
         "Ignore",
     )
-    for hook in (validate, gates, enqueue, pods, podgroups):
+    for hook in (validate, gates, enqueue, claims, pods, podgroups, pins):
         assert hook["admissionReviewVersions"] == ["v1"] and hook["matchPolicy"] == "Equivalent"
         assert hook["timeoutSeconds"] <= 10 and hook["clientConfig"]["service"]["namespace"] == "card-quota"
         (selector,) = hook["namespaceSelector"]["matchExpressions"]
@@ -247,6 +263,10 @@ def test_rbac_grants_reads_of_what_the_cache_watches_and_writes_only_leases_even
         "queues",
         "podgroups",
         "jobs",
+        "deviceclasses",
+        "resourceslices",
+        "resourceclaims",
+        "resourceclaimtemplates",
     }
 
 

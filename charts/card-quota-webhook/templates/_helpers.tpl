@@ -29,7 +29,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "cqw.cardPod" -}}
 {{- $prefixes := .Values.webhook.cardResourcePrefixes | toJson -}}
 {{- $wants := printf "(has(c.resources) && ((has(c.resources.limits) && c.resources.limits.exists(r, %s.exists(p, r.startsWith(p)))) || (has(c.resources.requests) && c.resources.requests.exists(r, %s.exists(p, r.startsWith(p))))))" $prefixes $prefixes -}}
-{{- printf "(has(%s.metadata.annotations) && 'volcano.sh/card.name' in %s.metadata.annotations) || %s.spec.containers.exists(c, %s) || (has(%s.spec.initContainers) && %s.spec.initContainers.exists(c, %s))" .pod .pod .pod $wants .pod .pod $wants -}}
+{{- printf "(has(%s.metadata.annotations) && 'volcano.sh/card.name' in %s.metadata.annotations) || %s.spec.containers.exists(c, %s) || (has(%s.spec.initContainers) && %s.spec.initContainers.exists(c, %s)) || (has(%s.spec.resourceClaims) && size(%s.spec.resourceClaims) > 0)" .pod .pod .pod $wants .pod .pod $wants .pod .pod -}}
 {{- end -}}
 
 {{/* What the validating webhook is sent: card pods, and with the CPU/memory check on, every pod
@@ -90,4 +90,14 @@ namespaceSelector:
 {{/* A PodGroup with card demand: the PodGroup mutation gives every card PodGroup these. */}}
 {{- define "cqw.cardPodGroup" -}}
 has(object.metadata.annotations) && ('volcano.sh/card.request' in object.metadata.annotations || 'volcano.sh/card.name' in object.metadata.annotations)
+{{- end }}
+
+{{/* A ResourceClaim made for a pod: from its template by the resource claim controller, or for an
+extended resource by the scheduler; both name the pod as controlling owner. */}}
+{{- define "cqw.podClaim" -}}
+has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, r.kind == 'Pod' && has(r.controller) && r.controller)
+{{- end }}
+
+{{- define "cqw.dra" -}}
+{{- if dig "drivers" (list "gpu.nvidia.com") (.Values.dra | default dict) }}on{{ end -}}
 {{- end }}

@@ -1,7 +1,7 @@
 """The two entry points every front (CLI, server) calls: ``validate`` and ``mutate``, and
 ``admit`` to record what was really admitted. Routing by resource lives here and nowhere else."""
 
-from webhook.core.decide import decisions, enqueue, patches, scaling, writes
+from webhook.core.decide import claiming, decisions, enqueue, patches, scaling, writes
 from webhook.core.index.state import ClusterState
 from webhook.core.model import shapes
 from webhook.core.model.ledger import Entry
@@ -13,6 +13,7 @@ VOLCANO_BATCH = "batch.volcano.sh"
 # stops holding its card after this long, or the in-flight TTL if shorter.
 ASSIGNMENT_TTL = 10.0
 VOLCANO_SCHEDULING = "scheduling.volcano.sh"
+DRA = "resource.k8s.io"
 
 
 def validate(state: ClusterState, request: Request, now: float) -> Decision:
@@ -34,6 +35,8 @@ def validate(state: ClusterState, request: Request, now: float) -> Decision:
         return writes.decide_volcano_job(state, request)
     if resource == "podgroups" and request.group == VOLCANO_SCHEDULING and request.operation == "UPDATE":
         return enqueue.decide_enqueue(state, request, now)
+    if resource == "resourceclaims" and request.group == DRA and request.operation == "CREATE":
+        return claiming.decide_claim_create(state, request)
     if (
         resource == "queues"
         and request.group == VOLCANO_SCHEDULING
@@ -56,6 +59,8 @@ def mutate(
         return malformed
     if request.resource == "pods":
         return patches.pod_patch(state, request, now)
+    if request.resource == "resourceclaims" and request.group == DRA:
+        return claiming.claim_patch(state, request)
     if request.resource == "podgroups" and request.group == VOLCANO_SCHEDULING:
         found = owner or patches.resolve_owner(state, request.obj)
         return patches.podgroup_patch(state, request.obj, found)

@@ -52,6 +52,9 @@ class ClusterState:
         # and the pod each claim by name is charged to (a claim several pods share is charged once)
         self._claim_users: defaultdict[str, set[str]] = defaultdict(set)
         self._payers: dict[str, str] = {}
+        # pod uid -> its claims from templates not made yet -> the units it was first charged for
+        # them: what it was admitted with, and what the claims made for it must not exceed
+        self._admitted: dict[str, dict[str, int]] = {}
         self.free = FreeCards()  # free cards per node and model, for the multi-card assignment
         self.tree = QueueTree(self.policy.hierarchical_queues)
         self.pods: dict[str, PodRecord] = {}
@@ -202,14 +205,24 @@ class ClusterState:
                 out.append(f"{namespace}/{ref.generated}")
         return out
 
-    def _unshared(self, pod: PodRecord, charge: Charge | None) -> Charge | None:
-        """A claiming pod's charge less the claims by name another pod is charged for already."""
+    def admitted_claim(self, uid: str, name: str) -> int | None:
+        """The units pod ``uid`` was first charged for its claim entry ``name`` (from a template)."""
+        return self._admitted.get(uid, {}).get(name)
+
+    def _claim_charge(self, pod: PodRecord, charge: Charge | None) -> Charge | None:
+        """A claiming pod's charge: its claims from templates at what it was first charged for them
+        (a template replaced later changes nothing until the claim is made, and that claim is
+        checked against it), less the claims by name another pod is charged for already."""
         if charge is None:
             return None
         demand = pod_demand(pod.template, self.inventory, self.policy)
-        if not isinstance(demand, PodDemand) or demand.claims is None or not demand.claims.named:
+        if not isinstance(demand, PodDemand) or demand.claims is None:
             return charge
         count = charge.count
+        if demand.claims.from_templates:
+            first = self._admitted.setdefault(pod.uid, {})
+            for name, units in demand.claims.from_templates:
+                count += first.setdefault(name, units) - units
         for key, units in demand.claims.named:
             payer = self._payers.get(key)
             if payer is None or payer == pod.uid or not self._live(payer):
@@ -223,6 +236,7 @@ class ClusterState:
     def _leave_claims(self, pod: PodRecord) -> None:
         """``pod`` is no longer counted: the claims it paid for go to another of their pods."""
         heirs: set[str] = set()
+        self._admitted.pop(pod.uid, None)
         for key in self._claim_keys(pod):
             users = self._claim_users.get(key)
             if users is not None:
@@ -307,7 +321,7 @@ class ClusterState:
         if pod.template.claims:
             for key in self._claim_keys(pod):
                 self._claim_users[key].add(pod.uid)
-            charge = self._unshared(pod, charge) if pod.is_live else charge
+            charge = self._claim_charge(pod, charge) if pod.is_live else charge
         group = self.charged.add(pod, charge, self._compute_charge(pod))
         if group:
             self._refresh_reservation(group)

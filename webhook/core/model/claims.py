@@ -36,6 +36,9 @@ class ClaimDemand:
     spec: CardSpec
     per_card: tuple[tuple[CardName, int], ...]
     named: tuple[tuple[str, int], ...] = ()
+    # per entry of the pod's spec.resourceClaims made from a template and not seen made yet: its
+    # units (what the claim the controller will make must not exceed, once admitted)
+    from_templates: tuple[tuple[str, int], ...] = ()
     told: str = ""  # the claims and what each asks, for messages: "claim gpus (2 NVIDIA-H200)"
 
     @property
@@ -107,6 +110,12 @@ class Devices:
             self._capacity = least
         return self._capacity.get(card, {})
 
+    def products(self, card: CardName) -> tuple[str, ...]:
+        """The ``productName`` values the devices of ``card`` carry (the driver's own spelling)."""
+        return tuple(
+            sorted({d.product for found in self.slices.values() for d in found.devices if d.card == card})
+        )
+
     def device(self, driver: str, pool: str, name: str) -> CardName | None:
         """The card of an allocated device."""
         if self._devices is None:
@@ -121,6 +130,10 @@ class Devices:
 # ---- demand ------------------------------------------------------------------------------------
 class _Refused(Exception):
     """The text completes "pod X ..."."""
+
+
+class _OtherModel(_Refused):
+    """A request of another model than the pod's ``card.name``: an alternative left out."""
 
 
 @value_class
@@ -146,9 +159,10 @@ def _demand(
     cards: tuple[CardName, ...] | None = None
     total: Counter[CardName] = Counter()
     by_name: list[tuple[str, int]] = []
+    made: list[tuple[str, int]] = []
     told: list[str] = []
     for ref in refs:
-        what, requests = _source(ref, namespace, devices)
+        what, requests, templated = _source(ref, namespace, devices)
         asked = [a for r in requests if (a := _asked(r, what, devices, named_spec)) is not None]
         if not asked:
             continue
@@ -165,13 +179,17 @@ def _demand(
         units = max(mine.values())
         if ref.claim:
             by_name.append((f"{namespace}/{ref.claim}", units))
+        elif templated:  # the template itself was read: its claim is still to be made
+            made.append((ref.name, units))
         told.append(f"{what}: {amount(units)} {'|'.join(cards or ())}")
     if cards is None:
         return None
-    return ClaimDemand(CardSpec(cards), tuple((c, total[c]) for c in cards), tuple(by_name), "; ".join(told))
+    return ClaimDemand(
+        CardSpec(cards), tuple((c, total[c]) for c in cards), tuple(by_name), tuple(made), "; ".join(told)
+    )
 
 
-def _source(ref: ClaimRef, namespace: str, devices: Devices) -> tuple[str, tuple[DeviceRequest, ...]]:
+def _source(ref: ClaimRef, namespace: str, devices: Devices) -> tuple[str, tuple[DeviceRequest, ...], bool]:
     """The requests a reference stands for, and how messages name it."""
     if ref.claim:
         claim = devices.claims.get(f"{namespace}/{ref.claim}")
@@ -180,11 +198,11 @@ def _source(ref: ClaimRef, namespace: str, devices: Devices) -> tuple[str, tuple
             raise _Refused(f"uses ResourceClaim {namespace}/{named(ref.claim)}, which does not exist")
         if claim.problem:
             raise _Refused(f"uses ResourceClaim {namespace}/{named(ref.claim)}, whose {claim.problem}")
-        return what, claim.requests
+        return what, claim.requests, False
     if ref.template:
         made = devices.claims.get(f"{namespace}/{ref.generated}") if ref.generated else None
         if made is not None and not made.problem:
-            return f"claim {made.name} from template {named(ref.template)}", made.requests
+            return f"claim {made.name} from template {named(ref.template)}", made.requests, False
         template = devices.templates.get(f"{namespace}/{ref.template}")
         what = f"claim {named(ref.name)} from template {named(ref.template)}"
         if template is None:
@@ -195,26 +213,32 @@ def _source(ref: ClaimRef, namespace: str, devices: Devices) -> tuple[str, tuple
             raise _Refused(
                 f"uses ResourceClaimTemplate {namespace}/{named(ref.template)}, whose {template.problem}"
             )
-        return what, template.requests
+        return what, template.requests, True
     raise _Refused(f"has resource claim {named(ref.name)} naming neither a claim nor a template")
 
 
 def _asked(request: DeviceRequest, what: str, devices: Devices, named_spec: CardSpec | None) -> _Asked | None:
     """The cards one request may get and the units of each, or None when it asks no GPU of ours."""
     if request.alternatives:
-        found = [a for sub in request.alternatives if (a := _asked(sub, what, devices, named_spec))]
+        found, other = [], None
+        for sub in request.alternatives:
+            try:
+                if (one := _asked(sub, what, devices, named_spec)) is not None:
+                    found.append(one)
+            except _OtherModel as refused:  # the pod names another of its alternatives
+                other = other or refused
+        if not found and other is not None:
+            raise other
         if not found:
             return None
+        if named_spec is not None:
+            return _merge(found)
         if len(found) < len(request.alternatives):
             raise _Refused(
                 f"has request {named(request.name)} ({what}) whose alternatives are not all GPUs of a"
                 " card: its GPUs could not be counted"
             )
-        per_card: dict[CardName, int] = {}
-        for one in found:
-            for card, units in one.per_card:
-                per_card.setdefault(card, units)
-        return _Asked(tuple(per_card), tuple(per_card.items()))
+        return _merge(found)
     device_class = devices.classes.get(request.device_class)
     ours = bool(request.selector.driver and request.selector.driver & set(devices.drivers))
     if device_class is None:
@@ -237,6 +261,15 @@ def _asked(request: DeviceRequest, what: str, devices: Devices, named_spec: Card
         )
     cards = _cards(device_class, request, label, named_spec)
     return _Asked(cards, tuple((card, _units(request, card, devices, label)) for card in cards))
+
+
+def _merge(found: list[_Asked]) -> _Asked:
+    """Alternatives as one choice: each card at the count of the first that offers it."""
+    per_card: dict[CardName, int] = {}
+    for one in found:
+        for card, units in one.per_card:
+            per_card.setdefault(card, units)
+    return _Asked(tuple(per_card), tuple(per_card.items()))
 
 
 def _cards(
@@ -269,7 +302,7 @@ def _cards(
         return cards
     kept = tuple(card for card in named_spec.cards if card in cards)
     if not kept:
-        raise _Refused(
+        raise _OtherModel(
             f"names card {named_spec.text} but asks {'|'.join(cards)} through {label}: name one model"
         )
     return kept
@@ -291,3 +324,46 @@ def _units(request: DeviceRequest, card: CardName, devices: Devices, label: str)
             raise _Refused(f"asks {name} {value} of each {card} ({label}), more than one has ({has[name]})")
         share = max(share, value / has[name])
     return request.count * math.ceil(share * UNIT)
+
+
+def claim_demand(
+    claim: ClaimRecord, devices: Devices, named_spec: CardSpec | None
+) -> ClaimDemand | str | None:
+    """What one claim asks, as :func:`claims_demand` reads it for a pod (a claim being created is not
+    in the catalogue yet)."""
+    try:
+        asked = [a for r in claim.requests if (a := _asked(r, f"claim {claim.name}", devices, named_spec))]
+    except _Refused as refused:
+        return str(refused)
+    if not asked:
+        return None
+    cards = asked[0].cards
+    total: Counter[CardName] = Counter()
+    for one in asked:
+        if set(one.cards) != set(cards):
+            return f"asks GPUs of {'|'.join(cards)} and of {'|'.join(one.cards)}: a pod's GPUs are one model"
+        total.update(dict(one.per_card))
+    return ClaimDemand(CardSpec(cards), tuple((c, total[c]) for c in cards))
+
+
+def fixed_cards(request: DeviceRequest, devices: Devices) -> tuple[CardName, ...] | None:
+    """The models a request's class and selectors allow; None when they fix none (the pod's
+    ``card.name`` then decides, and the claim is pinned to it)."""
+    device_class = devices.classes.get(request.device_class)
+    if device_class is None:
+        return None
+    if device_class.card is not None:
+        return device_class.card.cards
+    return device_class.selector.also(request.selector).cards()
+
+
+def gpu_driver(request: DeviceRequest, devices: Devices) -> str | None:
+    """The GPU driver a request's devices come from, when it asks GPUs of ours at all."""
+    device_class = devices.classes.get(request.device_class)
+    selected = request.selector.driver or (device_class.selector.driver if device_class else None)
+    ours = sorted((selected or frozenset()) & set(devices.drivers))
+    if ours:
+        return ours[0]
+    if device_class is not None and device_class.is_gpu(devices.drivers):
+        return devices.drivers[0] if devices.drivers else None
+    return None

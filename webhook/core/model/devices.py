@@ -73,6 +73,7 @@ class SliceDevice:
     name: str
     card: CardName
     capacity: tuple[tuple[str, Fraction], ...] = ()
+    product: str = ""  # its productName as the driver says it (spaces), for the claim's pin
 
 
 @value_class
@@ -161,11 +162,13 @@ def slice_record(obj: Raw, drivers: tuple[str, ...]) -> SliceRecord | None:
     for index, device in enumerate(_list(raw_devices)):
         name = _map(device).get("name")
         label = name if isinstance(name, str) and name else f"#{index}"
-        card, why = device_card(_attributes(driver, _map(device).get("attributes")))
+        attributes = _attributes(driver, _map(device).get("attributes"))
+        card, why = device_card(attributes)
         if card is None:
             skipped.append(f"device {named(label)} {why}")
         else:
-            devices.append(SliceDevice(label, card, _capacity(_map(device).get("capacity"))))
+            capacity = _capacity(_map(device).get("capacity"))
+            devices.append(SliceDevice(label, card, capacity, attributes["productName"]))
     return replace(record, node=node, devices=tuple(devices), skipped=tuple(skipped))
 
 
