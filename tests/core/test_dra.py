@@ -606,3 +606,61 @@ def test_a_claim_of_another_model_than_its_pods_is_refused() -> None:
         isinstance(refused, Denied)
         and "names card NVIDIA-H200 but asks NVIDIA-GeForce-RTX-4090" in refused.message
     )
+
+
+# ---- allocation checked (SPEC §4b) --------------------------------------------------------------
+def allocated_pod(
+    card: str | None, allocated: tuple[str, str], *, name: str = "p"
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A pod bound to ``allocated``'s node and its claim made from template ``t`` allocated
+    (pool, device)."""
+    obj = dra_pod(name, card, templates=("t",), node_name=allocated[0])
+    obj["status"]["resourceClaimStatuses"] = [{"name": "t0", "resourceClaimName": f"{name}-t0-x"}]
+    claim = resource_claim(
+        f"{name}-t0-x",
+        gpu_request(count=1),
+        pod_owner={"name": name, "uid": f"uid-ns-{name}"},
+        pod_claim="t0",
+        allocated=(("gpu", *allocated),),
+    )
+    return obj, claim
+
+
+def test_an_allocation_on_the_charged_model_changes_nothing() -> None:
+    obj, claim = allocated_pod(H200, ("dra", "gpu-0"))
+    state = dra_cluster(claim_template("t", gpu_request(count=1)), claim, obj)
+    assert queue_usage(state, "q").card(CardName(H200)).bound == UNIT
+    assert not state.off_model
+
+
+def test_an_allocation_on_another_model_is_counted_as_allocated_and_reported() -> None:
+    """It must not happen to a pinned claim; a claim made before the webhook was installed can."""
+    obj, claim = allocated_pod(H200, ("r", "gpu-0"))
+    state = dra_cluster(claim_template("t", gpu_request(count=1)), claim, obj)
+    usage = queue_usage(state, "q")
+    assert (usage.card(CardName(H200)).used, usage.card(CardName(R4090)).bound) == (0, UNIT)
+    assert state.off_model == {"ns/p-t0-x": ("ns/p", H200, R4090)}
+    from webhook.core.decide.report import cluster_status
+
+    status = cluster_status(state)
+    assert status["claims_off_model"] == [
+        {"claim": "ns/p-t0-x", "pod": "ns/p", "charged": H200, "allocated": R4090}
+    ]
+    assert any(
+        "was allocated NVIDIA-GeForce-RTX-4090 but charged for NVIDIA-H200" in w for w in status["warnings"]
+    )
+    ingest.remove(state, obj)
+    assert not state.off_model and queue_usage(state, "q").card(CardName(R4090)).used == 0
+
+
+def test_the_allocation_decides_an_unassigned_first_available_pods_model() -> None:
+    choice = first_available(
+        "gpu",
+        gpu_request("big", count=1, selectors=(PRODUCT_IS.format("NVIDIA H200"),)),
+        gpu_request("small", count=1, selectors=(PRODUCT_IS.format("NVIDIA GeForce RTX 4090"),)),
+    )
+    obj, claim = allocated_pod(None, ("r", "gpu-1"))
+    claim["spec"]["devices"]["requests"] = [choice]
+    state = dra_cluster(claim_template("t", choice), claim, obj)
+    assert queue_usage(state, "q").card(CardName(R4090)).bound == UNIT
+    assert not state.off_model

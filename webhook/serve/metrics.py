@@ -189,6 +189,16 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "cardquota_in_flight_holds", "in-flight ledger entries", value=len(state.ledger)
         )
+        off_model = GaugeMetricFamily(
+            "cardquota_claims_off_model",
+            "resource claims allocated another GPU model than their pod was charged for, by model allocated",
+            labels=["card"],
+        )
+        for card, n in sorted(
+            Tally(entry["allocated"] for entry in status.get("claims_off_model", ())).items()
+        ):
+            off_model.add_metric([card], n)
+        yield off_model
         yield from _line_families(state, time.time())
         objects = GaugeMetricFamily(
             "cardquota_objects_skipped",

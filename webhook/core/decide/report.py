@@ -73,8 +73,19 @@ def cluster_status(state: ClusterState, now: float = 0.0) -> dict[str, Any]:
             warnings.append(
                 f"{card}: queues' quotas sum to {amount(total)} but the cluster has {amount(have)}"
             )
+    off_model = [
+        {"claim": claim, "pod": pod, "charged": charged, "allocated": allocated}
+        for claim, (pod, charged, allocated) in sorted(state.off_model.items())
+    ]
+    for entry in off_model:
+        warnings.append(
+            f"resourceclaim {entry['claim']} of pod {entry['pod']} was allocated {entry['allocated']} but"
+            f" charged for {entry['charged']}: counted as allocated"
+        )
     notes = [*state.notes, *(f"{what}: skipped, {why}" for what, why in sorted(state.skipped.items()))]
     status = {"cards": cards, "queues": queues, "tree": _tree(state), "warnings": warnings, "notes": notes}
+    if off_model:
+        status["claims_off_model"] = off_model
     if waiting := lines(state):
         status["lines"] = waiting
     if reclaims := tidal.in_progress(state, now):

@@ -55,6 +55,9 @@ class ClusterState:
         # pod uid -> its claims from templates not made yet -> the units it was first charged for
         # them: what it was admitted with, and what the claims made for it must not exceed
         self._admitted: dict[str, dict[str, int]] = {}
+        # claim key -> (its pod, the model the pod was charged for, the model it was allocated):
+        # claims given another model than charged, counted as allocated (SPEC §4b)
+        self.off_model: dict[str, tuple[str, str, CardName]] = {}
         self.free = FreeCards()  # free cards per node and model, for the multi-card assignment
         self.tree = QueueTree(self.policy.hierarchical_queues)
         self.pods: dict[str, PodRecord] = {}
@@ -229,15 +232,41 @@ class ClusterState:
                 self._payers[key] = pod.uid
             else:
                 count -= units
-        if count == charge.count:
+        card = self._allocated_card(pod, charge)
+        if count == charge.count and card == charge.card:
             return charge
-        return replace(charge, count=count) if count > 0 else None
+        return replace(charge, count=count, card=card) if count > 0 else None
+
+    def _allocated_card(self, pod: PodRecord, charge: Charge) -> CardName | None:
+        """The model a pod's allocated claims got: the one it is counted on (its ``A|B`` choice made
+        by the scheduler, or another model than it was charged for, which is also recorded)."""
+        devices = self.inventory.devices
+        namespace = pod.template.namespace or pod.namespace
+        found: set[CardName] = set()
+        keys = [
+            f"{namespace}/{ref.claim or ref.generated}"
+            for ref in pod.template.claims
+            if ref.claim or ref.generated
+        ]
+        for key in keys:
+            self.off_model.pop(key, None)
+            claim = devices.claims.get(key)
+            if claim is not None and claim.allocated:
+                found |= devices.allocated(claim)
+        if len(found) != 1:
+            return charge.card
+        (card,) = found
+        if card not in charge.spec.cards and (charge.card is None or card != charge.card):
+            for key in keys:
+                self.off_model[key] = (pod.key, charge.spec.text, card)
+        return card
 
     def _leave_claims(self, pod: PodRecord) -> None:
         """``pod`` is no longer counted: the claims it paid for go to another of their pods."""
         heirs: set[str] = set()
         self._admitted.pop(pod.uid, None)
         for key in self._claim_keys(pod):
+            self.off_model.pop(key, None)
             users = self._claim_users.get(key)
             if users is not None:
                 users.discard(pod.uid)

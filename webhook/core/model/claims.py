@@ -116,6 +116,11 @@ class Devices:
             sorted({d.product for found in self.slices.values() for d in found.devices if d.card == card})
         )
 
+    def allocated(self, claim: ClaimRecord) -> frozenset[CardName]:
+        """The cards of the GPUs allocated to ``claim`` (devices of other drivers left out)."""
+        found = (self.device(driver, pool, name) for _, driver, pool, name in claim.allocated)
+        return frozenset(card for card in found if card is not None)
+
     def device(self, driver: str, pool: str, name: str) -> CardName | None:
         """The card of an allocated device."""
         if self._devices is None:
