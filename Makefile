@@ -49,7 +49,7 @@ test: $(STAMP) lint e2e-bin
 	$(BIN)/pytest -q -n $(WORKERS) --dist loadgroup --durations=$(DURATIONS)
 
 ## check: the tier to iterate with (about 5 minutes): lint, type check, core, edges and the plain control-plane tests
-PARTNER_TESTS := tests/e2e/test_scheduler_agreement.py tests/e2e/test_stock_volcano.py tests/e2e/test_waiting_line.py tests/e2e/test_tidal_reclaim.py
+PARTNER_TESTS := tests/e2e/test_scheduler_agreement.py tests/e2e/test_stock_volcano.py tests/e2e/test_waiting_line.py tests/e2e/test_tidal_reclaim.py tests/e2e/test_dra.py
 check: $(STAMP) lint e2e-bin
 	$(BIN)/pytest -q -n 2 --dist loadgroup $(addprefix --ignore=,$(PARTNER_TESTS))
 

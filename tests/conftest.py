@@ -16,7 +16,13 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-OWN_PLANE = {"test_scheduler_agreement", "test_stock_volcano", "test_waiting_line", "test_tidal_reclaim"}
+OWN_PLANE = {
+    "test_scheduler_agreement",
+    "test_stock_volcano",
+    "test_waiting_line",
+    "test_tidal_reclaim",
+    "test_dra",
+}
 
 
 def lane(item: pytest.Item) -> str | None:

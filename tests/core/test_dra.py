@@ -269,8 +269,8 @@ def test_the_card_of_a_request(
             None,
             [
                 "without saying which model",
-                "volcano.sh/card.name",
-                "cardquota.volcano.sh/card",
+                "pod annotation cardquota.volcano.sh/card",
+                "DeviceClass annotated cardquota.volcano.sh/card",
                 "productName",
             ],
             id="generic class, no card.name",
@@ -664,3 +664,57 @@ def test_the_allocation_decides_an_unassigned_first_available_pods_model() -> No
     state = dra_cluster(claim_template("t", choice), claim, obj)
     assert queue_usage(state, "q").card(CardName(R4090)).bound == UNIT
     assert not state.off_model
+
+
+def test_our_pod_annotation_names_the_model_where_card_name_cannot() -> None:
+    """The capacity-card plugin asks a pod naming volcano.sh/card.name for its nvidia.com/gpu: a DRA
+    pod says its model with cardquota.volcano.sh/card instead."""
+    state = dra_cluster(claim_template("t", gpu_request(count=2)))
+    obj = dra_pod("p", templates=("t",), annotations={"cardquota.volcano.sh/card": H200})
+    found = demand(state, obj)
+    assert isinstance(found, PodDemand) and (found.spec.text, found.count) == (H200, 2 * UNIT)
+
+
+def test_an_assigned_dra_pod_gets_our_annotation_not_card_name() -> None:
+    choice = first_available(
+        "gpu",
+        gpu_request("big", count=1, selectors=(PRODUCT_IS.format("NVIDIA H200"),)),
+        gpu_request("small", count=1, selectors=(PRODUCT_IS.format("NVIDIA GeForce RTX 4090"),)),
+    )
+    state = dra_cluster(claim_template("t", choice), quota='{"NVIDIA-H200": 0, "NVIDIA-GeForce-RTX-4090": 1}')
+    mutated = admission.mutate(state, request(dra_pod("p", templates=("t",))), 0.0)
+    ops = {op["path"]: op["value"] for op in mutated.patch}
+    assert ops["/metadata/annotations/cardquota.volcano.sh~1card"] == R4090
+    assert ops["/metadata/annotations/cardquota.volcano.sh~1card.spec"] == f"{H200}|{R4090}"
+    assert "/metadata/annotations/volcano.sh~1card.name" not in ops
+
+
+def test_the_podgroup_of_a_pod_whose_claim_another_pod_pays_for_reserves_nothing() -> None:
+    from webhook.core.decide import patches
+
+    a, b = dra_pod("a", claims=("shared",)), dra_pod("b", claims=("shared",))
+    state = dra_cluster(resource_claim("shared", gpu_request("g", "h200", 1)), a, b)
+    group = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": "pg-b",
+            "namespace": "ns",
+            "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": "b", "uid": "uid-ns-b", "controller": True}
+            ],
+        },
+        "spec": {"minMember": 1, "queue": "q"},
+    }
+    first = {
+        **group,
+        "metadata": {
+            **group["metadata"],
+            "name": "pg-a",
+            "ownerReferences": [{**group["metadata"]["ownerReferences"][0], "name": "a", "uid": "uid-ns-a"}],
+        },
+    }
+    paid = patches.podgroup_patch(state, first, state.pods["uid-ns-a"])
+    assert any("card.request" in op["path"] or "card.request" in str(op.get("value")) for op in paid.patch)
+    free = patches.podgroup_patch(state, group, state.pods["uid-ns-b"])
+    assert not any("card.request" in str(op) for op in free.patch)

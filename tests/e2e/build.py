@@ -330,9 +330,31 @@ def ensure_volcano(partner: str = "fork") -> Path | None:
     chosen, out = PARTNERS[partner], volcano_dir(partner)
     if out is None:
         return None
-    wanted = [*VOLCANO_MAINS, "crds", "scheduler.conf"]
-    if all((out / name).exists() for name in wanted):
-        return out
+    if not all((out / name).exists() for name in (*VOLCANO_MAINS, "crds")):
+        _build_volcano(chosen, out)
+    # The release's configuration as shipped, DRA predicate included: rewritten when a cache from
+    # before holds another (it had the fork's DRA predicate turned off).
+    conf = release_conf(partner)
+    if not (out / "scheduler.conf").exists() or (out / "scheduler.conf").read_text() != conf:
+        staging = out / f"scheduler.conf.{os.getpid()}"
+        staging.write_text(conf)
+        staging.replace(out / "scheduler.conf")
+    return out
+
+
+def release_conf(partner: str) -> str:
+    """The scheduler configuration ``partner``'s installer ships, read from its source tarball."""
+    chosen = PARTNERS[partner]
+    with tarfile.open(chosen.source) as tar:
+        for member in tar:
+            if member.name.removeprefix("./") == chosen.conf:
+                data = tar.extractfile(member)
+                assert data is not None
+                return data.read().decode()
+    raise SystemExit(f"{chosen.source} has no {chosen.conf}")
+
+
+def _build_volcano(chosen: Partner, out: Path) -> None:
     if shutil.which("go") is None:
         raise SystemExit("go is not on PATH: the real Volcano scheduler is built from its Go source")
     out.mkdir(parents=True, exist_ok=True)
@@ -348,20 +370,13 @@ def ensure_volcano(partner: str = "fork") -> Path | None:
                 args = ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(staging), main]
                 subprocess.run(args, cwd=tmp, env=env, check=True)
                 staging.replace(out / name)
-        crds = out / "crds.building"
-        crds.mkdir(exist_ok=True)
-        for name in chosen.crds:
-            shutil.copy(Path(tmp) / "config" / "crd" / "volcano" / "bases" / name, crds / name)
-        crds.replace(out / "crds")
-        conf = (Path(tmp) / chosen.conf).read_text()
-        # Its client libraries do not match a 1.36 API server's DRA types.
-        conf = conf.replace(
-            "predicate.DynamicResourceAllocationEnable: true",
-            "predicate.DynamicResourceAllocationEnable: false",
-        )
-        (out / "scheduler.conf").write_text(conf)
+        if not (out / "crds").exists():
+            crds = out / "crds.building"
+            crds.mkdir(exist_ok=True)
+            for name in chosen.crds:
+                shutil.copy(Path(tmp) / "config" / "crd" / "volcano" / "bases" / name, crds / name)
+            crds.replace(out / "crds")
     print(f"{chosen.what} ready in {out} after {(time.monotonic() - started) / 60:.1f} min.", flush=True)
-    return out
 
 
 if __name__ == "__main__":

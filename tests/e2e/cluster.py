@@ -32,7 +32,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 CONTROLLERS = (
     "deployment-controller,replicaset-controller,job-controller,horizontal-pod-autoscaler-controller,"
-    "garbage-collector-controller,namespace-controller,disruption-controller"  # PDB status: evictions
+    "garbage-collector-controller,namespace-controller,disruption-controller,"  # PDB status: evictions
+    "resourceclaim-controller"  # DRA: a pod's ResourceClaimTemplate made its ResourceClaim
 )
 
 

@@ -43,6 +43,12 @@ CARD_PODGROUP = (
     " || 'volcano.sh/card.name' in object.metadata.annotations)"
 )
 
+# DRA: a ResourceClaim made for a pod (its controlling owner), checked and pinned at its create.
+POD_CLAIM = (
+    "has(object.metadata.ownerReferences)"
+    " && object.metadata.ownerReferences.exists(r, r.kind == 'Pod' && has(r.controller) && r.controller)"
+)
+
 # The PodGroup mutation: every create, and the update enqueueing a PodGroup its create left bare.
 BARE_ENQUEUE = f"request.operation == 'CREATE' || (({ENQUEUED}) && !({CARD_PODGROUP}))"
 
@@ -105,11 +111,16 @@ def configurations(
         {"name": "enqueued", "expression": ENQUEUED},
         {"name": "card-podgroups-only", "expression": CARD_PODGROUP},
     ]
+    claim_rules = [_rule("resource.k8s.io", "v1", ["resourceclaims"], ["CREATE"])]
+    claims = hook("claims.validate", "/validate", claim_rules, "Fail")
+    pins = hook("claims.mutate", "/mutate", claim_rules, "Fail", reinvocationPolicy="IfNeeded")
+    for claim_hook in (claims, pins):
+        claim_hook["matchConditions"] = [{"name": "pods-claims-only", "expression": POD_CLAIM}]
     return [
         configuration(
             "ValidatingWebhookConfiguration",
             "validate",
-            [hook("validate", "/validate", VALIDATING_RULES, "Fail"), gates, enqueue],
+            [hook("validate", "/validate", VALIDATING_RULES, "Fail"), gates, enqueue, claims],
         ),
         configuration(
             "MutatingWebhookConfiguration",
@@ -117,6 +128,7 @@ def configurations(
             [
                 hook("pods.mutate", "/mutate", pods, "Fail", reinvocationPolicy="IfNeeded"),
                 podgroups,
+                pins,
             ],
         ),
     ]

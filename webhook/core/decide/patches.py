@@ -100,15 +100,20 @@ def _card_name_ops(template: PodTemplate, spec: CardSpec, assigned: bool = False
     """The canonical ``card.name``; a pod whose claims name its model and that has none gets one
     only when the mutation assigned it one model of several (``assigned``)."""
     current = template.annotations.get(keys.CARD_NAME)
-    if current == spec.text:
-        return []
-    if current is None:
-        if not assigned:
+    if current is None and template.claims:  # a DRA pod's model is ours to write (SPEC §4b)
+        current = template.annotations.get(keys.DRA_CARD)
+        if current == spec.text or not assigned:
             return []
         ops: list[PatchOp] = (
             [] if template.annotations else [{"op": "add", "path": "/metadata/annotations", "value": {}}]
         )
-        return [*ops, {"op": "add", "path": _CARD_NAME_PATH, "value": spec.text}]
+        verb = "add" if current is None else "replace"
+        return [
+            *ops,
+            {"op": verb, "path": pointer("metadata", "annotations", keys.DRA_CARD), "value": spec.text},
+        ]
+    if current == spec.text:
+        return []
     return [{"op": "replace", "path": _CARD_NAME_PATH, "value": spec.text}]
 
 
@@ -316,7 +321,16 @@ def _derived(state: ClusterState, owner: Owner, min_member: int) -> dict[str, st
     for template, pods in templates:
         demand = pod_demand(template, state.inventory, state.policy)
         if isinstance(demand, PodDemand):
-            request[demand.spec.text] = request.get(demand.spec.text, 0) + demand.count * pods
+            count = demand.count
+            if isinstance(owner, PodRecord) and demand.claims is not None:  # shared claims paid by others
+                paid = (state.claim_payer(key) for key, _ in demand.claims.named)
+                count -= sum(
+                    units
+                    for (_, units), payer in zip(demand.claims.named, paid, strict=True)
+                    if payer is not None and payer.uid != owner.uid
+                )
+            if count > 0:
+                request[demand.spec.text] = request.get(demand.spec.text, 0) + count * pods
     out: dict[str, str] = {}
     if len(request) == 1:
         out[keys.CARD_NAME] = next(iter(request))

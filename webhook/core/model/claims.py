@@ -294,8 +294,8 @@ def _cards(
             if named_spec is None:
                 raise _Refused(
                     f"asks GPUs of DeviceClass {device_class.name} ({label}) without saying which model:"
-                    f" name it with the pod annotation volcano.sh/card.name, or use a DeviceClass"
-                    f" annotated {CLASS_CARD}, or select devices.attributes[...].productName"
+                    f" name it with the pod annotation {CLASS_CARD}, or use a DeviceClass annotated"
+                    f" {CLASS_CARD}, or select device.attributes['<driver>'].productName"
                 )
             return named_spec.cards
         if not found:

@@ -19,6 +19,7 @@ from webhook.core.model.resources import Resources
 
 KEPT_ANNOTATIONS = (
     keys.CARD_NAME,
+    keys.DRA_CARD,  # a DRA pod's model where its claims fix none
     keys.QUEUE_NAME,
     keys.GROUP_NAME,
     keys.CARD_SPEC,

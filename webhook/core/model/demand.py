@@ -165,13 +165,17 @@ def pod_demand(template: PodTemplate, inventory: Inventory, policy: Policy) -> D
 
 
 def _named_spec(template: PodTemplate) -> CardSpec | BadDemand | None:
-    raw = template.annotations.get(keys.CARD_NAME)
-    if raw is None:
-        return None
-    try:
-        return parse_card_spec(raw)
-    except CardNameError as exc:
-        return BadDemand(f"has a malformed {keys.CARD_NAME}: {exc}")
+    """The model a pod names for claims that fix none: ours (``cardquota.volcano.sh/card``), which
+    the capacity-card plugin does not read, else ``volcano.sh/card.name``."""
+    for key in (keys.DRA_CARD, keys.CARD_NAME):
+        raw = template.annotations.get(key)
+        if raw is None:
+            continue
+        try:
+            return parse_card_spec(raw)
+        except CardNameError as exc:
+            return BadDemand(f"has a malformed {key}: {exc}")
+    return None
 
 
 def _plugin_demand(template: PodTemplate, inventory: Inventory, policy: Policy) -> Demand:

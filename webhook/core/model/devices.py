@@ -22,6 +22,7 @@ from dataclasses import replace
 from fractions import Fraction
 from typing import Any
 
+from webhook.core.model import keys
 from webhook.core.model.cards import (
     CardName,
     CardNameError,
@@ -37,7 +38,7 @@ from webhook.core.model.values import value_class
 Raw = Mapping[str, Any]
 API_GROUP = "resource.k8s.io"
 # Ours, on a DeviceClass: the card spec its devices are (an operator's per-model class).
-CLASS_CARD = "cardquota.volcano.sh/card"
+CLASS_CARD = keys.DRA_CARD
 # The resource claim controller's annotation on a claim it made from a template: the pod's claim name.
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
 NVIDIA_DRIVER = "gpu.nvidia.com"

@@ -33,6 +33,11 @@ RECLAIMABLE: Final = "cardquota.volcano.sh/reclaimable"
 # what it gave back and for whom; it is held back while those pods wait (a new leader reads it).
 RECLAIMED: Final = "cardquota.volcano.sh/reclaimed"
 
+# Ours, on a pod whose GPUs come through ResourceClaims (SPEC §4b): the card spec of the requests
+# whose class and selectors fix no model, where volcano.sh/card.name cannot say it (the capacity-card
+# plugin asks a pod naming a card for its nvidia.com/gpu). On a DeviceClass: the card its devices are.
+DRA_CARD: Final = "cardquota.volcano.sh/card"
+
 MPS_REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
 MIG_PREFIX: Final = "nvidia.com/mig-"
 MPS_RESOURCE: Final = "nvidia.com/gpu.shared"

@@ -1,0 +1,643 @@
+"""Dynamic Resource Allocation (resource.k8s.io/v1) under each real Volcano partner.
+
+First the partner alone (no webhook in that namespace): a pod's ResourceClaimTemplate becomes its
+claim (kube-controller-manager's resourceclaim controller), the partner's predicates allocate it
+from a kwok node's ResourceSlice and reserve it for the pod, which kwok then runs. A claim no device
+matches, or one past the devices left, keeps its pod Pending; a freed claim's devices go to the next
+pod; a device-plugin pod still runs beside them.
+
+Then with the webhook in front (SPEC §4b, §6b), on kwok nodes whose GPUs only slices publish:
+device-plugin and DRA pods share one quota exactly, through a per-model class, a request selector,
+a generic class with card.name (the claim pinned at its create), firstAvailable as A|B, a shared
+claim, MIG; All refused; a scale-up refused; a refused DRA workload served by the waiting line.
+Every admitted pod bound and its claim allocated on the model it was charged for."""
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.e2e.agreement import Tenant
+from tests.e2e.cluster import RUNS_FOR, ControlPlane, holds_for, wait_for
+from tests.e2e.conftest import partner_plane
+from tests.e2e.objects import deployment_of, hpa
+from tests.edges.serving import Process
+
+DRIVER = "gpu.nvidia.com"
+NODE = "h200-mig-0"
+NS = "dra"
+QUEUE = "dra"
+
+
+@pytest.fixture(scope="module", params=["fork", "stock"])
+def volcano(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ControlPlane]:
+    """Each partner's plane (named as conftest's lanes expect: one lane per partner)."""
+    with partner_plane(request.param, tmp_path_factory) as made:
+        made.apply(*inventory())
+        yield made
+
+
+def inventory() -> list[dict[str, Any]]:
+    """NVIDIA's DeviceClass, 4 H200 published on ``NODE`` as its driver would, a queue, templates."""
+    device = {
+        "attributes": {"type": {"string": "gpu"}, "productName": {"string": "NVIDIA H200"}},
+        "capacity": {"memory": {"value": "80Gi"}},
+    }
+    devices = [
+        {
+            **device,
+            "name": f"gpu-{i}",
+            "attributes": {**device["attributes"], "uuid": {"string": f"GPU-{uuid.uuid4()}"}},
+        }
+        for i in range(4)
+    ]
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": DRIVER},
+            "spec": {
+                "selectors": [
+                    {
+                        "cel": {
+                            "expression": f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'gpu'"
+                        }
+                    }
+                ]
+            },
+        },
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{NODE}-{DRIVER}"},
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": NODE,
+                "pool": {"name": NODE, "generation": 1, "resourceSliceCount": 1},
+                "devices": devices,
+            },
+        },
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}},
+        {  # the fork's capacity-card plugin admits a card-less job only within the queue's capability
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "Queue",
+            "metadata": {"name": QUEUE, "annotations": {"volcano.sh/card.quota": '{"NVIDIA-H200": 4}'}},
+            "spec": {"weight": 1, "capability": {"cpu": "100", "memory": "1Ti"}},
+        },
+        template("two-gpus"),
+        template("two-b200", "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA B200'"),
+    ]
+
+
+def template(name: str, selector: str = "") -> dict[str, Any]:
+    exactly: dict[str, Any] = {"deviceClassName": DRIVER, "allocationMode": "ExactCount", "count": 2}
+    if selector:
+        exactly["selectors"] = [{"cel": {"expression": selector}}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": exactly}]}}},
+    }
+
+
+def pod(name: str, claim_template: str = "", gpus: int = 0) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": "busybox",
+        "resources": {"requests": {"cpu": "100m"}},
+    }
+    spec: dict[str, Any] = {"schedulerName": "volcano", "containers": [container]}
+    annotations = {"scheduling.volcano.sh/queue-name": QUEUE}
+    if claim_template:
+        spec["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": claim_template}]
+        container["resources"]["claims"] = [{"name": "gpus"}]
+    if gpus:
+        container["resources"]["limits"] = {"nvidia.com/gpu": str(gpus)}
+        annotations["volcano.sh/card.name"] = "NVIDIA-H200"
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": spec,
+    }
+
+
+def claim_of(plane: ControlPlane, name: str) -> dict[str, Any] | None:
+    claims = plane.get("resourceclaims", namespace=NS)["items"]
+    return next((c for c in claims if c["metadata"]["ownerReferences"][0]["name"] == name), None)
+
+
+def running(plane: ControlPlane, name: str) -> dict[str, Any] | None:
+    got = plane.get("pod", name, namespace=NS)
+    return got if got["status"].get("phase") == "Running" else None
+
+
+def test_claims_are_allocated_reserved_and_run_and_the_rest_wait(volcano: ControlPlane) -> None:
+    plane = volcano
+    plane.apply(pod("dra-a", "two-gpus"), pod("dra-b", "two-gpus"), pod("plain-gpu", gpus=2), namespace=NS)
+    held: set[str] = set()
+    for name in ("dra-a", "dra-b"):
+        ran = wait_for(f"{name} running", lambda name=name: running(plane, name), timeout=60)
+        assert ran["spec"]["nodeName"] == NODE
+        claim = claim_of(plane, name)
+        assert (
+            claim is not None
+            and claim["metadata"]["annotations"]["resource.kubernetes.io/pod-claim-name"] == "gpus"
+        )
+        results = claim["status"]["allocation"]["devices"]["results"]
+        assert [(r["driver"], r["pool"]) for r in results] == [(DRIVER, NODE)] * 2
+        held |= {r["device"] for r in results}
+        assert [r["uid"] for r in claim["status"]["reservedFor"]] == [ran["metadata"]["uid"]]
+    assert held == {f"gpu-{i}" for i in range(4)}
+    wait_for("the device-plugin pod running", lambda: running(plane, "plain-gpu"), timeout=60)
+
+    plane.apply(pod("dra-c", "two-gpus"), pod("dra-x", "two-b200"), namespace=NS)
+    wait_for("dra-c's and dra-x's claims", lambda: claim_of(plane, "dra-c") and claim_of(plane, "dra-x"))
+    holds_for(
+        "dra-c (no device left) and dra-x (no B200) Pending, their claims unallocated",
+        lambda: all(
+            plane.get("pod", n, namespace=NS)["status"]["phase"] == "Pending"
+            and "allocation" not in (claim_of(plane, n) or {}).get("status", {})
+            for n in ("dra-c", "dra-x")
+        ),
+        seconds=8,
+    )
+    plane.kubectl("delete", "pod", "dra-a", "-n", NS, "--wait=false")
+    wait_for("dra-c running on dra-a's devices", lambda: running(plane, "dra-c"), timeout=60)
+    assert plane.get("pod", "dra-x", namespace=NS)["status"]["phase"] == "Pending"
+    plane.kubectl("delete", "pods", "--all", "-n", NS, "--wait=false")
+    wait_for(
+        "the partner test's pods to go", lambda: not plane.get("pods", namespace=NS)["items"], timeout=120
+    )
+
+
+# ---- with the webhook in front -------------------------------------------------------------------
+H200, R4090 = "NVIDIA-H200", "NVIDIA-GeForce-RTX-4090"
+MIG = "NVIDIA-H200/mig-1g.18gb-mixed"
+PRODUCTS = {"NVIDIA H200": H200, "NVIDIA GeForce RTX 4090": R4090}
+DRA_NODES = {"dra-h200-0": "NVIDIA H200", "dra-4090-0": "NVIDIA GeForce RTX 4090"}
+IS = "device.attributes['gpu.nvidia.com'].productName == '{}'"
+
+
+def dra_node(name: str) -> dict[str, Any]:
+    """A kwok node with no GPU labels and no GPU in allocatable: its GPUs are in its slice."""
+    allocatable = {"cpu": "32", "memory": "128Gi", "pods": "110"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "labels": {"type": "kwok", "kubernetes.io/hostname": name},
+            "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+        },
+        "spec": {"taints": []},
+        "status": {"allocatable": allocatable, "capacity": allocatable},
+    }
+
+
+def dra_slice(node: str, product: str, gpus: int, mig: int = 0) -> dict[str, Any]:
+    devices = [
+        {
+            "name": f"gpu-{i}",
+            "attributes": {
+                "type": {"string": "gpu"},
+                "productName": {"string": product},
+                "uuid": {"string": f"GPU-{node}-{i}"},
+            },
+            "capacity": {"memory": {"value": "80Gi"}},
+        }
+        for i in range(gpus)
+    ]
+    devices += [
+        {
+            "name": f"gpu-{gpus}-mig-1g18gb-19-{i}",
+            "attributes": {
+                "type": {"string": "mig"},
+                "productName": {"string": product},
+                "profile": {"string": "1g.18gb"},
+                "uuid": {"string": f"MIG-{node}-{i}"},
+            },
+            "capacity": {"memory": {"value": "18Gi"}},
+        }
+        for i in range(mig)
+    ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node}-{DRIVER}"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def device_class(name: str, expression: str, card: str = "") -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if card:
+        meta["annotations"] = {"cardquota.volcano.sh/card": card}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": meta,
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+@pytest.fixture(scope="module")
+def dra(volcano: ControlPlane, front: Process) -> ControlPlane:
+    """The DRA nodes, their slices and the classes, once per plane, with the webhook serving."""
+    volcano.apply(*(dra_node(n) for n in DRA_NODES))
+    volcano.kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "List",
+                "items": [
+                    dra_slice("dra-h200-0", "NVIDIA H200", 2, mig=2),
+                    dra_slice("dra-4090-0", "NVIDIA GeForce RTX 4090", 2),
+                    device_class(
+                        "mig.nvidia.com",
+                        f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'mig'",
+                    ),
+                    device_class(
+                        "h200.nvidia.com", f"device.driver == '{DRIVER}' && {IS.format('NVIDIA H200')}", H200
+                    ),
+                ],
+            }
+        ),
+    )
+
+    def ready() -> bool:
+        return all(
+            any(
+                c["type"] == "Ready" and c["status"] == "True"
+                for c in volcano.get("node", n)["status"].get("conditions", [])
+            )
+            for n in DRA_NODES
+        )
+
+    wait_for("kwok to mark the DRA nodes Ready", ready, timeout=60)
+    return volcano
+
+
+class DraTenant(Tenant):
+    """A tenant whose queue has a CPU capability too (the fork's plugin admits a pod that asks no
+    card resource only within it)."""
+
+    def set_quota(self, quota: dict[str, int], parent: str = "") -> None:
+        super().set_quota(quota, parent)
+        self.plane.kubectl(
+            "patch",
+            "queue",
+            self.queue,
+            "--type=merge",
+            "-p",
+            json.dumps({"spec": {"capability": {"cpu": "100", "memory": "1Ti"}}}),
+        )
+
+    def template(self, name: str, *requests: dict[str, Any]) -> None:
+        self.plane.apply(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaimTemplate",
+                "metadata": {"name": name},
+                "spec": {"spec": {"devices": {"requests": list(requests)}}},
+            },
+            namespace=self.ns,
+        )
+
+    def claim(self, name: str, *requests: dict[str, Any]) -> None:
+        self.plane.apply(
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceClaim",
+                "metadata": {"name": name},
+                "spec": {"devices": {"requests": list(requests)}},
+            },
+            namespace=self.ns,
+        )
+
+    def pod(
+        self,
+        name: str,
+        *,
+        card: str = "",
+        template: str = "",
+        claim: str = "",
+        gpus: int = 0,
+        queue: str = "",
+    ) -> dict[str, Any]:
+        obj = pod(name, template, gpus)
+        obj["metadata"]["annotations"] = {"scheduling.volcano.sh/queue-name": queue or self.queue}
+        if card:  # the fork's plugin asks a pod naming volcano.sh/card.name for its nvidia.com/gpu
+            key = "volcano.sh/card.name" if gpus else "cardquota.volcano.sh/card"
+            obj["metadata"]["annotations"][key] = card
+        if claim:
+            obj["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": claim}]
+            obj["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpus"}]
+        return obj
+
+    def create(self, obj: dict[str, Any]) -> str:
+        """Create ``obj``; "" when admitted, else the API server's refusal."""
+        done = self.plane.kubectl("create", "-n", self.ns, "-f", "-", stdin=json.dumps(obj), check=False)
+        return "" if done.returncode == 0 else done.stderr
+
+    def claims(self) -> list[dict[str, Any]]:
+        return self.plane.get("resourceclaims", namespace=self.ns)["items"]
+
+    def allocated(self, pod_name: str) -> list[str]:
+        """The cards of the devices allocated to the claims ``pod_name`` uses, once allocated."""
+        got = self.plane.get("pod", pod_name, namespace=self.ns)
+        names = [s.get("resourceClaimName") for s in got.get("status", {}).get("resourceClaimStatuses", [])]
+        names += [
+            r["resourceClaimName"]
+            for r in got["spec"].get("resourceClaims", [])
+            if r.get("resourceClaimName")
+        ]
+        cards = []
+        for claim in self.claims():
+            if claim["metadata"]["name"] in names:
+                for result in (
+                    (claim.get("status", {}).get("allocation") or {}).get("devices", {}).get("results", [])
+                ):
+                    cards.append(device_card(self.plane, result["pool"], result["device"]))
+        return cards
+
+    def wait_running(self, name: str) -> dict[str, Any]:
+        return wait_for(f"{name} running", lambda: running_in(self.plane, self.ns, name), timeout=90)
+
+
+def running_in(plane: ControlPlane, namespace: str, name: str) -> dict[str, Any] | None:
+    got = plane.get("pod", name, namespace=namespace)
+    return got if got["status"].get("phase") == "Running" and got["spec"].get("nodeName") else None
+
+
+def device_card(plane: ControlPlane, pool: str, device: str) -> str:
+    """The card a published device is (what the webhook names it)."""
+    for found in plane.get("resourceslices")["items"]:
+        if found["spec"]["pool"]["name"] != pool:
+            continue
+        for d in found["spec"].get("devices", []):
+            if d["name"] == device:
+                product = PRODUCTS[d["attributes"]["productName"]["string"]]
+                kind = d["attributes"]["type"]["string"]
+                return (
+                    product
+                    if kind == "gpu"
+                    else f"{product}/mig-{d['attributes']['profile']['string']}-mixed"
+                )
+    raise AssertionError(f"no device {pool}/{device}")
+
+
+def exactly(
+    name: str = "gpu", device_class_name: str = DRIVER, count: int = 1, *selectors: str, **extra: Any
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "deviceClassName": device_class_name,
+        **({"count": count} if count else {}),
+        **extra,
+    }
+    if selectors:
+        spec["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    return {"name": name, "exactly": spec}
+
+
+@pytest.fixture
+def t(dra: ControlPlane) -> Iterator[DraTenant]:
+    made = DraTenant(dra)
+    yield made
+    made.delete()
+
+
+def test_device_plugin_and_dra_pods_share_one_quota_and_every_claim_gets_its_model(t: DraTenant) -> None:
+    t.set_quota({H200: 3})
+    t.template("per-model", exactly("gpu", "h200.nvidia.com", 1))
+    t.template("selector", exactly("gpu", DRIVER, 1, IS.format("NVIDIA H200")))
+    assert t.create(t.pod("plugin", card=H200, gpus=1)) == ""
+    assert t.create(t.pod("per-model", template="per-model")) == ""
+    assert t.create(t.pod("selector", template="selector")) == ""
+    refused = t.create(t.pod("past", template="per-model"))
+    assert f'queue "{t.queue}" has 0 NVIDIA-H200 left (quota 3: ' in refused, refused
+    assert "pod " in refused and "(claim gpus from template per-model: 1 NVIDIA-H200) needs 1" in refused
+    for name in ("plugin", "per-model", "selector"):
+        t.wait_running(name)
+    assert t.allocated("per-model") == [H200] and t.allocated("selector") == [H200]
+    refused = t.create(t.pod("plugin-past", card=H200, gpus=1))
+    assert "has 0 NVIDIA-H200 left" in refused, refused
+
+
+def test_a_generic_class_with_card_name_is_pinned_and_allocated_on_that_model(t: DraTenant) -> None:
+    t.set_quota({R4090: 1})
+    t.template("any-gpu", exactly())
+    assert t.create(t.pod("infer", card=R4090, template="any-gpu")) == ""
+    ran = t.wait_running("infer")
+    assert ran["spec"]["nodeName"] == "dra-4090-0"
+    assert t.allocated("infer") == [R4090]
+    (claim,) = t.claims()
+    selectors = [
+        s["cel"]["expression"] for s in claim["spec"]["devices"]["requests"][0]["exactly"]["selectors"]
+    ]
+    assert selectors == [IS.format("NVIDIA GeForce RTX 4090")]
+    refused = t.create(t.pod("infer-2", card=R4090, template="any-gpu"))
+    assert "has 0 NVIDIA-GeForce-RTX-4090 left" in refused, refused
+    no_model = t.create(t.pod("no-model", template="any-gpu"))
+    assert "without saying which model" in no_model, no_model
+
+
+def test_first_available_is_a_choice_of_models_and_the_claim_keeps_the_one_assigned(t: DraTenant) -> None:
+    t.set_quota({H200: 0, R4090: 1})
+    t.template(
+        "either",
+        {
+            "name": "gpu",
+            "firstAvailable": [
+                {
+                    "name": "h200",
+                    "deviceClassName": DRIVER,
+                    "count": 1,
+                    "selectors": [{"cel": {"expression": IS.format("NVIDIA H200")}}],
+                },
+                {
+                    "name": "r4090",
+                    "deviceClassName": DRIVER,
+                    "count": 1,
+                    "selectors": [{"cel": {"expression": IS.format("NVIDIA GeForce RTX 4090")}}],
+                },
+            ],
+        },
+    )
+    assert t.create(t.pod("flex", template="either")) == ""
+    ran = t.wait_running("flex")
+    assert ran["metadata"]["annotations"]["cardquota.volcano.sh/card"] == R4090
+    assert t.allocated("flex") == [R4090]
+    (claim,) = t.claims()
+    assert [s["name"] for s in claim["spec"]["devices"]["requests"][0]["firstAvailable"]] == ["r4090"]
+
+
+def test_a_shared_claim_is_charged_once_and_refused_to_another_queue(t: DraTenant) -> None:
+    t.set_quota({H200: 2})
+    other = f"other-{t.ns}"
+    t.plane.kubectl("apply", "-f", "-", stdin=json.dumps(card_queue_with_capability(other, {H200: 2})))
+    t.queues.insert(0, other)
+    t.claim("shared", exactly("gpu", "h200.nvidia.com", 1))
+    assert t.create(t.pod("s1", claim="shared")) == ""
+    assert t.create(t.pod("s2", claim="shared")) == ""
+    for name in ("s1", "s2"):
+        t.wait_running(name)
+    (claim,) = t.claims()
+    assert len(claim["status"]["reservedFor"]) == 2
+    t.template("one", exactly("gpu", "h200.nvidia.com", 1))
+    assert t.create(t.pod("third", template="one")) == ""  # the shared claim counted once: 1 of 2 left
+    assert "has 0 NVIDIA-H200 left" in t.create(t.pod("fourth", template="one"))
+    refused = t.create(t.pod("theirs", claim="shared", queue=other))
+    assert "shares ResourceClaim" in refused and f"not to queue '{other}'" in refused, refused
+
+
+def card_queue_with_capability(name: str, quota: dict[str, int]) -> dict[str, Any]:
+    return {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "Queue",
+        "metadata": {"name": name, "annotations": {"volcano.sh/card.quota": json.dumps(quota)}},
+        "spec": {"weight": 1, "capability": {"cpu": "100", "memory": "1Ti"}},
+    }
+
+
+def test_all_devices_is_refused_and_mig_is_its_own_card(t: DraTenant) -> None:
+    t.set_quota({H200: 4, MIG: 1})
+    t.template("every", exactly("gpu", DRIVER, 0, allocationMode="All"))
+    every = t.pod("every", card=H200, template="every")
+    every_template = t.plane.get("resourceclaimtemplate", "every", namespace=t.ns)
+    assert every_template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["allocationMode"] == "All"
+    refused = t.create(every)
+    assert "allocationMode All" in refused, refused
+    t.template(
+        "mig",
+        exactly(
+            "slice",
+            "mig.nvidia.com",
+            1,
+            f"{IS.format('NVIDIA H200')} && device.attributes['gpu.nvidia.com'].profile == '1g.18gb'",
+        ),
+    )
+    assert t.create(t.pod("mig-0", template="mig")) == ""
+    t.wait_running("mig-0")
+    assert t.allocated("mig-0") == [MIG]
+    assert "has 0 NVIDIA-H200/mig-1g.18gb-mixed left" in t.create(t.pod("mig-1", template="mig"))
+
+
+def dra_deployment(t: DraTenant, name: str, replicas: int, template: str) -> dict[str, Any]:
+    shape = t.pod(name, template=template)
+    return deployment_of(name, replicas, {"metadata": shape["metadata"], "spec": shape["spec"]})
+
+
+def test_dra_scale_ups_are_refused_and_a_refused_workload_is_served_when_cards_free(t: DraTenant) -> None:
+    t.set_quota({H200: 2})
+    t.template("one", exactly("gpu", "h200.nvidia.com", 1))
+    assert t.create(t.pod("holder", template="one")) == ""
+    t.plane.apply(dra_deployment(t, "serve", 1, "one"), namespace=t.ns)
+    wait_for(
+        "serve's pod running",
+        lambda: [
+            p for p in t.pods() if p["metadata"]["name"].startswith("serve-") and p["spec"].get("nodeName")
+        ],
+        timeout=90,
+    )
+    t.plane.apply(hpa("serve", 2, 3), namespace=t.ns)
+    wait_for(
+        "the HPA's scale-up refused",
+        lambda: [m for m in t.denials() if "scale-up of deployment" in m and "NVIDIA-H200" in m],
+        timeout=120,
+    )
+    t.plane.kubectl("delete", "hpa", "serve", "-n", t.ns)
+    refused = t.plane.kubectl("scale", "-n", t.ns, "deployment/serve", "--replicas=3", check=False)
+    assert refused.returncode != 0 and f'queue "{t.queue}"' in refused.stderr, refused.stderr
+    assert "(1 per pod)" in refused.stderr or "needs 2" in refused.stderr, refused.stderr
+    # A workload created when its cards are taken: its pod is refused, its ReplicaSet waits in the
+    # queue's line and is called the moment "holder" goes.
+    t.plane.apply(dra_deployment(t, "late", 1, "one"), namespace=t.ns)
+    wait_for("late's pod refused", lambda: any("late-" in m for m in t.denials()), timeout=60)
+    t.plane.kubectl("delete", "pod", "holder", "-n", t.ns, "--wait=false")
+    gone = time.monotonic()
+    wait_for(
+        "late's pod created",
+        lambda: [p for p in t.pods() if p["metadata"]["name"].startswith("late-")],
+        timeout=30,
+        every=0.1,
+    )
+    assert time.monotonic() - gone < 2.0 + 1.0  # called within 2 s; kubectl's polling adds a little
+    late = wait_for(
+        "late's pod running",
+        lambda: [
+            p for p in t.pods() if p["metadata"]["name"].startswith("late-") and p["spec"].get("nodeName")
+        ],
+        timeout=90,
+    )
+    assert t.allocated(late[0]["metadata"]["name"]) == [H200]
+
+
+def test_a_volcano_job_whose_tasks_claim_gpus_is_held_at_enqueue_until_they_fit(t: DraTenant) -> None:
+    t.set_quota({H200: 2})
+    t.template("one", exactly("gpu", "h200.nvidia.com", 1))
+    assert t.create(t.pod("holder", template="one")) == ""
+    shape = t.pod("w", template="one")
+    shape["metadata"]["annotations"][RUNS_FOR] = "1h"
+    shape["spec"]["restartPolicy"] = "Never"
+    job = {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "train"},
+        "spec": {
+            "schedulerName": "volcano",
+            "queue": t.queue,
+            "minAvailable": 2,
+            "tasks": [
+                {
+                    "name": "w",
+                    "replicas": 2,
+                    "template": {"metadata": shape["metadata"], "spec": shape["spec"]},
+                }
+            ],
+        },
+    }
+    assert t.create(job) == ""
+
+    def job_pods() -> list[dict[str, Any]]:
+        return [p for p in t.pods() if p["metadata"]["name"].startswith("train-")]
+
+    def group() -> dict[str, Any] | None:
+        groups = t.plane.get("podgroups", namespace=t.ns)["items"]
+        return next(
+            (g for g in groups if g["metadata"].get("ownerReferences", [{}])[0].get("kind") == "Job"), None
+        )
+
+    wait_for("the job's PodGroup", group, timeout=60)
+    assert json.loads(group()["metadata"]["annotations"]["volcano.sh/card.request"]) == {H200: 2}  # type: ignore[index]
+    holds_for(
+        "the job held: its PodGroup not enqueued, none of its pods bound",
+        lambda: (
+            (group() or {}).get("status", {}).get("phase") in (None, "Pending")
+            and not [p for p in job_pods() if p["spec"].get("nodeName")]
+        ),
+        seconds=6,
+    )
+    t.plane.kubectl("delete", "pod", "holder", "-n", t.ns, "--wait=false")
+    wait_for(
+        "both job pods running",
+        lambda: len([p for p in job_pods() if p["spec"].get("nodeName")]) == 2,
+        timeout=90,
+    )
+    for p in job_pods():
+        wait_for("its claim allocated", lambda p=p: t.allocated(p["metadata"]["name"]), timeout=30)
+        assert t.allocated(p["metadata"]["name"]) == [H200]
