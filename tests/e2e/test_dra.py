@@ -13,8 +13,11 @@ claim, MIG; All refused; a scale-up refused; a refused DRA workload served by th
 Every admitted pod bound and its claim allocated on the model it was charged for."""
 
 import json
+import os
+import random
 import time
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -641,3 +644,72 @@ def test_a_volcano_job_whose_tasks_claim_gpus_is_held_at_enqueue_until_they_fit(
     for p in job_pods():
         wait_for("its claim allocated", lambda p=p: t.allocated(p["metadata"]["name"]), timeout=30)
         assert t.allocated(p["metadata"]["name"]) == [H200]
+
+
+# ---- seeded soak: device-plugin and DRA pods in one queue ----------------------------------------
+SOAK_KINDS = {  # kind -> (card, cards per pod, how it asks)
+    "plugin-h200": (H200, 1, "plugin"),
+    "plugin-4090": (R4090, 1, "plugin"),
+    "class-h200": (H200, 1, "one"),
+    "class-h200-x2": (H200, 2, "two"),
+    "generic-4090": (R4090, 1, "any"),
+}
+
+
+def test_a_seeded_soak_of_device_plugin_and_dra_pods_keeps_every_model_within_quota(t: DraTenant) -> None:
+    """Random creates and deletes of pods of both forms: every create is admitted exactly when the
+    test's own count says it fits; after each step every admitted pod is bound, every claim is
+    allocated on the model its pod was charged for, and no model is over the quota."""
+    seed = int(os.environ.get("CARDQUOTA_SOAK_SEED", random.randrange(1 << 32)))
+    rng = random.Random(seed)
+    quota = {H200: rng.randint(1, 3), R4090: rng.randint(1, 2)}
+    t.set_quota(quota)
+    t.template("one", exactly("gpu", "h200.nvidia.com", 1))
+    t.template("two", exactly("gpu", "h200.nvidia.com", 2))
+    t.template("any", exactly())
+    live: dict[str, str] = {}  # pod -> its kind
+    log: list[str] = []
+    try:
+        for n in range(16):
+            used = Counter({card: 0 for card in quota})
+            for kind in live.values():
+                used[SOAK_KINDS[kind][0]] += SOAK_KINDS[kind][1]
+            if live and rng.random() < 0.35:
+                name = rng.choice(sorted(live))
+                t.plane.kubectl("delete", "pod", name, "-n", t.ns, "--wait=false")
+                # gone with its PodGroup (a bare pod's: until then it still reserves the pod's cards)
+                wait_for(
+                    f"{name} and its PodGroup gone",
+                    lambda name=name: (
+                        not [p for p in t.pods() if p["metadata"]["name"] == name]
+                        and len(t.plane.get("podgroups", namespace=t.ns)["items"]) == len(live) - 1
+                    ),
+                    timeout=60,
+                )
+                log.append(f"delete {name}")
+                del live[name]
+                continue
+            kind = rng.choice(sorted(SOAK_KINDS))
+            card, per_pod, how = SOAK_KINDS[kind]
+            name = f"{kind}-{n}"
+            obj = (
+                t.pod(name, card=card, gpus=per_pod)
+                if how == "plugin"
+                else t.pod(name, template=how, card=card if how == "any" else "")
+            )
+            fits = used[card] + per_pod <= quota[card]
+            refused = t.create(obj)
+            log.append(
+                f"create {name}: {'refused' if refused else 'admitted'} ({used[card]}+{per_pod} of {quota[card]})"
+            )
+            assert (refused == "") == fits, refused
+            if refused:
+                assert f'queue "{t.queue}"' in refused and card in refused, refused
+                continue
+            live[name] = kind
+            t.wait_running(name)
+            if how != "plugin":
+                wait_for(f"{name}'s claim allocated", lambda name=name: t.allocated(name), timeout=30)
+                assert t.allocated(name) == [card] * per_pod, (name, t.allocated(name))
+    except BaseException as exc:
+        raise AssertionError(f"DRA soak seed {seed}, quota {quota}, after: {log}") from exc
