@@ -11,10 +11,12 @@ times and their ratio, and the memory the synced state keeps per pod (tracemallo
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import tempfile
 import time
 import tracemalloc
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -98,10 +100,11 @@ def dataset(pods: int, nodes: int, skeleton: bool = False) -> dict[str, list[byt
     return by_plural
 
 
-async def bare_list(url: str) -> float:
+async def bare_list(url: str, kinds: tuple[cache.Kind, ...] = cache.KINDS) -> float:
+    """Every page of every kind listed and parsed, as a plain client would: the reference."""
     started = time.perf_counter()
     async with aiohttp.ClientSession() as session:
-        for kind in cache.KINDS:
+        for kind in kinds:
             cont = ""
             while True:
                 params = {"limit": str(PAGE), **({"continue": cont} if cont else {})}
@@ -134,8 +137,9 @@ async def live_sync(kubeconfig: Path, trace: bool) -> tuple[float, int]:
     return elapsed, kept
 
 
-async def main_async(pods: int, nodes: int, skeleton: bool) -> None:
-    objects = dataset(pods, nodes, skeleton)
+@contextlib.asynccontextmanager
+async def serving(objects: dict[str, list[bytes]]) -> AsyncIterator[tuple[str, Path]]:
+    """The fake API server on a loopback port: its URL and a kubeconfig that reaches it."""
     runner = web.AppRunner(fake_api(objects), access_log=None, shutdown_timeout=0.5)
     await runner.setup()
     site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -150,13 +154,21 @@ async def main_async(pods: int, nodes: int, skeleton: bool) -> None:
         "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
         "current-context": "fake",
     }
-    with tempfile.TemporaryDirectory() as tmp:
-        kubeconfig = Path(tmp) / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump(config))
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            kubeconfig = Path(tmp) / "kubeconfig"
+            kubeconfig.write_text(yaml.safe_dump(config))
+            yield url, kubeconfig
+    finally:
+        await runner.cleanup()
+
+
+async def main_async(pods: int, nodes: int, skeleton: bool) -> None:
+    objects = dataset(pods, nodes, skeleton)
+    async with serving(objects) as (url, kubeconfig):
         listed = min([await bare_list(url) for _ in range(2)])
         synced, _ = await live_sync(kubeconfig, trace=False)
         _, kept = await live_sync(kubeconfig, trace=True)  # tracemalloc slows it: measured apart
-    await runner.cleanup()
     size = sum(map(len, objects["pods"])) // pods
     shape = "skeletons: only the fields the cache reads" if skeleton else "as the API server lists them"
     print(f"pods {pods:,} ({size:,} bytes each, {shape}), nodes {nodes:,}, pages of {PAGE}")

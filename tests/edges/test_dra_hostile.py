@@ -22,8 +22,8 @@ from webhook.core.model.verdicts import Allowed, Denied
 
 ROOT = Path(__file__).resolve().parents[2]
 DRA = yaml.safe_load((ROOT / "examples" / "cluster" / "dra.yaml").read_text())["items"]
-BASES = [o for o in DRA if o["kind"] != "Node"]
 KIND = {k.name: k for k in DRA_KINDS}
+BASES = [o for o in DRA if o["kind"] in KIND]
 
 
 CLUSTER = [

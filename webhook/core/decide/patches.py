@@ -74,6 +74,12 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
     if not demand.only_claims:
         ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, spec)))
     if chosen is None:
+        if demand.only_claims:
+            return Allowed(
+                "its GPUs come through claims, pinned to its model when made",
+                patch=tuple(ops),
+                card=spec.text,
+            )
         return Allowed("card pod confined to its models", patch=tuple(ops), card=spec.text)
     where = "a node has it free now" if chosen.free_now else "no node has it free now, the quota has room"
     key = f"assign:{request.uid}"
