@@ -304,12 +304,13 @@ def resource_slice(
     memory: str = "80Gi",
     name: str = "",
     extra: dict[str, Any] | None = None,
+    start: int = 0,
 ) -> dict[str, Any]:
     """A slice of ``gpus`` devices of NVML name ``product`` (spaces) on ``node_name``, as NVIDIA's
-    driver publishes them (MIG devices when ``mig_profile``)."""
+    driver publishes them (MIG devices when ``mig_profile``), numbered from ``start``."""
     kind = "mig" if mig_profile else ("hami-gpu" if driver.startswith("hami") else "gpu")
     devices = []
-    for i in range(gpus):
+    for i in range(start, start + gpus):
         attributes: dict[str, Any] = {
             "type": {"string": kind},
             "productName": {"string": product},

@@ -368,6 +368,23 @@ def test_admin_access_and_other_drivers_are_not_charged() -> None:
     )
     assert isinstance(demand(state, dra_pod("p", templates=("t",))), NotCardPod)
     assert isinstance(decide(state, dra_pod("p", templates=("t",))), Allowed)
+    ingest.upsert(
+        state,
+        claim_template(
+            "u",
+            gpu_request("g", "h200", 1, admin=True),
+            gpu_request("h", "h200", 1),
+            gpu_request("n", "nic", 4),
+        ),
+    )
+    found = demand(state, dra_pod("p", templates=("u",)))
+    assert isinstance(found, PodDemand) and found.count == UNIT  # the admin request and the NIC free
+
+
+def test_an_exact_count_left_out_is_one() -> None:
+    state = dra_cluster(claim_template("t", gpu_request("g", "h200", None)))
+    found = demand(state, dra_pod("p", templates=("t",)))
+    assert isinstance(found, PodDemand) and found.count == UNIT
 
 
 def test_first_available_is_a_choice_of_models_with_a_count_each() -> None:
@@ -653,16 +670,25 @@ def test_an_allocation_on_another_model_is_counted_as_allocated_and_reported() -
     assert not state.off_model and queue_usage(state, "q").card(CardName(R4090)).used == 0
 
 
-def test_the_allocation_decides_an_unassigned_first_available_pods_model() -> None:
+@pytest.mark.parametrize(("device", "card"), [("gpu-5", R4090), ("gpu-0", H200)])
+def test_the_allocation_decides_an_unassigned_first_available_pods_model(device: str, card: str) -> None:
+    """Bound to a node that has both models (so the node cannot tell), it is counted on the model
+    of the device its claim got."""
     choice = first_available(
         "gpu",
         gpu_request("big", count=1, selectors=(PRODUCT_IS.format("NVIDIA H200"),)),
         gpu_request("small", count=1, selectors=(PRODUCT_IS.format("NVIDIA GeForce RTX 4090"),)),
     )
-    obj, claim = allocated_pod(None, ("r", "gpu-1"))
+    obj, claim = allocated_pod(None, ("dra", device))
     claim["spec"]["devices"]["requests"] = [choice]
-    state = dra_cluster(claim_template("t", choice), claim, obj)
-    assert queue_usage(state, "q").card(CardName(R4090)).bound == UNIT
+    both = resource_slice("dra", "NVIDIA GeForce RTX 4090", 2, name="dra-4090", start=4)  # gpu-4, gpu-5
+    state = dra_cluster(both, claim_template("t", choice), claim, obj)
+    assert state.nodes["dra"].card_names() >= {H200, R4090}
+    usage = queue_usage(state, "q")
+    assert (usage.card(CardName(card)).bound, sum(usage.card(CardName(c)).used for c in (H200, R4090))) == (
+        UNIT,
+        UNIT,
+    )
     assert not state.off_model
 
 
@@ -715,6 +741,9 @@ def test_the_podgroup_of_a_pod_whose_claim_another_pod_pays_for_reserves_nothing
         },
     }
     paid = patches.podgroup_patch(state, first, state.pods["uid-ns-a"])
-    assert any("card.request" in op["path"] or "card.request" in str(op.get("value")) for op in paid.patch)
+    assert {op["path"]: op["value"] for op in paid.patch}["/metadata/annotations"] == {
+        "volcano.sh/card.name": H200,
+        "volcano.sh/card.request": '{"NVIDIA-H200":1}',
+    }
     free = patches.podgroup_patch(state, group, state.pods["uid-ns-b"])
     assert not any("card.request" in str(op) for op in free.patch)

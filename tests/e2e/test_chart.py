@@ -507,12 +507,12 @@ def test_in_cert_manager_mode_cert_manager_issues_the_certificate_and_injects_it
             ]
 
         def trusted() -> bool:
-            """Every caBundle (validate, gates and enqueue validate, pods and podgroups mutate) the
+            """Every caBundle (validate, gates, enqueue and claims validate, pods, podgroups and claims mutate) the
             same, holding the CA that signed the serving certificate now in the Secret. The bundle
             may hold more than that CA: cert-manager can issue the self-signed CA twice in its
             first second, and the injector then keeps both (seen once)."""
             now, found = issued(), bundles()
-            if now is None or len(found) != 5 or len(set(found)) != 1 or not found[0]:
+            if now is None or len(found) != 7 or len(set(found)) != 1 or not found[0]:
                 return False
             served = x509.load_pem_x509_certificate(base64.b64decode(now["tls.crt"]))
             for ca in x509.load_pem_x509_certificates(base64.b64decode(found[0])):

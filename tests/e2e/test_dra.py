@@ -186,6 +186,9 @@ MIG = "NVIDIA-H200/mig-1g.18gb-mixed"
 PRODUCTS = {"NVIDIA H200": H200, "NVIDIA GeForce RTX 4090": R4090}
 DRA_NODES = {"dra-h200-0": "NVIDIA H200", "dra-4090-0": "NVIDIA GeForce RTX 4090"}
 IS = "device.attributes['gpu.nvidia.com'].productName == '{}'"
+# After this long refused, a ReplicaSet's own retries are more than 5 s apart (its back-off doubles
+# from 5 ms: 20 s of refusals reach 10 s or more).
+BACKED_OFF = 25.0
 
 
 def dra_node(name: str) -> dict[str, Any]:
@@ -501,6 +504,9 @@ def test_a_shared_claim_is_charged_once_and_refused_to_another_queue(t: DraTenan
         t.wait_running(name)
     (claim,) = t.claims()
     assert len(claim["status"]["reservedFor"]) == 2
+    t.template("two", exactly("gpu", "h200.nvidia.com", 2))
+    probe = t.create(t.pod("probe", template="two"))  # the shared claim counted once: 1 of 2 left
+    assert f'queue "{t.queue}" has 1 NVIDIA-H200 left (quota 2: 1 running)' in probe, probe
     t.template("one", exactly("gpu", "h200.nvidia.com", 1))
     assert t.create(t.pod("third", template="one")) == ""  # the shared claim counted once: 1 of 2 left
     assert "has 0 NVIDIA-H200 left" in t.create(t.pod("fourth", template="one"))
@@ -571,6 +577,10 @@ def test_dra_scale_ups_are_refused_and_a_refused_workload_is_served_when_cards_f
     # queue's line and is called the moment "holder" goes.
     t.plane.apply(dra_deployment(t, "late", 1, "one"), namespace=t.ns)
     wait_for("late's pod refused", lambda: any("late-" in m for m in t.denials()), timeout=60)
+    # Long enough for its ReplicaSet's own retries to back off past the promise: what creates its
+    # pod at once is the line's call, not a retry.
+    time.sleep(BACKED_OFF)
+    assert not [p for p in t.pods() if p["metadata"]["name"].startswith("late-")]
     t.plane.kubectl("delete", "pod", "holder", "-n", t.ns, "--wait=false")
     gone = time.monotonic()
     wait_for(

@@ -526,3 +526,82 @@ def test_a_check_past_its_guard_is_denied_to_be_safe_and_counted(
         )
         metrics = client.get("/metrics").text
         assert metric(metrics, 'cardquota_feasibility_too_complex_total{webhook="validate"}') == 1.0
+
+
+class DraNotCached(Loaded):
+    """The cache lacks a DRA object a review needs; a live read returns it (by kind and name)."""
+
+    def __init__(self, objects: dict[tuple[str, str], dict[str, Any]]) -> None:
+        super().__init__()
+        self.objects, self.reads = objects, []
+
+    async def fetch(self, ref: Any, namespace: str) -> dict[str, Any] | None:
+        self.reads.append((ref.kind, ref.name))
+        return self.objects.get((ref.kind, ref.name))
+
+
+def test_a_pods_claim_template_the_cache_lacks_is_read_live_and_counted(tmp_path: Path) -> None:
+    """SPEC §4b: a template created together with its pod may reach the webhook before the watch."""
+    body = json.loads(body_of("pod-dra-per-model-class-over-quota.json"))
+    pod = body["request"]["object"]
+    pod["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "fresh-x2"}]
+    template = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": {"name": "fresh-x2", "namespace": "team-a"},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [{"name": "g", "exactly": {"deviceClassName": "h200.nvidia.com", "count": 2}}]
+                }
+            }
+        },
+    }
+    for objects, says in (
+        (
+            {("ResourceClaimTemplate", "fresh-x2"): template},
+            "has 1 NVIDIA-H200 left (quota 3: 1 running, 1 pending); pod team-a/trainer-dra-0 (claim gpus from template fresh-x2: 2 NVIDIA-H200) needs 2",
+        ),
+        ({}, "ResourceClaimTemplate team-a/fresh-x2, which does not exist"),
+    ):
+        source = DraNotCached(objects)
+        with (
+            serve_in_thread(source, tmp_path) as url,
+            httpx.Client(base_url=url, verify=client_context(tmp_path)) as client,
+        ):
+            out = post(client, "/validate", json.dumps(body).encode()).json()["response"]
+        assert says in out["status"]["message"], out
+        assert source.reads == [("ResourceClaimTemplate", "fresh-x2")]
+
+
+def test_a_claim_whose_pod_the_cache_lacks_reads_the_pod_live_and_is_pinned(tmp_path: Path) -> None:
+    body = json.loads(body_of("resourceclaim-pinned.mutate.json"))
+    owner = body["request"]["object"]["metadata"]["ownerReferences"][0]
+    owner.update(name="tune-9", uid="uid-team-c-tune-9")
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "tune-9",
+            "namespace": "team-c",
+            "uid": "uid-team-c-tune-9",
+            "annotations": {
+                "scheduling.volcano.sh/queue-name": "serving-dra",
+                "cardquota.volcano.sh/card": "NVIDIA-A100-SXM4-80GB",
+            },
+        },
+        "spec": {
+            "schedulerName": "volcano",
+            "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "any-a100"}],
+            "containers": [{"name": "main", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+    }
+    for read, pinned in ((pod, True), ({**pod, "metadata": {**pod["metadata"], "uid": "another"}}, False)):
+        source = DraNotCached({("Pod", "tune-9"): read})
+        with (
+            serve_in_thread(source, tmp_path) as url,
+            httpx.Client(base_url=url, verify=client_context(tmp_path)) as client,
+        ):
+            out = post(client, "/mutate", json.dumps(body).encode()).json()["response"]
+        assert ("patch" in out) == pinned, out
+        assert source.reads == [("Pod", "tune-9")]

@@ -84,7 +84,8 @@ def watched(policy: Policy) -> tuple[Kind, ...]:
 def kind_of(name: str, api_version: str) -> Kind | None:
     """The watched kind an owner reference names (its API group told apart: two kinds are Jobs)."""
     group = api_version.rpartition("/")[0]
-    return next((k for k in KINDS if k.name == name and k.api_version.rpartition("/")[0] == group), None)
+    found = (k for k in (*KINDS, *DRA_KINDS) if k.name == name and k.api_version.rpartition("/")[0] == group)
+    return next(found, None)
 
 
 class Expired(Exception):

@@ -8,7 +8,7 @@ import orjson
 from webhook.core.decide import admission, patches
 from webhook.core.index.state import ClusterState
 from webhook.core.model import shapes
-from webhook.core.model.objects import OwnerRef
+from webhook.core.model.objects import OwnerRef, pod_template_of
 from webhook.core.model.verdicts import Allowed, Decision, Denied
 from webhook.serve import logs, wire
 
@@ -33,6 +33,34 @@ def owner_to_fetch(
         return None
     ref = patches.owner_to_fetch(state, obj)
     return None if ref is None else (ref, wire.to_request(raw).namespace)
+
+
+def dra_to_fetch(state: ClusterState, raw: wire.AdmissionRequest) -> list[OwnerRef]:
+    """SPEC §4b: what a create needs the cache lacks, to read live: a pod's claims and claim
+    templates, a claim's pod (the resource claim controller makes it right after the pod)."""
+    if raw.operation != "CREATE" or raw.sub_resource or not state.policy.dra_drivers:
+        return []
+    obj = raw.object if isinstance(raw.object, dict) else {}
+    namespace = wire.to_request(raw).namespace
+    devices = state.inventory.devices
+    api = "resource.k8s.io/v1"
+    if raw.resource.resource == "pods" and not shapes.problem("pods", "", obj):
+        out = []
+        for ref in pod_template_of(obj, namespace).claims:
+            if ref.claim and f"{namespace}/{ref.claim}" not in devices.claims:
+                out.append(OwnerRef("ResourceClaim", ref.claim, "", api))
+            elif (
+                ref.template and not ref.generated and f"{namespace}/{ref.template}" not in devices.templates
+            ):
+                out.append(OwnerRef("ResourceClaimTemplate", ref.template, "", api))
+        return out
+    if raw.resource.resource == "resourceclaims" and raw.resource.group == "resource.k8s.io":
+        meta = obj.get("metadata")
+        for owner in (meta.get("ownerReferences") if isinstance(meta, dict) else None) or []:
+            if isinstance(owner, dict) and owner.get("kind") == "Pod" and owner.get("controller") is True:
+                uid, name = str(owner.get("uid") or ""), str(owner.get("name") or "")
+                return [OwnerRef("Pod", name, uid, "v1")] if uid not in state.pods and name else []
+    return []
 
 
 def owner_from(ref: OwnerRef, body: dict[str, Any] | None) -> patches.Owner | None:

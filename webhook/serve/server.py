@@ -19,6 +19,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from webhook.cluster.sources import StateSource
+from webhook.core.index import ingest
 from webhook.core.index.state import ClusterState
 from webhook.core.model.verdicts import TOO_COMPLEX, Allowed, Denied
 from webhook.errors import BadReview, NotReady
@@ -135,6 +136,7 @@ async def _answer_review(request: web.Request, webhook: review.Webhook) -> web.R
     state = source.state
     if not source.ready or state is None:
         raise NotReady(f"cache not ready: {source.not_ready_reason()}")
+    await _live_dra(source, state, raw)
     owner = await _live_owner(source, state, raw, webhook)
     decision = review.decide_request(state, raw, webhook, time.time(), owner)
     payload = orjson.dumps(wire.response(raw.uid, decision))
@@ -161,6 +163,27 @@ async def _live_owner(
         log.warning("live read of a PodGroup's owner timed out", extra={"uid": raw.uid, "owner": ref.name})
         return None
     return review.owner_from(ref, body)
+
+
+async def _live_dra(source: StateSource, state: ClusterState, raw: wire.AdmissionRequest) -> None:
+    """SPEC §4b: a pod's claims or templates, or a claim's pod, the cache lacks, read live under the
+    same short timeout and put into the state as the watch will bring them; what cannot be read is
+    left out, and the decision says so."""
+    wanted = review.dra_to_fetch(state, raw)
+    if not wanted:
+        return
+    namespace = wire.to_request(raw).namespace
+    try:
+        bodies = await asyncio.wait_for(
+            asyncio.gather(*(source.fetch(ref, namespace) for ref in wanted)), OWNER_READ_SECONDS
+        )
+    except TimeoutError:
+        log.warning("live read for a DRA review timed out", extra={"uid": raw.uid})
+        return
+    for ref, body in zip(wanted, bodies, strict=True):
+        if body is None or (ref.uid and (body.get("metadata") or {}).get("uid") != ref.uid):
+            continue  # gone, or another object of that name
+        ingest.upsert(state, {**body, "kind": ref.kind, "apiVersion": ref.api_version})
 
 
 async def _validate(request: web.Request) -> web.Response:

@@ -113,6 +113,8 @@ def _record(state: ClusterState, hold: Hold, now: float) -> None:
     entry = Entry(
         hold.queue, hold.spec, hold.per_pod, hold.pods, expires, hold.cpu, hold.memory, hold.covers, hold.task
     )
+    for claim in hold.claims:  # a claim by name it is charged for: its other pods are not
+        state.expect_payer(claim, hold.queue, hold.key, expires)
     if hold.assignment:
         state.ledger.record_assignment(hold.key, entry)
     else:

@@ -45,12 +45,13 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
     if problem:
         return Denied(problem, card=demand.spec.text)
     queue = state.queue_of_pod(pod)
+    paying: tuple[str, ...] = ()
     if demand.claims is not None:
         what += f" ({demand.claims.told})"
-        unpaid = _unpaid(state, pod, queue, demand, what)
-        if not isinstance(unpaid, PodDemand):
+        unpaid = _unpaid(state, pod, queue, demand, what, now)
+        if not isinstance(unpaid, tuple):
             return unpaid
-        demand = unpaid
+        demand, paying = unpaid
     if pod.group_name and (gave := tidal.holding(state, f"{pod.namespace}/{pod.group_name}", now)):
         message = messages.reclaimed(
             f"{what} of podgroup {pod.namespace}/{pod.group_name}",
@@ -69,7 +70,7 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
     if refused is not None:
         return replace(refused, release=release)
     cpu, memory = state.compute_charged(pod.template) or (0, 0)
-    hold = Hold(pod.uid, queue, demand.spec, demand.count, 1, release, cpu, memory)
+    hold = Hold(pod.uid, queue, demand.spec, demand.count, 1, release, cpu, memory, claims=paying)
     held = covering(state, pod, demand)
     if held is not None and held.origin == "reserved":
         over = capability.refuses(state, queue, what, cpu, memory)
@@ -114,27 +115,28 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
 
 
 def _unpaid(
-    state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand, what: str
-) -> Decision | PodDemand:
+    state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand, what: str, now: float
+) -> Decision | tuple[PodDemand, tuple[str, ...]]:
     """A claiming pod's demand less the claims by name another pod of its queue is charged for
-    (SPEC §4b: a shared claim is charged once); refused when that pod is another queue's."""
-    count = demand.count
+    (SPEC §4b: a shared claim is charged once), and the claims it pays for itself; refused when
+    that pod is another queue's."""
+    count, paying = demand.count, []
     for key, units in demand.claims.named if demand.claims is not None else ():
-        payer = state.claim_payer(key)
-        if payer is None or payer.uid == pod.uid:
+        holder = state.claim_holder(key, now)
+        if holder is None or holder[1] == pod.uid:
+            paying.append(key)
             continue
-        if (theirs := state.queue_of_pod(payer)) != queue:
+        theirs, _, payer = holder
+        if theirs != queue:
             return Denied(
-                messages.claim_of_another_queue(what, key, payer.key, theirs, queue),
+                messages.claim_of_another_queue(what, key, payer, theirs, queue),
                 queue=queue,
                 card=demand.spec.text,
             )
         count -= units
-    if count == demand.count:
-        return demand
-    if count <= 0:
+    if count <= 0 and count != demand.count:
         return Allowed("its claims are charged already, to the pods it shares them with", queue=queue)
-    return replace(demand, count=count)
+    return (demand if count == demand.count else replace(demand, count=count)), tuple(paying)
 
 
 def _refused(

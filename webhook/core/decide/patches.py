@@ -94,7 +94,8 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
         task=chosen.task,
     )
     return Allowed(
-        f"assigned {chosen.card} of {demand.spec.text} ({where}) and confined to it",
+        f"assigned {chosen.card} of {demand.spec.text} ({where})"
+        + (", its claims pinned to it when made" if demand.only_claims else " and confined to it"),
         patch=tuple(ops),
         hold=hold,
         queue=chosen.queue,

@@ -52,6 +52,8 @@ class ClusterState:
         # and the pod each claim by name is charged to (a claim several pods share is charged once)
         self._claim_users: defaultdict[str, set[str]] = defaultdict(set)
         self._payers: dict[str, str] = {}
+        # claim key -> (queue, pod uid, expiry) of a pod admitted as its payer the cache has not seen
+        self._expected_payers: dict[str, tuple[str, str, float]] = {}
         # pod uid -> its claims from templates not made yet -> the units it was first charged for
         # them: what it was admitted with, and what the claims made for it must not exceed
         self._admitted: dict[str, dict[str, int]] = {}
@@ -193,6 +195,21 @@ class ClusterState:
         uid = self._payers.get(key)
         return self.pods.get(uid) if uid else None
 
+    def claim_holder(self, key: str, now: float) -> tuple[str, str, str] | None:
+        """(queue, pod uid, pod) a claim by name is charged to: its live payer, else a pod admitted
+        as its payer that the cache has not seen yet (two pods sharing it admitted back to back)."""
+        payer = self.claim_payer(key)
+        if payer is not None:
+            return self.queue_of_pod(payer), payer.uid, payer.key
+        expected = self._expected_payers.get(key)
+        if expected is None or expected[2] < now or expected[1] in self.pods:
+            return None
+        return expected[0], expected[1], f"{key.split('/', 1)[0]}/… (admitted, not yet seen)"
+
+    def expect_payer(self, key: str, queue: str, uid: str, until: float) -> None:
+        """A pod admitted as the payer of claim ``key``, until the cache sees it (or ``until``)."""
+        self._expected_payers[key] = (queue, uid, until)
+
     def claim_users(self, key: str) -> set[str]:
         return self._claim_users.get(key, set())
 
@@ -228,8 +245,18 @@ class ClusterState:
                 count += first.setdefault(name, units) - units
         for key, units in demand.claims.named:
             payer = self._payers.get(key)
-            if payer is None or payer == pod.uid or not self._live(payer):
+            expected = self._expected_payers.get(key)
+            if (
+                payer is None
+                and expected is not None
+                and expected[1] != pod.uid
+                and expected[1] not in self.pods
+            ):
+                count -= units  # admitted as its payer and still in flight: that pod pays for it
+            elif payer is None or payer == pod.uid or not self._live(payer):
                 self._payers[key] = pod.uid
+                if self._expected_payers.get(key, ("", ""))[1] == pod.uid:
+                    del self._expected_payers[key]  # seen: the cache's own record takes over
             else:
                 count -= units
         card = self._allocated_card(pod, charge)
@@ -326,6 +353,13 @@ class ClusterState:
             if pod is not None and pod.is_terminal(now):
                 self._unindex(uid, leaving=True)
         self.ledger.expire(now)
+        if self._expected_payers:
+            gone = [
+                k for k, (_, uid, until) in self._expected_payers.items() if until < now or uid in self.pods
+            ]
+            for key in gone:  # never seen: the claim's pods in the cache pay for it again
+                del self._expected_payers[key]
+                self._recharge(list(self._claim_users.get(key, ())))
         if self.gating:
             self.gating = {uid: mark for uid, mark in self.gating.items() if mark[1] >= now}
 

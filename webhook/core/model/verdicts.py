@@ -25,6 +25,7 @@ class Hold:
     assignment: bool = False  # a multi-card pod's assigned model, held from mutation to validation
     covers: Cover | None = None  # the flexible demand the held pod comes out of
     task: str = ""  # the Volcano Job task of the held pod ("<job uid>/<task>")
+    claims: tuple[str, ...] = ()  # claims by name ("namespace/name") the held pod is charged for
 
 
 @value_class
