@@ -270,6 +270,9 @@ class ControlPlane:
                 f"--scheduler-conf={self._scheduler_conf(bin_dir)}",
                 f"--listen-address={ports[2]}",
                 f"--healthz-address={ports[3]}",
+                # HAMi's DRA driver shares a GPU by consumable capacity, which needs this gate (its
+                # documentation asks it of the cluster); without it such a claim is never allocated.
+                "--feature-gates=DRAConsumableCapacity=true",
                 "--v=3",
             ],
             bin_dir,

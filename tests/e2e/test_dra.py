@@ -15,6 +15,7 @@ Every admitted pod bound and its claim allocated on the model it was charged for
 import json
 import os
 import random
+import signal
 import time
 import uuid
 from collections import Counter
@@ -397,13 +398,11 @@ def device_card(plane: ControlPlane, pool: str, device: str) -> str:
             continue
         for d in found["spec"].get("devices", []):
             if d["name"] == device:
-                product = PRODUCTS[d["attributes"]["productName"]["string"]]
+                product = PRODUCTS.get(d["attributes"]["productName"]["string"], A100)
                 kind = d["attributes"]["type"]["string"]
-                return (
-                    product
-                    if kind == "gpu"
-                    else f"{product}/mig-{d['attributes']['profile']['string']}-mixed"
-                )
+                if kind in ("gpu", "hami-gpu"):
+                    return product
+                return f"{product}/mig-{d['attributes']['profile']['string']}-mixed"
     raise AssertionError(f"no device {pool}/{device}")
 
 
@@ -723,3 +722,100 @@ def test_a_seeded_soak_of_device_plugin_and_dra_pods_keeps_every_model_within_qu
                 assert t.allocated(name) == [card] * per_pod, (name, t.allocated(name))
     except BaseException as exc:
         raise AssertionError(f"DRA soak seed {seed}, quota {quota}, after: {log}") from exc
+
+
+def test_a_claim_larger_than_its_pod_was_admitted_with_is_refused(t: DraTenant) -> None:
+    """The template is replaced by a larger one between the pod's admission and the claim's
+    creation (the resource claim controller paused for that: kube-controller-manager stopped): the
+    claim is refused at its create, so the pod never gets the larger claim."""
+    t.set_quota({H200: 2})
+    t.template("grow", exactly("gpu", "h200.nvidia.com", 1))
+    manager = t.plane.procs["kube-controller-manager"]
+    manager.send_signal(signal.SIGSTOP)
+    try:
+        assert t.create(t.pod("grown", template="grow")) == ""
+        time.sleep(1.0)  # the webhook's cache sees the pod: charged for the template of 1
+        t.plane.kubectl("delete", "resourceclaimtemplate", "grow", "-n", t.ns)
+        t.template("grow", exactly("gpu", "h200.nvidia.com", 2))
+        time.sleep(1.0)
+    finally:
+        manager.send_signal(signal.SIGCONT)
+
+    def refused() -> list[str]:
+        events = t.plane.get("events", namespace=t.ns)["items"]
+        return [e["message"] for e in events if "but the pod was admitted with 1" in e.get("message", "")]
+
+    (message, *_) = wait_for("the claim's refusal in the pod's events", refused, timeout=60)
+    assert "asks 2 NVIDIA-H200" in message and "its template grow asks more" in message, message
+    holds_for(
+        "no claim made for the pod, the pod Pending",
+        lambda: (
+            not t.claims() and t.plane.get("pod", "grown", namespace=t.ns)["status"]["phase"] == "Pending"
+        ),
+        seconds=5,
+    )
+
+
+HAMI = "hami-core-gpu.project-hami.io"
+A100 = "NVIDIA-A100-SXM4-80GB"
+
+
+def hami_inventory(plane: ControlPlane) -> None:
+    """A node whose two A100 HAMi's DRA driver shares by consumable capacity, and its class."""
+    if [n for n in plane.get("nodes")["items"] if n["metadata"]["name"] == "hami-a100-0"]:
+        return
+    plane.apply(dra_node("hami-a100-0"))
+    device = {
+        "attributes": {"type": {"string": "hami-gpu"}, "productName": {"string": "NVIDIA A100-SXM4-80GB"}},
+        "capacity": {"cores": {"value": "100"}, "memory": {"value": "80Gi"}},
+        "allowMultipleAllocations": True,
+    }
+    plane.kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin=json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "List",
+                "items": [
+                    {
+                        "apiVersion": "resource.k8s.io/v1",
+                        "kind": "ResourceSlice",
+                        "metadata": {"name": f"hami-a100-0-{HAMI}"},
+                        "spec": {
+                            "driver": HAMI,
+                            "nodeName": "hami-a100-0",
+                            "pool": {"name": "hami-a100-0", "generation": 1, "resourceSliceCount": 1},
+                            "devices": [{**device, "name": f"hami-gpu-{i}"} for i in range(2)],
+                        },
+                    },
+                    device_class(
+                        HAMI, f"device.driver == '{HAMI}' && device.attributes['{HAMI}'].type == 'hami-gpu'"
+                    ),
+                ],
+            }
+        ),
+    )
+
+
+def test_a_consumable_share_of_a_gpu_is_charged_as_its_fraction(t: DraTenant) -> None:
+    """HAMi's form: 30 % of an A100's compute and 8 of its 80 GiB is 0.3 of a card (the larger
+    fraction); the pod runs on a share of a device (the partners with DRAConsumableCapacity on, as
+    HAMi asks); one asking 80 % more is refused."""
+    hami_inventory(t.plane)
+    t.set_quota({A100: 1})
+    t.template("share", exactly("gpu", HAMI, 1, capacity={"requests": {"cores": "30", "memory": "8Gi"}}))
+    t.template("big", exactly("gpu", HAMI, 1, capacity={"requests": {"cores": "80", "memory": "8Gi"}}))
+    stored = t.plane.get("resourceclaimtemplate", "share", namespace=t.ns)["spec"]["spec"]["devices"][
+        "requests"
+    ][0]
+    assert stored["exactly"].get("capacity") == {"requests": {"cores": "30", "memory": "8Gi"}}, stored
+    assert t.create(t.pod("share-0", card=A100, template="share")) == ""
+    t.wait_running("share-0")
+    wait_for("share-0's claim allocated", lambda: t.allocated("share-0"), timeout=30)
+    assert t.allocated("share-0") == [A100]
+    # The pod is charged its 0.3; its PodGroup asks whole cards (card.request, as the capacity-card
+    # plugin reads it) and reserves the 0.7 beyond its pod while Running.
+    refused = t.create(t.pod("big-0", card=A100, template="big"))
+    assert "(quota 1: 0.3 running, 0.7 reserved by PodGroups)" in refused and "needs 0.8" in refused, refused
