@@ -259,31 +259,28 @@ def device_class(name: str, expression: str, card: str = "") -> dict[str, Any]:
     }
 
 
+def apply_all(plane: ControlPlane, items: list[dict[str, Any]]) -> None:
+    """``kubectl apply`` of cluster-scoped objects (created, or left as they are)."""
+    plane.kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
+
+
 @pytest.fixture(scope="module")
 def dra(volcano: ControlPlane, front: Process) -> ControlPlane:
     """The DRA nodes, their slices and the classes, once per plane, with the webhook serving."""
     volcano.apply(*(dra_node(n) for n in DRA_NODES))
-    volcano.kubectl(
-        "apply",
-        "-f",
-        "-",
-        stdin=json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "List",
-                "items": [
-                    dra_slice("dra-h200-0", "NVIDIA H200", 2, mig=2),
-                    dra_slice("dra-4090-0", "NVIDIA GeForce RTX 4090", 2),
-                    device_class(
-                        "mig.nvidia.com",
-                        f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'mig'",
-                    ),
-                    device_class(
-                        "h200.nvidia.com", f"device.driver == '{DRIVER}' && {IS.format('NVIDIA H200')}", H200
-                    ),
-                ],
-            }
-        ),
+    apply_all(
+        volcano,
+        [
+            dra_slice("dra-h200-0", "NVIDIA H200", 2, mig=2),
+            dra_slice("dra-4090-0", "NVIDIA GeForce RTX 4090", 2),
+            device_class(
+                "mig.nvidia.com",
+                f"device.driver == '{DRIVER}' && device.attributes['{DRIVER}'].type == 'mig'",
+            ),
+            device_class(
+                "h200.nvidia.com", f"device.driver == '{DRIVER}' && {IS.format('NVIDIA H200')}", H200
+            ),
+        ],
     )
 
     def ready() -> bool:
@@ -770,32 +767,24 @@ def hami_inventory(plane: ControlPlane) -> None:
         "capacity": {"cores": {"value": "100"}, "memory": {"value": "80Gi"}},
         "allowMultipleAllocations": True,
     }
-    plane.kubectl(
-        "apply",
-        "-f",
-        "-",
-        stdin=json.dumps(
+    apply_all(
+        plane,
+        [
             {
-                "apiVersion": "v1",
-                "kind": "List",
-                "items": [
-                    {
-                        "apiVersion": "resource.k8s.io/v1",
-                        "kind": "ResourceSlice",
-                        "metadata": {"name": f"hami-a100-0-{HAMI}"},
-                        "spec": {
-                            "driver": HAMI,
-                            "nodeName": "hami-a100-0",
-                            "pool": {"name": "hami-a100-0", "generation": 1, "resourceSliceCount": 1},
-                            "devices": [{**device, "name": f"hami-gpu-{i}"} for i in range(2)],
-                        },
-                    },
-                    device_class(
-                        HAMI, f"device.driver == '{HAMI}' && device.attributes['{HAMI}'].type == 'hami-gpu'"
-                    ),
-                ],
-            }
-        ),
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"hami-a100-0-{HAMI}"},
+                "spec": {
+                    "driver": HAMI,
+                    "nodeName": "hami-a100-0",
+                    "pool": {"name": "hami-a100-0", "generation": 1, "resourceSliceCount": 1},
+                    "devices": [{**device, "name": f"hami-gpu-{i}"} for i in range(2)],
+                },
+            },
+            device_class(
+                HAMI, f"device.driver == '{HAMI}' && device.attributes['{HAMI}'].type == 'hami-gpu'"
+            ),
+        ],
     )
 
 
