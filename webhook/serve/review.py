@@ -56,9 +56,12 @@ def dra_to_fetch(state: ClusterState, raw: wire.AdmissionRequest) -> list[OwnerR
         return out
     if raw.resource.resource == "resourceclaims" and raw.resource.group == "resource.k8s.io":
         meta = obj.get("metadata")
-        for owner in (meta.get("ownerReferences") if isinstance(meta, dict) else None) or []:
+        owners = meta.get("ownerReferences") if isinstance(meta, dict) else None
+        for owner in owners if isinstance(owners, list) else []:  # odd shapes: nothing to read
             if isinstance(owner, dict) and owner.get("kind") == "Pod" and owner.get("controller") is True:
-                uid, name = str(owner.get("uid") or ""), str(owner.get("name") or "")
+                uid, name = owner.get("uid") or "", owner.get("name") or ""
+                if not (isinstance(uid, str) and isinstance(name, str)):
+                    return []
                 return [OwnerRef("Pod", name, uid, "v1")] if uid not in state.pods and name else []
     return []
 
