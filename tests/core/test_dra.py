@@ -498,7 +498,7 @@ def test_a_template_replaced_after_its_pod_was_charged_changes_nothing_until_the
     state = dra_cluster(claim_template("t", gpu_request("g", "h200", 2)), dra_pod("a", templates=("t",)))
     ingest.upsert(state, claim_template("t", gpu_request("g", "h200", 3)))
     assert pending(state) == 2
-    assert state.admitted_claim("uid-ns-a", "t0") == 2 * UNIT
+    assert state.claims.admitted("uid-ns-a", "t0") == 2 * UNIT
 
 
 def test_a_dra_only_pod_is_not_confined_by_node_labels() -> None:
@@ -647,7 +647,7 @@ def test_an_allocation_on_the_charged_model_changes_nothing() -> None:
     obj, claim = allocated_pod(H200, ("dra", "gpu-0"))
     state = dra_cluster(claim_template("t", gpu_request(count=1)), claim, obj)
     assert queue_usage(state, "q").card(CardName(H200)).bound == UNIT
-    assert not state.off_model
+    assert not state.claims.off_model
 
 
 def test_an_allocation_on_another_model_is_counted_as_allocated_and_reported() -> None:
@@ -656,7 +656,7 @@ def test_an_allocation_on_another_model_is_counted_as_allocated_and_reported() -
     state = dra_cluster(claim_template("t", gpu_request(count=1)), claim, obj)
     usage = queue_usage(state, "q")
     assert (usage.card(CardName(H200)).used, usage.card(CardName(R4090)).bound) == (0, UNIT)
-    assert state.off_model == {"ns/p-t0-x": ("ns/p", H200, R4090)}
+    assert state.claims.off_model == {"ns/p-t0-x": ("ns/p", H200, R4090)}
     from webhook.core.decide.report import cluster_status
 
     status = cluster_status(state)
@@ -667,7 +667,7 @@ def test_an_allocation_on_another_model_is_counted_as_allocated_and_reported() -
         "was allocated NVIDIA-GeForce-RTX-4090 but charged for NVIDIA-H200" in w for w in status["warnings"]
     )
     ingest.remove(state, obj)
-    assert not state.off_model and queue_usage(state, "q").card(CardName(R4090)).used == 0
+    assert not state.claims.off_model and queue_usage(state, "q").card(CardName(R4090)).used == 0
 
 
 @pytest.mark.parametrize(("device", "card"), [("gpu-5", R4090), ("gpu-0", H200)])
@@ -689,7 +689,7 @@ def test_the_allocation_decides_an_unassigned_first_available_pods_model(device:
         UNIT,
         UNIT,
     )
-    assert not state.off_model
+    assert not state.claims.off_model
 
 
 def test_our_pod_annotation_names_the_model_where_card_name_cannot() -> None:

@@ -113,17 +113,21 @@ def test_an_a_or_b_request_is_judged_whole_on_one_alternative(quota: str, fits: 
 
 
 @pytest.mark.parametrize(
-    ("old", "new"),
+    ("old", "new", "why"),
     [
-        pytest.param("Inqueue", "Running", id="Inqueue to Running"),
-        pytest.param("Pending", "Pending", id="a status write that keeps Pending"),
-        pytest.param("Running", "Inqueue", id="Running back to Inqueue"),
+        pytest.param(
+            "Inqueue", "Running", "an enqueued PodGroup's request is not raised", id="Inqueue to Running"
+        ),
+        pytest.param("Pending", "Pending", "not an enqueue", id="a status write that keeps Pending"),
+        pytest.param(
+            "Running", "Inqueue", "an enqueued PodGroup's request is not raised", id="Running back to Inqueue"
+        ),
     ],
 )
-def test_only_a_move_into_a_reserving_phase_is_checked(old: str, new: str) -> None:
+def test_only_a_move_into_a_reserving_phase_is_checked(old: str, new: str, why: str) -> None:
     pg = group(phase=old)
     state = cluster(*NODES, queue("q", f'{{"{H200}": 0}}'), pg)
-    assert enqueue(state, pg, to=new) == Allowed("not an enqueue")
+    assert enqueue(state, pg, to=new) == Allowed(why)
 
 
 def test_a_group_whose_pods_hold_its_cards_already_is_enqueued() -> None:

@@ -80,3 +80,30 @@ def queued_deployment(name: str, replicas: int, queue: str, product: str = H200)
     deployment = gpu_deployment(name, replicas, product=product)
     deployment["spec"]["template"]["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] = queue
     return deployment
+
+
+def editor_rights(user: str) -> list[dict[str, Any]]:
+    """A Role and RoleBinding letting ``user`` edit pods and PodGroups of a namespace (a tenant's
+    own rights)."""
+    return [
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "Role",
+            "metadata": {"name": "pod-editor"},
+            "rules": [
+                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "update", "patch"]},
+                {
+                    "apiGroups": ["scheduling.volcano.sh"],
+                    "resources": ["podgroups"],
+                    "verbs": ["get", "list", "update", "patch"],
+                },
+            ],
+        },
+        {
+            "apiVersion": "rbac.authorization.k8s.io/v1",
+            "kind": "RoleBinding",
+            "metadata": {"name": "pod-editor"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-editor"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": user}],
+        },
+    ]

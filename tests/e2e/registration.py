@@ -36,6 +36,16 @@ SYSTEM_NAMESPACES = {
 
 HAS_GATE = "has({0}.spec.schedulingGates) && {0}.spec.schedulingGates.exists(g, g.name == '{1}')"
 GATE_REMOVED = f"({HAS_GATE.format('oldObject', keys.GATE)}) && !({HAS_GATE.format('object', keys.GATE)})"
+_VALUE = "(has({0}.metadata.annotations) && '{1}' in {0}.metadata.annotations ? {0}.metadata.annotations['{1}'] : '')"
+# An edit of what a pod's charge is read from: its card or queue annotations, or its PodGroup's name
+# once it has one (SPEC §4b)
+CHARGE_EDITED = " || ".join(
+    [f"{_VALUE.format('object', k)} != {_VALUE.format('oldObject', k)}" for k in keys.CHARGED]
+    + [
+        f"({_VALUE.format('oldObject', keys.GROUP_NAME)} != ''"
+        f" && {_VALUE.format('object', keys.GROUP_NAME)} != {_VALUE.format('oldObject', keys.GROUP_NAME)})"
+    ]
+)
 IN = "has({0}.status) && has({0}.status.phase) && {0}.status.phase in ['Inqueue', 'Running']"
 ENQUEUED = f"({IN.format('object')}) && !({IN.format('oldObject')})"
 CARD_PODGROUP = (
@@ -47,6 +57,21 @@ CARD_PODGROUP = (
 POD_CLAIM = (
     "has(object.metadata.ownerReferences)"
     " && object.metadata.ownerReferences.exists(r, r.kind == 'Pod' && has(r.controller) && r.controller)"
+)
+
+# An edit of what an enqueued PodGroup's reservation is read from (SPEC §4b)
+REQUEST_EDITED = "({}) && ({})".format(
+    IN.format("oldObject"),
+    " || ".join(
+        [
+            "(has(object.spec.queue) ? object.spec.queue : '')"
+            " != (has(oldObject.spec.queue) ? oldObject.spec.queue : '')"
+        ]
+        + [
+            f"{_VALUE.format('object', k)} != {_VALUE.format('oldObject', k)}"
+            for k in (keys.CARD_REQUEST, keys.CARD_NAME)
+        ]
+    ),
 )
 
 # The PodGroup mutation: every create, and the update enqueueing a PodGroup its create left bare.
@@ -91,7 +116,7 @@ def configurations(
     pods = [_rule("", "v1", ["pods"], ["CREATE"])]
     gates = hook("gates.validate", "/validate", [_rule("", "v1", ["pods"], ["UPDATE"])], "Fail")
     gates["matchConditions"] = [
-        {"name": "our-gate-removed", "expression": GATE_REMOVED},
+        {"name": "our-gate-removed-or-charge-edited", "expression": f"({GATE_REMOVED}) || {CHARGE_EDITED}"},
         {"name": "not-by-the-webhook", "expression": f"request.userInfo.username != '{identity}'"},
     ]
     podgroups = hook(
@@ -108,7 +133,7 @@ def configurations(
         "Fail",
     )
     enqueue["matchConditions"] = [
-        {"name": "enqueued", "expression": ENQUEUED},
+        {"name": "enqueued-or-request-edited", "expression": f"({ENQUEUED}) || ({REQUEST_EDITED})"},
         {"name": "card-podgroups-only", "expression": CARD_PODGROUP},
     ]
     claim_rules = [_rule("resource.k8s.io", "v1", ["resourceclaims"], ["CREATE"])]

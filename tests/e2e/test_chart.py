@@ -25,6 +25,7 @@ from tests.e2e import build
 from tests.e2e.cluster import ROOT, ControlPlane, wait_for
 from tests.e2e.objects import H200, deployment_of, hpa, queued_deployment
 from tests.e2e.recorder import Recorder
+from tests.e2e.registration import CHARGE_EDITED, ENQUEUED, GATE_REMOVED, REQUEST_EDITED
 from tests.e2e.test_webhook import events
 from tests.edges.serving import Process, free_port, mount_like_kubelet, served_serial
 from webhook.settings import ServeSettings
@@ -166,14 +167,15 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
     assert conditions["not-by-the-webhook"] == (
         "request.userInfo.username != 'system:serviceaccount:card-quota:cq'"
     )
-    assert (
-        "oldObject.spec.schedulingGates.exists(g, g.name == 'cardquota.volcano.sh/waiting')"
-        in (conditions["our-gate-removed"])
-    )
+    # ... or edits a pod's card or queue annotations: the very condition the live tests register
+    assert conditions["our-gate-removed-or-charge-edited"] == f"({GATE_REMOVED}) || {CHARGE_EDITED}"
+    lenient = render(control_plane, "card-quota", "--set", "webhook.refuseChargeEdits=false")
+    gates_only = of_kind(lenient, "ValidatingWebhookConfiguration")["webhooks"][1]["matchConditions"]
+    assert {c["name"]: c["expression"] for c in gates_only}["our-gate-removed"] == GATE_REMOVED
     # The enqueue gate: only a card PodGroup's move into Inqueue or Running is sent.
     assert [(r["resources"], r["operations"]) for r in enqueue["rules"]] == [(["podgroups"], ["UPDATE"])]
     conditions = {c["name"]: c["expression"] for c in enqueue["matchConditions"]}
-    assert "object.status.phase in ['Inqueue', 'Running']" in conditions["enqueued"]
+    assert conditions["enqueued-or-request-edited"] == f"({ENQUEUED}) || ({REQUEST_EDITED})"
     assert "'volcano.sh/card.request' in object.metadata.annotations" in conditions["card-podgroups-only"]
     assert (enqueue["failurePolicy"], enqueue["sideEffects"]) == ("Fail", "NoneOnDryRun")
     # DRA: the claim made for a pod (its controlling owner) is checked and pinned to its model.

@@ -27,7 +27,7 @@ import pytest
 from tests.e2e.agreement import Tenant
 from tests.e2e.cluster import RUNS_FOR, ControlPlane, holds_for, wait_for
 from tests.e2e.conftest import partner_plane
-from tests.e2e.objects import deployment_of, hpa
+from tests.e2e.objects import deployment_of, editor_rights, hpa
 from tests.edges.serving import Process
 
 DRIVER = "gpu.nvidia.com"
@@ -732,7 +732,8 @@ def test_a_claim_larger_than_its_pod_was_admitted_with_is_refused(t: DraTenant) 
     manager.send_signal(signal.SIGSTOP)
     try:
         assert t.create(t.pod("grown", template="grow")) == ""
-        time.sleep(1.0)  # the webhook's cache sees the pod: charged for the template of 1
+        # replaced at once, whether the webhook's cache has seen the pod yet or not: it is charged
+        # what it was admitted with (the in-flight hold carries it), never the template at arrival
         t.plane.kubectl("delete", "resourceclaimtemplate", "grow", "-n", t.ns)
         t.template("grow", exactly("gpu", "h200.nvidia.com", 2))
         time.sleep(1.0)
@@ -752,6 +753,105 @@ def test_a_claim_larger_than_its_pod_was_admitted_with_is_refused(t: DraTenant) 
         ),
         seconds=5,
     )
+
+
+def test_a_running_pods_charge_cannot_be_edited_away(t: DraTenant) -> None:
+    """SPEC §4b, a charge lives as long as its pod: a tenant's ``kubectl annotate`` of a running
+    device-plugin or DRA pod's card or queue is refused with our message, and the next pod past the
+    quota is still refused; so it is after the DeviceClass that gave a running pod its model is
+    deleted."""
+    t.set_quota({H200: 2})
+    doomed = f"h200-{t.ns}.nvidia.com"
+    apply_all(
+        t.plane, [device_class(doomed, f"device.driver == '{DRIVER}' && {IS.format('NVIDIA H200')}", H200)]
+    )
+    t.template("doomed", exactly("gpu", doomed, 1))
+    t.plane.apply(*editor_rights("mallory"), namespace=t.ns)
+    try:
+        assert t.create(t.pod("plugin", card=H200, gpus=1)) == ""
+        assert t.create(t.pod("claims", template="doomed")) == ""
+        t.wait_running("plugin")
+        t.wait_running("claims")
+        tried = [
+            ("plugin", "volcano.sh/card.name-", "is charged 1 NVIDIA-H200", "volcano.sh/card.name"),
+            ("plugin", "scheduling.volcano.sh/queue-name=elsewhere", "is charged 1", "queue-name"),
+            ("claims", f"cardquota.volcano.sh/card={R4090}", "is charged 1 NVIDIA-H200", "volcano.sh/card"),
+            ("claims", "scheduling.volcano.sh/queue-name-", "is charged 1", "queue-name"),
+        ]
+        for name, change, charged, key in tried:
+            done = t.plane.kubectl(
+                "--as=mallory", "annotate", "-n", t.ns, f"pod/{name}", change, "--overwrite", check=False
+            )
+            assert done.returncode != 0, (change, done.stdout)
+            assert f"pod {t.ns}/{name} {charged}" in done.stderr and f'to queue "{t.queue}"' in done.stderr, (
+                done.stderr
+            )
+            assert key in done.stderr and "cannot change while the pod lives" in done.stderr, done.stderr
+        annotations = t.plane.get("pod", "plugin", namespace=t.ns)["metadata"]["annotations"]
+        assert annotations["volcano.sh/card.name"] == H200  # a refused edit changed nothing
+        refused = t.create(t.pod("past", card=H200, gpus=1))
+        assert f'queue "{t.queue}" has 0 NVIDIA-H200 left (quota 2: 2 running)' in refused, refused
+        t.plane.kubectl("delete", "deviceclass", doomed)
+
+        def still_full() -> bool:
+            dry = t.plane.kubectl(
+                "create",
+                "--dry-run=server",
+                "-n",
+                t.ns,
+                "-f",
+                "-",
+                stdin=json.dumps(t.pod("past", card=H200, gpus=1)),
+                check=False,
+            )
+            return "has 0 NVIDIA-H200 left" in dry.stderr
+
+        holds_for("the queue full with the running pod's class deleted", still_full, seconds=4)
+    finally:
+        t.plane.kubectl("delete", "deviceclass", doomed, "--ignore-not-found", check=False)
+
+
+def test_an_enqueued_podgroups_request_cannot_be_raised(t: DraTenant) -> None:
+    """SPEC §4b: a PodGroup's reservation was admitted at its enqueue; the tenant raising its
+    card.request or moving its queue afterwards is refused, lowering it passes."""
+    t.set_quota({H200: 2})
+    t.plane.apply(*editor_rights("mallory"), namespace=t.ns)
+    group = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "train", "annotations": {"volcano.sh/card.request": json.dumps({H200: 2})}},
+        "spec": {"minMember": 1, "queue": t.queue},
+    }
+    t.plane.apply(group, namespace=t.ns)
+    wait_for(
+        "the PodGroup enqueued",
+        lambda: t.plane.get("podgroup", "train", namespace=t.ns).get("status", {}).get("phase") == "Inqueue",
+        timeout=30,
+    )
+
+    def annotate(*change: str) -> Any:
+        args = ("--as=mallory", "annotate", "-n", t.ns, "podgroup/train", *change, "--overwrite")
+        return t.plane.kubectl(*args, check=False)
+
+    raised = annotate(f"volcano.sh/card.request={json.dumps({H200: 4})}")
+    assert raised.returncode != 0
+    assert (
+        f'podgroup {t.ns}/train was enqueued in queue "{t.queue}" with 2 NVIDIA-H200: it cannot ask 4'
+        " NVIDIA-H200 while it is Inqueue"
+    ) in raised.stderr, raised.stderr
+    moved = t.plane.kubectl(
+        "--as=mallory",
+        "patch",
+        "-n",
+        t.ns,
+        "podgroup/train",
+        "--type=merge",
+        "-p",
+        '{"spec":{"queue":"default"}}',
+        check=False,
+    )
+    assert moved.returncode != 0 and 'it cannot move to queue "default"' in moved.stderr, moved.stderr
+    assert annotate(f"volcano.sh/card.request={json.dumps({H200: 1})}").returncode == 0
 
 
 HAMI = "hami-core-gpu.project-hami.io"

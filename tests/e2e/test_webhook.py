@@ -15,7 +15,7 @@ import yaml
 
 from tests.e2e import cluster
 from tests.e2e.cluster import ControlPlane, wait_for
-from tests.e2e.objects import H200, card_queue, hpa, queued_deployment
+from tests.e2e.objects import H200, card_queue, editor_rights, hpa, queued_deployment
 from tests.edges.serving import Process
 
 Quota = Callable[[dict[str, int]], str]
@@ -366,24 +366,7 @@ def test_in_wait_mode_a_pod_that_does_not_fit_waits_gated_and_no_one_else_may_un
     waiting = events(control_plane, namespace, "CardQuotaWaiting")
     assert not events(control_plane, namespace, "FailedCreate")
     # Someone with every right to update pods in the namespace tries to let it through.
-    rbac = [
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "Role",
-            "metadata": {"name": "pod-editor"},
-            "rules": [
-                {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "update", "patch"]}
-            ],
-        },
-        {
-            "apiVersion": "rbac.authorization.k8s.io/v1",
-            "kind": "RoleBinding",
-            "metadata": {"name": "pod-editor"},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "pod-editor"},
-            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "mallory"}],
-        },
-    ]
-    control_plane.apply(*rbac, namespace=namespace)
+    control_plane.apply(*editor_rights("mallory"), namespace=namespace)
     remove = json.dumps([{"op": "remove", "path": "/spec/schedulingGates/0"}])
     args = ("--as=mallory", "patch", "-n", namespace, f"pod/{name}", "--type=json", "-p", remove)
     denied = control_plane.kubectl(*args, check=False)

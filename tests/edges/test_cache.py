@@ -252,8 +252,12 @@ class Watched(RuleBasedStateMachine):
         count=st.integers(1, 2),
     )
     def create_or_replace(self, name: str, spec: str, count: int) -> None:
-        obj = pod(name, spec, count)
-        self._event("MODIFIED" if name in self.truth else "ADDED", obj)
+        """A pod created, or deleted and created anew under its name (a new uid: what a pod is
+        charged is fixed while it lives, so an edit of its card is no replacement)."""
+        if name in self.truth:
+            self._event("DELETED", self.truth[name])
+        obj = pod(name, spec, count, uid=f"uid-{name}-{self.version}")
+        self._event("ADDED", obj)
         self.truth[name] = obj
 
     @precondition(lambda self: self.truth)

@@ -81,10 +81,35 @@ namespaceSelector:
 {{- printf "(%s) && !(%s)" (printf $has "oldObject" "oldObject") (printf $has "object" "object") -}}
 {{- end }}
 
+{{/* CEL: the update edits an annotation a pod's charge is read from (its card, its queue), or
+renames the PodGroup it had (SPEC §4b: a charge lives as long as its pod). */}}
+{{- define "cqw.chargeEdited" -}}
+{{- $value := "(has(%s.metadata.annotations) && '%s' in %s.metadata.annotations ? %s.metadata.annotations['%s'] : '')" -}}
+{{- $edits := list -}}
+{{- range list "volcano.sh/card.name" "cardquota.volcano.sh/card" "cardquota.volcano.sh/card.spec" "scheduling.volcano.sh/queue-name" -}}
+{{- $edits = append $edits (printf "%s != %s" (printf $value "object" . "object" "object" .) (printf $value "oldObject" . "oldObject" "oldObject" .)) -}}
+{{- end -}}
+{{- $group := "scheduling.k8s.io/group-name" -}}
+{{- $edits = append $edits (printf "(%s != '' && %s != %s)" (printf $value "oldObject" $group "oldObject" "oldObject" $group) (printf $value "object" $group "object" "object" $group) (printf $value "oldObject" $group "oldObject" "oldObject" $group)) -}}
+{{- join " || " $edits -}}
+{{- end }}
+
 {{/* A PodGroup UPDATE that moves it into a phase that reserves cards (the enqueue gate). */}}
 {{- define "cqw.enqueued" -}}
 {{- $in := "has(%s.status) && has(%s.status.phase) && %s.status.phase in ['Inqueue', 'Running']" -}}
 {{- printf "(%s) && !(%s)" (printf $in "object" "object" "object") (printf $in "oldObject" "oldObject" "oldObject") -}}
+{{- end }}
+
+{{/* A PodGroup UPDATE that edits what an enqueued PodGroup's reservation is read from: its
+card.request, card.name or queue (SPEC §4b). */}}
+{{- define "cqw.requestEdited" -}}
+{{- $in := "has(oldObject.status) && has(oldObject.status.phase) && oldObject.status.phase in ['Inqueue', 'Running']" -}}
+{{- $value := "(has(%s.metadata.annotations) && '%s' in %s.metadata.annotations ? %s.metadata.annotations['%s'] : '')" -}}
+{{- $edits := list "(has(object.spec.queue) ? object.spec.queue : '') != (has(oldObject.spec.queue) ? oldObject.spec.queue : '')" -}}
+{{- range list "volcano.sh/card.request" "volcano.sh/card.name" -}}
+{{- $edits = append $edits (printf "%s != %s" (printf $value "object" . "object" "object" .) (printf $value "oldObject" . "oldObject" "oldObject" .)) -}}
+{{- end -}}
+{{- printf "(%s) && (%s)" $in (join " || " $edits) -}}
 {{- end }}
 
 {{/* A PodGroup with card demand: the PodGroup mutation gives every card PodGroup these. */}}

@@ -111,10 +111,19 @@ def _record(state: ClusterState, hold: Hold, now: float) -> None:
     ttl = state.policy.in_flight_ttl
     expires = now + (min(ttl, ASSIGNMENT_TTL) if hold.assignment else ttl)
     entry = Entry(
-        hold.queue, hold.spec, hold.per_pod, hold.pods, expires, hold.cpu, hold.memory, hold.covers, hold.task
+        hold.queue,
+        hold.spec,
+        hold.per_pod,
+        hold.pods,
+        expires,
+        hold.cpu,
+        hold.memory,
+        hold.covers,
+        hold.task,
+        hold.demand,
     )
     for claim in hold.claims:  # a claim by name it is charged for: its other pods are not
-        state.expect_payer(claim, hold.queue, hold.key, expires)
+        state.claims.expect(claim, hold.queue, hold.key, expires)
     if hold.assignment:
         state.ledger.record_assignment(hold.key, entry)
     else:

@@ -14,7 +14,7 @@ from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import QueueUsage, queue_usage, tree_has_room
 from webhook.core.model import keys
 from webhook.core.model.cards import UNIT, CardName, CardSpec
-from webhook.core.model.demand import PodDemand, pod_demand
+from webhook.core.model.demand import PodDemand
 from webhook.core.model.feasibility import TooComplex
 from webhook.core.model.ledger import Cover
 from webhook.core.model.objects import PodRecord
@@ -90,7 +90,7 @@ def _sibling_model(state: ClusterState, pod: PodRecord, task: str, demand: PodDe
     for other in state.pods_owned_by(pod.owner.uid):
         if other.template.annotations.get(keys.TASK_SPEC) != name:
             continue
-        found = pod_demand(other.template, state.inventory, state.policy)
+        found = state.demand_of(other)
         if isinstance(found, PodDemand) and found.origin == demand.spec:
             return found.spec.cards[0]
     return None

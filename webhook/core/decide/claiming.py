@@ -16,7 +16,7 @@ from webhook.core.decide.patches import pointer
 from webhook.core.index.state import ClusterState
 from webhook.core.model.cards import CardName, amount, parse_card_name
 from webhook.core.model.claims import claim_demand, fixed_cards, gpu_driver
-from webhook.core.model.demand import PodDemand, pod_demand
+from webhook.core.model.demand import PodDemand
 from webhook.core.model.devices import POD_CLAIM_NAME, DeviceRequest, claim_record, named
 from webhook.core.model.objects import PodRecord
 from webhook.core.model.verdicts import Allowed, Decision, Denied, PatchOp, Request
@@ -40,7 +40,7 @@ def _pod_of(state: ClusterState, obj: Raw) -> PodRecord | None:
 
 
 def _one_model(state: ClusterState, pod: PodRecord) -> PodDemand | None:
-    demand = pod_demand(pod.template, state.inventory, state.policy)
+    demand = state.demand_of(pod)
     return demand if isinstance(demand, PodDemand) and not demand.spec.is_multi else None
 
 
@@ -129,7 +129,7 @@ def _keep_alternatives(
 def decide_claim_create(state: ClusterState, request: Request) -> Decision:
     obj = request.obj
     pod = _pod_of(state, obj)
-    demand = pod_demand(pod.template, state.inventory, state.policy) if pod is not None else None
+    demand = state.demand_of(pod) if pod is not None else None
     if pod is None or not isinstance(demand, PodDemand):
         return Allowed("not the claim of a card pod the cache knows")
     what = f"resourceclaim {_name(obj, request)} of pod {pod.key}"
@@ -147,7 +147,7 @@ def decide_claim_create(state: ClusterState, request: Request) -> Decision:
             card=demand.spec.text,
         )
     entry = str(_map(_map(obj.get("metadata")).get("annotations")).get(POD_CLAIM_NAME) or "")
-    admitted = state.admitted_claim(pod.uid, entry) if entry else None
+    admitted = state.claims.admitted(pod.uid, entry) if entry else None
     if admitted is not None and found.count > admitted:
         template = next((r.template for r in pod.template.claims if r.name == entry), "")
         return Denied(

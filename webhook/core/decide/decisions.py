@@ -46,6 +46,7 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         return Denied(problem, card=demand.spec.text)
     queue = state.queue_of_pod(pod)
     paying: tuple[str, ...] = ()
+    admitted = demand if demand.claims is not None else None  # what it is charged while it lives
     if demand.claims is not None:
         what += f" ({demand.claims.told})"
         unpaid = _unpaid(state, pod, queue, demand, what, now)
@@ -70,7 +71,9 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
     if refused is not None:
         return replace(refused, release=release)
     cpu, memory = state.compute_charged(pod.template) or (0, 0)
-    hold = Hold(pod.uid, queue, demand.spec, demand.count, 1, release, cpu, memory, claims=paying)
+    hold = Hold(
+        pod.uid, queue, demand.spec, demand.count, 1, release, cpu, memory, claims=paying, demand=admitted
+    )
     held = covering(state, pod, demand)
     if held is not None and held.origin == "reserved":
         over = capability.refuses(state, queue, what, cpu, memory)
@@ -122,8 +125,8 @@ def _unpaid(
     that pod is another queue's."""
     count, paying = demand.count, []
     for key, units in demand.claims.named if demand.claims is not None else ():
-        holder = state.claim_holder(key, now)
-        if holder is None or holder[1] == pod.uid:
+        holder = state.claims.holder(key, pod.uid, now)
+        if holder is None:
             paying.append(key)
             continue
         theirs, _, payer = holder
@@ -186,11 +189,12 @@ def _gated(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand, w
 
 
 def decide_pod_update(state: ClusterState, request: Request) -> Decision:
-    """Only the webhook removes its scheduling gate (SPEC §5c): the registration sends a pod UPDATE
-    here only when someone else removes it."""
+    """Only the webhook removes its scheduling gate (SPEC §5c), and a card pod's charge is fixed
+    while it lives (SPEC §4b): the registration sends a pod UPDATE here only when someone else
+    removes the gate or edits an annotation the count reads."""
     old, new = pod_record(request.old_obj), pod_record(request.obj)
     if old.waiting is None or new.waiting is not None:
-        return Allowed("the pod's scheduling gate is not removed")
+        return _charge_edit(state, old, new)
     waiter = state.line.get(old.uid)
     what = f"pod {old.namespace}/{old.name}"
     if waiter is None:
@@ -206,6 +210,39 @@ def decide_pod_update(state: ClusterState, request: Request) -> Decision:
         " it, the moment its cards free (delete the pod to leave the line)",
         queue=waiter.queue if waiter else "",
         card=waiter.spec.text if waiter else "",
+    )
+
+
+def _charge_edit(state: ClusterState, old: PodRecord, new: PodRecord) -> Decision:
+    """An edit of a card pod's card or queue annotations (or of its PodGroup's name, once it has
+    one) is refused: its charge could drop or move while it keeps its cards."""
+    was, now = old.template.annotations, new.template.annotations
+    edited = [k for k in keys.CHARGED if was.get(k) != now.get(k)]
+    if was.get(keys.GROUP_NAME) and was.get(keys.GROUP_NAME) != now.get(keys.GROUP_NAME):
+        edited.append(keys.GROUP_NAME)
+    if not edited:
+        return Allowed("no annotation the count reads is edited")
+    if old.phase in objects.TERMINAL_PHASES:
+        return Allowed("the pod has finished: it is charged nothing")
+    demand = state.demand_of(old)
+    if isinstance(demand, NotCardPod) and isinstance(
+        pod_demand(new.template, state.inventory, state.policy), NotCardPod
+    ):
+        return Allowed("not a card pod")
+    queue = state.queue_of_pod(state.pods.get(old.uid) or old)
+    charge = state.charge_of(old.uid)
+    if charge is not None:
+        held = (
+            f'is charged {amount(charge.count)} {charge.card or charge.spec.text} to queue "{charge.queue}"'
+        )
+    elif isinstance(demand, PodDemand):
+        held = f'asks {amount(demand.count)} {demand.spec.text} of queue "{queue}"'
+    else:
+        held = f'is a card pod of queue "{queue}"'
+    return Denied(
+        messages.charge_fixed(f"pod {old.namespace}/{old.name}", edited, held),
+        queue=charge.queue if charge is not None else queue,
+        card=(charge.card or charge.spec.text) if charge is not None else "",
     )
 
 

@@ -20,7 +20,7 @@ from webhook.core.index.reservations import RESERVING_PHASES
 from webhook.core.index.state import ClusterState, enqueue_key
 from webhook.core.index.usage import queue_usage
 from webhook.core.model import keys
-from webhook.core.model.cards import amount
+from webhook.core.model.cards import CardSpec, amount
 from webhook.core.model.feasibility import TooComplex
 from webhook.core.model.objects import PodGroupRecord, podgroup_record
 from webhook.core.model.verdicts import ENQUEUE, Allowed, Decision, Denied, Hold, Join, Request
@@ -31,10 +31,12 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
     reserves nothing."""
     group = podgroup_record(request.obj)
     old = podgroup_record(request.old_obj) if request.old_obj else None
-    if group.phase not in RESERVING_PHASES or (old is not None and old.phase in RESERVING_PHASES):
-        return Allowed("not an enqueue")
     if not group.namespace or group.namespace == "default":
         group = replace(group, namespace=request.namespace or group.namespace)
+    if old is not None and old.phase in RESERVING_PHASES:
+        return _edit(state, old, group)
+    if group.phase not in RESERVING_PHASES:
+        return Allowed("not an enqueue")
     taken = tidal.holding(state, group.key, now)
     if taken is not None:
         message = messages.reclaimed(
@@ -115,6 +117,27 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
         queue=queue,
         card=next(iter(rest)).text,
     )
+
+
+def _edit(state: ClusterState, old: PodGroupRecord, group: PodGroupRecord) -> Decision:
+    """An enqueued PodGroup's reservation was admitted at its enqueue: an edit that would have it
+    reserve more, another model or in another queue is refused (SPEC §4b); less passes."""
+    was, now = state.group_request(old), state.group_request(group)
+    queue, moved_to = old.queue or keys.DEFAULT_QUEUE, group.queue or keys.DEFAULT_QUEUE
+    if moved_to == queue and all(count <= was.get(spec, 0) for spec, count in now.items()):
+        return Allowed("an enqueued PodGroup's request is not raised")
+    change = f'move to queue "{moved_to}"' if moved_to != queue else f"ask {_listed(now)}"
+    return Denied(
+        f'{describe(group)} was enqueued in queue "{queue}" with {_listed(was)}: it cannot {change}'
+        f" while it is {old.phase} (its reservation was admitted at its enqueue); lower it, or delete"
+        " the job and create it anew",
+        queue=queue,
+        card=next(iter(now or was)).text if now or was else "",
+    )
+
+
+def _listed(request: dict[CardSpec, int]) -> str:
+    return ", ".join(f"{amount(count)} {spec.text}" for spec, count in request.items()) or "no card"
 
 
 def describe(group: PodGroupRecord) -> str:

@@ -10,6 +10,15 @@ from webhook.core.model.feasibility import TooComplex
 from webhook.core.model.reclaim import Taken
 
 
+def charge_fixed(what: str, edited: Sequence[str], held: str) -> str:
+    """Why an edit of what a live pod's charge is read from is refused."""
+    names = ", ".join(edited)
+    return (
+        f"{what} {held}: {names} cannot change while the pod lives (its charge would drop or move"
+        " while it keeps its cards); delete the pod and create it anew to change its card or queue"
+    )
+
+
 def breakdown(use: CardUse) -> str:
     parts = [
         f"{amount(n)} {label}"

@@ -329,13 +329,8 @@ def _derived(state: ClusterState, owner: Owner, min_member: int) -> dict[str, st
         demand = pod_demand(template, state.inventory, state.policy)
         if isinstance(demand, PodDemand):
             count = demand.count
-            if isinstance(owner, PodRecord) and demand.claims is not None:  # shared claims paid by others
-                paid = (state.claim_payer(key) for key, _ in demand.claims.named)
-                count -= sum(
-                    units
-                    for (_, units), payer in zip(demand.claims.named, paid, strict=True)
-                    if payer is not None and payer.uid != owner.uid
-                )
+            if isinstance(owner, PodRecord):  # shared claims paid by others
+                count -= state.claims.unpaid(owner, demand)
             if count > 0:
                 request[demand.spec.text] = request.get(demand.spec.text, 0) + count * pods
     out: dict[str, str] = {}

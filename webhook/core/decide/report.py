@@ -75,7 +75,7 @@ def cluster_status(state: ClusterState, now: float = 0.0) -> dict[str, Any]:
             )
     off_model = [
         {"claim": claim, "pod": pod, "charged": charged, "allocated": allocated}
-        for claim, (pod, charged, allocated) in sorted(state.off_model.items())
+        for claim, (pod, charged, allocated) in sorted(state.claims.off_model.items())
     ]
     for entry in off_model:
         warnings.append(

@@ -10,12 +10,13 @@ the state can refresh that group's reservation.
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Set
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 from webhook.core.index.freecards import FreeCards
 from webhook.core.index.queues import QueueTree
 from webhook.core.index.tally import Charge, ComputeCharge
-from webhook.core.model import compact
+from webhook.core.model import compact, keys
 from webhook.core.model.cards import CardName, CardSpec
 from webhook.core.model.demand import Demand, NotCardPod, PodDemand, pod_demand
 from webhook.core.model.inventory import Inventory
@@ -39,6 +40,27 @@ def pod_charge(pod: PodRecord, demand: PodDemand, queue: str, node: NodeCards | 
         card = next((c for c in demand.spec.cards if c in names), None)
     bound = bool(pod.node_name) and card is not None
     return Charge(queue, bound, card, demand.asked, demand.count, group)
+
+
+def as_charged(old: PodRecord, new: PodRecord) -> PodRecord:
+    """``new`` with the annotations its charge is read from (card, queue: ``keys.CHARGED``) as
+    ``old``, the pod as it was charged, had them; its PodGroup's name too once it had one. An edit
+    of them on a charged pod is refused by the webhook; one that got past it (a webhook down, a
+    registration that lets it through) moves nothing it is charged (SPEC §4b). ``new`` itself when
+    they are unchanged."""
+    was, now = old.template.annotations, new.template.annotations
+    fixed = [k for k in keys.CHARGED if was.get(k) != now.get(k)]
+    if was.get(keys.GROUP_NAME) and was.get(keys.GROUP_NAME) != now.get(keys.GROUP_NAME):
+        fixed.append(keys.GROUP_NAME)
+    if not fixed:
+        return new
+    annotations = dict(now)
+    for key in fixed:
+        if key in was:
+            annotations[key] = was[key]
+        else:
+            annotations.pop(key, None)
+    return replace(new, template=replace(new.template, annotations=annotations))
 
 
 def compute_charged(template: PodTemplate, inventory: Inventory, policy: Policy) -> tuple[int, int] | None:
@@ -170,11 +192,13 @@ class Charger:
         finally:
             self._memo = None
 
-    def card(self, pod: PodRecord, node: NodeCards | None) -> Charge | None:
+    def card(self, pod: PodRecord, node: NodeCards | None, fixed: PodDemand | None = None) -> Charge | None:
+        """``fixed``: the demand the pod was admitted or first charged with (a DRA pod's), else its
+        demand is read from its template."""
         if pod.phase in TERMINAL_PHASES or pod.waiting is not None:
             return None
         memo = self._memo
-        demand: Demand | None = None if memo is None else memo.get(id(pod.template))
+        demand: Demand | None = fixed or (None if memo is None else memo.get(id(pod.template)))
         if demand is None:
             demand = pod_demand(pod.template, self._inventory, self._policy)
             if memo is not None:

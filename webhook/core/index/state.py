@@ -13,7 +13,8 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from webhook.core.index.charges import Charger, PodIndex, compute_charged
+from webhook.core.index.charges import Charger, PodIndex, as_charged, compute_charged
+from webhook.core.index.claimbook import ClaimBook
 from webhook.core.index.freecards import FreeCards
 from webhook.core.index.line import Refused, Waiter, WaitingLine, group_waiter, pod_waiter, workload_waiter
 from webhook.core.index.queues import QueueInfo, QueueTree
@@ -23,7 +24,7 @@ from webhook.core.index.workloads import Workloads
 from webhook.core.model import compact, keys
 from webhook.core.model.cards import CardName, CardSpec
 from webhook.core.model.claims import Devices
-from webhook.core.model.demand import PodDemand, pod_demand
+from webhook.core.model.demand import Demand, PodDemand, pod_demand
 from webhook.core.model.devices import ClaimRecord, ClassRecord, SliceRecord, TemplateRecord
 from webhook.core.model.inventory import Inventory
 from webhook.core.model.ledger import Ledger
@@ -39,6 +40,9 @@ from webhook.core.model.objects import (
 from webhook.core.model.policy import Policy
 from webhook.core.model.reclaim import Taken
 
+# A PodGroup's annotations its reservation is read from (besides spec.minResources and spec.queue)
+ENQUEUED_WITH = frozenset({keys.CARD_REQUEST, keys.CARD_NAME})
+
 
 class ClusterState:
     """Nodes, queues, pods, PodGroups and workloads, indexed for admission decisions."""
@@ -48,21 +52,10 @@ class ClusterState:
         self.nodes: dict[str, NodeCards] = {}
         self.inventory = Inventory(Devices(self.policy.dra_drivers))
         self._labelled: dict[str, NodeCards] = {}  # each node's cards from its labels (SPEC §3)
-        # DRA (SPEC §4b): the pods that use each claim ("ns/name") or template ("template:ns/name"),
-        # and the pod each claim by name is charged to (a claim several pods share is charged once)
-        self._claim_users: defaultdict[str, set[str]] = defaultdict(set)
-        self._payers: dict[str, str] = {}
-        # claim key -> (queue, pod uid, expiry) of a pod admitted as its payer the cache has not seen
-        self._expected_payers: dict[str, tuple[str, str, float]] = {}
-        # pod uid -> its claims from templates not made yet -> the units it was first charged for
-        # them: what it was admitted with, and what the claims made for it must not exceed
-        self._admitted: dict[str, dict[str, int]] = {}
-        # claim key -> (its pod, the model the pod was charged for, the model it was allocated):
-        # claims given another model than charged, counted as allocated (SPEC §4b)
-        self.off_model: dict[str, tuple[str, str, CardName]] = {}
         self.free = FreeCards()  # free cards per node and model, for the multi-card assignment
         self.tree = QueueTree(self.policy.hierarchical_queues)
         self.pods: dict[str, PodRecord] = {}
+        self.claims = ClaimBook(self.pods, self.inventory.devices, self.queue_of_pod)  # DRA (SPEC §4b)
         self.podgroups: dict[str, PodGroupRecord] = {}
         self._workloads = Workloads()
         self.ledger = Ledger()
@@ -172,138 +165,36 @@ class ClusterState:
     def upsert_claim(self, record: ClaimRecord) -> None:
         if self.inventory.devices.claims.get(record.key) != record:
             self.inventory.devices.claims[record.key] = record
-            self._recharge(list(self._claim_users.get(record.key, ())))
+            self._recharge(list(self.claims.users(record.key)))
 
     def delete_claim(self, key: str) -> None:
         if self.inventory.devices.claims.pop(key, None) is not None:
-            self._recharge(list(self._claim_users.get(key, ())))
+            self._recharge(list(self.claims.users(key)))
 
     def upsert_claim_template(self, record: TemplateRecord) -> None:
         if self.inventory.devices.templates.get(record.key) != record:
             self.inventory.devices.templates[record.key] = record
-            self._recharge(list(self._claim_users.get(f"template:{record.key}", ())))
+            self._recharge(list(self.claims.users(f"template:{record.key}")))
 
     def delete_claim_template(self, key: str) -> None:
         if self.inventory.devices.templates.pop(key, None) is not None:
-            self._recharge(list(self._claim_users.get(f"template:{key}", ())))
+            self._recharge(list(self.claims.users(f"template:{key}")))
 
     def _recharge_claimants(self) -> None:
-        self._recharge({uid for users in self._claim_users.values() for uid in users})
+        self._recharge(self.claims.claimants())
 
-    def claim_payer(self, key: str) -> PodRecord | None:
-        """The live pod a claim by name (``namespace/name``) is charged to."""
-        uid = self._payers.get(key)
-        return self.pods.get(uid) if uid else None
+    def demand_of(self, pod: PodRecord) -> Demand:
+        """What ``pod`` is charged for: the demand it was admitted or first charged with (a DRA
+        pod's: its templates, claims and classes may change after), else read from it now."""
+        return self.claims.fixed(pod.uid) or pod_demand(pod.template, self.inventory, self.policy)
 
-    def claim_holder(self, key: str, now: float) -> tuple[str, str, str] | None:
-        """(queue, pod uid, pod) a claim by name is charged to: its live payer, else a pod admitted
-        as its payer that the cache has not seen yet (two pods sharing it admitted back to back)."""
-        payer = self.claim_payer(key)
-        if payer is not None:
-            return self.queue_of_pod(payer), payer.uid, payer.key
-        expected = self._expected_payers.get(key)
-        if expected is None or expected[2] < now or expected[1] in self.pods:
+    def _claim_demand(self, pod: PodRecord) -> PodDemand | None:
+        """A live DRA pod's demand, fixed from the first time it is charged."""
+        demand = self.demand_of(pod)
+        if not isinstance(demand, PodDemand):
             return None
-        return expected[0], expected[1], f"{key.split('/', 1)[0]}/… (admitted, not yet seen)"
-
-    def expect_payer(self, key: str, queue: str, uid: str, until: float) -> None:
-        """A pod admitted as the payer of claim ``key``, until the cache sees it (or ``until``)."""
-        self._expected_payers[key] = (queue, uid, until)
-
-    def claim_users(self, key: str) -> set[str]:
-        return self._claim_users.get(key, set())
-
-    def _claim_keys(self, pod: PodRecord) -> list[str]:
-        namespace = pod.template.namespace or pod.namespace
-        out = []
-        for ref in pod.template.claims:
-            if ref.claim:
-                out.append(f"{namespace}/{ref.claim}")
-            if ref.template:
-                out.append(f"template:{namespace}/{ref.template}")
-            if ref.generated:
-                out.append(f"{namespace}/{ref.generated}")
-        return out
-
-    def admitted_claim(self, uid: str, name: str) -> int | None:
-        """The units pod ``uid`` was first charged for its claim entry ``name`` (from a template)."""
-        return self._admitted.get(uid, {}).get(name)
-
-    def _claim_charge(self, pod: PodRecord, charge: Charge | None) -> Charge | None:
-        """A claiming pod's charge: its claims from templates at what it was first charged for them
-        (a template replaced later changes nothing until the claim is made, and that claim is
-        checked against it), less the claims by name another pod is charged for already."""
-        if charge is None:
-            return None
-        demand = pod_demand(pod.template, self.inventory, self.policy)
-        if not isinstance(demand, PodDemand) or demand.claims is None:
-            return charge
-        count = charge.count
-        if demand.claims.from_templates:
-            first = self._admitted.setdefault(pod.uid, {})
-            for name, units in demand.claims.from_templates:
-                count += first.setdefault(name, units) - units
-        for key, units in demand.claims.named:
-            payer = self._payers.get(key)
-            expected = self._expected_payers.get(key)
-            if (
-                payer is None
-                and expected is not None
-                and expected[1] != pod.uid
-                and expected[1] not in self.pods
-            ):
-                count -= units  # admitted as its payer and still in flight: that pod pays for it
-            elif payer is None or payer == pod.uid or not self._live(payer):
-                self._payers[key] = pod.uid
-                if self._expected_payers.get(key, ("", ""))[1] == pod.uid:
-                    del self._expected_payers[key]  # seen: the cache's own record takes over
-            else:
-                count -= units
-        card = self._allocated_card(pod, charge)
-        if count == charge.count and card == charge.card:
-            return charge
-        return replace(charge, count=count, card=card) if count > 0 else None
-
-    def _allocated_card(self, pod: PodRecord, charge: Charge) -> CardName | None:
-        """The model a pod's allocated claims got: the one it is counted on (its ``A|B`` choice made
-        by the scheduler, or another model than it was charged for, which is also recorded)."""
-        devices = self.inventory.devices
-        namespace = pod.template.namespace or pod.namespace
-        found: set[CardName] = set()
-        keys = [
-            f"{namespace}/{ref.claim or ref.generated}"
-            for ref in pod.template.claims
-            if ref.claim or ref.generated
-        ]
-        for key in keys:
-            self.off_model.pop(key, None)
-            claim = devices.claims.get(key)
-            if claim is not None and claim.allocated:
-                found |= devices.allocated(claim)
-        if len(found) != 1:
-            return charge.card
-        (card,) = found
-        if card not in charge.spec.cards and (charge.card is None or card != charge.card):
-            for key in keys:
-                self.off_model[key] = (pod.key, charge.spec.text, card)
-        return card
-
-    def _leave_claims(self, pod: PodRecord) -> None:
-        """``pod`` is no longer counted: the claims it paid for go to another of their pods."""
-        heirs: set[str] = set()
-        self._admitted.pop(pod.uid, None)
-        for key in self._claim_keys(pod):
-            self.off_model.pop(key, None)
-            users = self._claim_users.get(key)
-            if users is not None:
-                users.discard(pod.uid)
-                if not users:
-                    del self._claim_users[key]
-            if self._payers.get(key) == pod.uid:
-                del self._payers[key]
-                heirs |= set(users or ())
-        for uid in sorted(heirs):
-            self._recharge((uid,))
+        self.claims.fix(pod.uid, demand)
+        return demand
 
     # ---- pods (``charges``) --------------------------------------------------------------
     @property
@@ -313,9 +204,11 @@ class ClusterState:
 
     def upsert_pod(self, pod: PodRecord, pooled: bool = False) -> None:
         """Add or replace a pod; ``pooled``: its record is built from ``self.pool`` already."""
+        old = self.pods.get(pod.uid)
+        if old is not None and old.waiting is None and (held := as_charged(old, pod)) is not pod:
+            pod, pooled = held, False
         if not pooled:
             pod = self._pool.pod(pod)
-        old = self.pods.get(pod.uid)
         self._unindex(pod.uid, leaving=old is not None and old.is_live and not pod.is_live)
         self.pods[pod.uid] = pod
         if self.gating and pod.owner is not None and self.gating.get(pod.owner.uid, ("",))[0] == pod.name:
@@ -324,7 +217,9 @@ class ClusterState:
             # A pod admitted here holds its own entry (taken from its scale-up's at admission), so
             # does a pod released from the line; one admitted elsewhere still comes out of its
             # workload's scale-up hold. A pod under our gate holds nothing yet.
-            if self.ledger.get(pod.uid) is not None:
+            if (entry := self.ledger.get(pod.uid)) is not None:
+                if entry.demand is not None and pod.template.claims:
+                    self.claims.fix(pod.uid, entry.demand)  # what it was admitted with, not what is now
                 self.ledger.settle(pod.uid)
             elif old is None and (workload := self.workload_of(pod)) is not None:
                 self.ledger.settle(scale_key(workload))
@@ -353,13 +248,7 @@ class ClusterState:
             if pod is not None and pod.is_terminal(now):
                 self._unindex(uid, leaving=True)
         self.ledger.expire(now)
-        if self._expected_payers:
-            gone = [
-                k for k, (_, uid, until) in self._expected_payers.items() if until < now or uid in self.pods
-            ]
-            for key in gone:  # never seen: the claim's pods in the cache pay for it again
-                del self._expected_payers[key]
-                self._recharge(list(self._claim_users.get(key, ())))
+        self._recharge(self.claims.expire(now))
         if self.gating:
             self.gating = {uid: mark for uid, mark in self.gating.items() if mark[1] >= now}
 
@@ -380,20 +269,22 @@ class ClusterState:
         return compute_charged(template, self.inventory, self.policy)
 
     def _index(self, pod: PodRecord) -> None:
-        charge = self._charger.card(pod, self.nodes.get(pod.node_name))
         if pod.template.claims:
-            for key in self._claim_keys(pod):
-                self._claim_users[key].add(pod.uid)
-            charge = self._claim_charge(pod, charge) if pod.is_live else charge
+            self.claims.join(pod)
+            demand = self._claim_demand(pod) if pod.is_live and pod.waiting is None else None
+            charge = self._charger.card(pod, self.nodes.get(pod.node_name), demand)
+            charge = self.claims.charge(pod, charge, demand) if pod.is_live else charge
+        else:
+            charge = self._charger.card(pod, self.nodes.get(pod.node_name))
         group = self.charged.add(pod, charge, self._compute_charge(pod))
         if group:
             self._refresh_reservation(group)
         if pod.owner is not None and pod.owner.uid in self._refused:
             self._rewait(pod.owner.uid)
         if pod.waiting is not None and pod.is_live:
-            demand = pod_demand(pod.template, self.inventory, self.policy)
-            if isinstance(demand, PodDemand):
-                waiter = pod_waiter(pod, demand, self.queue_of_pod(pod))
+            asked = pod_demand(pod.template, self.inventory, self.policy)
+            if isinstance(asked, PodDemand):
+                waiter = pod_waiter(pod, asked, self.queue_of_pod(pod))
                 self.line.put(waiter)
                 self._gate_in_group(pod, waiter, +1)
 
@@ -409,7 +300,8 @@ class ClusterState:
         if pod.owner is not None and pod.owner.uid in self._refused:
             self._rewait(pod.owner.uid, leaving=uid)
         if pod.template.claims and leaving:
-            self._leave_claims(pod)
+            for heir in self.claims.leave(pod):  # the claims it paid for go to another of their pods
+                self._recharge((heir,))
 
     def _recharge(self, uids: Iterable[str]) -> None:
         """Charge these pods again: their node, queue, PodGroup or owner changed."""
@@ -562,13 +454,11 @@ class ClusterState:
         else:
             self.line.put(waiter)
 
-    def _live(self, uid: str) -> bool:
-        pod = self.pods.get(uid)
-        return pod is not None and pod.is_live
-
     # ---- PodGroups (``reservations``) ----------------------------------------------------
     def upsert_podgroup(self, group: PodGroupRecord) -> None:
         old = self.podgroups.get(group.key)
+        if old is not None and old.phase in RESERVING_PHASES and group.phase in RESERVING_PHASES:
+            group = self._as_enqueued(old, group)
         if old is not None and old.owner is not None:
             self._owner_groups[old.owner.uid].discard(group.key)
         self.podgroups[group.key] = group
@@ -579,6 +469,17 @@ class ClusterState:
         if group.phase in RESERVING_PHASES and (old is None or old.phase not in RESERVING_PHASES):
             self._settle_enqueue(group.uid)  # its reservation counts from now on
         self._refresh_reservation(group.key)
+
+    def _as_enqueued(self, old: PodGroupRecord, group: PodGroupRecord) -> PodGroupRecord:
+        """An enqueued group reserves at most what it was enqueued with, in the queue it was enqueued
+        in (SPEC §4b): an edit asking more or elsewhere (refused by the webhook; one that got past
+        it, or its job's sizes raised) keeps what it asked then; one asking less takes effect."""
+        was, now = self.group_request(old), self.group_request(group)
+        if group.queue == old.queue and all(count <= was.get(spec, 0) for spec, count in now.items()):
+            return group
+        annotations = {k: v for k, v in group.annotations.items() if k not in ENQUEUED_WITH}
+        annotations |= {k: v for k, v in old.annotations.items() if k in ENQUEUED_WITH}
+        return replace(group, queue=old.queue, annotations=annotations, min_resources=old.min_resources)
 
     def delete_podgroup(self, key: str) -> None:
         group = self.podgroups.pop(key, None)

@@ -38,6 +38,11 @@ RECLAIMED: Final = "cardquota.volcano.sh/reclaimed"
 # plugin asks a pod naming a card for its nvidia.com/gpu). On a DeviceClass: the card its devices are.
 DRA_CARD: Final = "cardquota.volcano.sh/card"
 
+# The pod annotations a pod's charge is read from (its card, its queue): fixed once it is charged
+# (SPEC §4b, "a charge lives as long as its pod"). Its PodGroup's name counts too once it has one
+# (Volcano's controller names the PodGroup of a pod created without one, after the pod).
+CHARGED: Final = (CARD_NAME, DRA_CARD, CARD_SPEC, QUEUE_NAME)
+
 MPS_REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
 MIG_PREFIX: Final = "nvidia.com/mig-"
 MPS_RESOURCE: Final = "nvidia.com/gpu.shared"

@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from webhook.core.model.cards import CardName, CardSpec
+from webhook.core.model.demand import PodDemand
 from webhook.core.model.values import value_class
 
 Slot = tuple[str, CardName, int]  # queue, model, cards per pod
@@ -40,6 +41,7 @@ class Entry:
     memory: int = 0  # bytes per pod
     covers: Cover | None = None  # the flexible demand this entry's (assigned) pod comes out of
     task: str = ""  # a Volcano Job task's pods all get one model: "<job uid>/<task>"
+    demand: PodDemand | None = None  # a DRA pod's demand as admitted: what it is charged at arrival
 
 
 class Ledger:

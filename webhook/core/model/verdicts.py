@@ -4,6 +4,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from webhook.core.model.cards import CardSpec
+from webhook.core.model.demand import PodDemand
 from webhook.core.model.ledger import Cover
 from webhook.core.model.values import value_class
 
@@ -26,6 +27,7 @@ class Hold:
     covers: Cover | None = None  # the flexible demand the held pod comes out of
     task: str = ""  # the Volcano Job task of the held pod ("<job uid>/<task>")
     claims: tuple[str, ...] = ()  # claims by name ("namespace/name") the held pod is charged for
+    demand: PodDemand | None = None  # a DRA pod's demand as admitted (it is charged so while it lives)
 
 
 @value_class
