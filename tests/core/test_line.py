@@ -367,3 +367,27 @@ def test_a_waiting_mark_of_any_text_is_read_or_ignored_never_fatal(text: str) ->
     assert mark is None or (math.isfinite(mark[0]) and -(2**31) <= mark[1] <= 2**31)
     state = full_queue(rs("web", 1, mark=text))  # a workload carrying it is ingested all the same
     assert state.workload("ReplicaSet", "ns", "web") is not None
+
+
+def test_a_head_waiter_the_quota_can_no_longer_hold_leaves_and_those_behind_are_called() -> None:
+    """The quota cut below one pod of the head waiter: it would wait forever, and on its card
+    nobody behind it overtakes it. It leaves the line saying why; the next is called."""
+    state = full_queue(rs("big", 1), rs("small", 1), quota=3)
+    big = replicaset("big", 1, "big", H200)
+    big["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "3"
+    state.upsert_workload(workload_record(big))
+    assert isinstance(create(state, controller_pod("big", 0, count=3), now=10.0), Denied)
+    assert isinstance(create(state, controller_pod("small", 0), now=11.0), Denied)
+    state.upsert_queue(queue_record(queue("q", f'{{"{H200}": 2, "{R4090}": 2}}')))
+    state.delete_pod("uid-ns-occupant-0")
+    state.delete_pod("uid-ns-occupant-1")  # one card free under the new quota of 2
+    assert calls.call_next(state, now=12.0) == ()  # the head still blocks its card
+    (gone,) = calls.unfit(state)
+    assert calls.unfit_message(state, gone) == (
+        'replicaset ns/big left queue "q"\'s line: one pod of it needs 3 NVIDIA-H200, more than the'
+        ' whole quota of queue "q" (or of a queue above it) holds now, so waiting would be forever;'
+        " those behind it are called (raise the quota, or ask for less)"
+    )
+    assert [(c.waiter.what, c.pods) for c in calls.call_next(state, now=13.0)] == [("replicaset ns/small", 1)]
+    assert order(state) == [("replicaset ns/small", 1)]
+    assert calls.unfit(state) == ()

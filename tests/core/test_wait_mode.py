@@ -15,7 +15,7 @@ from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage
 from webhook.core.model import keys
 from webhook.core.model.cards import UNIT
-from webhook.core.model.objects import pod_record, podgroup_record
+from webhook.core.model.objects import pod_record, podgroup_record, queue_record
 from webhook.core.model.verdicts import Allowed, Denied
 
 NODES = [node("h200", H200), node("r4090", R4090)]
@@ -357,3 +357,19 @@ def test_waiting_lists_the_held_pods_in_order_in_their_namespace() -> None:
         (2, "pod ns/b", 1),
     ]
     assert report.lines(state, namespace="other") == {}
+
+
+def test_a_gated_pod_the_quota_can_no_longer_hold_leaves_the_line_and_rejoins_when_it_is_raised() -> None:
+    state = full(h200=2)
+    big = held(state, rs_pod("big-0", count=2), now=100.0)
+    held(state, rs_pod("small-0"), now=101.0)
+    state.upsert_queue(queue_record(wait_queue(f'{{"{H200}": 1, "{R4090}": 1}}')))
+    state.delete_pod("occ-0")
+    state.delete_pod("occ-1")
+    assert [w.what for w in calls.unfit(state)] == ["pod ns/big-0"]
+    assert [r["metadata"]["name"] for r in release(state, now=102.0)] == ["small-0"]
+    assert big["spec"]["schedulingGates"] == [{"name": keys.GATE}]  # it keeps its gate
+    state.upsert_queue(queue_record(wait_queue(f'{{"{H200}": 3, "{R4090}": 1}}')))
+    assert [w.what for w in state.line.line("q")] == ["pod ns/big-0"]
+    assert calls.unfit(state) == ()
+    assert [r["metadata"]["name"] for r in release(state, now=103.0)] == ["big-0"]

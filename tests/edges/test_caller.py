@@ -14,7 +14,7 @@ from webhook.cluster.caller import LineCaller
 from webhook.core.decide import admission
 from webhook.core.index.state import ClusterState
 from webhook.core.model import keys
-from webhook.core.model.objects import pod_record
+from webhook.core.model.objects import pod_record, queue_record
 from webhook.core.model.verdicts import Denied
 
 
@@ -264,3 +264,31 @@ def test_nothing_is_called_or_written_while_the_replica_does_not_serve() -> None
 
     asyncio.run(briefly())
     assert api.annotated == [] and len(state.ledger) == 0
+
+
+def test_a_waiter_its_quota_can_no_longer_hold_is_told_why_it_left_and_not_counted_served() -> None:
+    waited: list[tuple[str, float]] = []
+    state, api = waiting_state(free=False), Api()
+    caller = LineCaller(
+        state,
+        api,  # type: ignore[arg-type]
+        lambda: True,
+        clock=lambda: 101.0,
+        on_served=lambda w, s: waited.append((w.what, s)),
+    )
+    run(caller)
+    state.upsert_queue(queue_record(queue("q", f'{{"{H200}": 0}}')))
+    run(caller)
+    run(caller)
+    ((namespace, involved, reason, message),) = api.events
+    assert (namespace, involved["kind"], involved["name"], reason) == (
+        "ns",
+        "ReplicaSet",
+        "web",
+        "CardQuotaLeftLine",
+    )
+    assert message.startswith(
+        'replicaset ns/web left queue "q"\'s line: one pod of it needs 1 NVIDIA-H200, more than the whole'
+        ' quota of queue "q"'
+    )
+    assert not state.line.line("q") and waited == []

@@ -22,13 +22,14 @@ from webhook.core.index.line import CALLED_KINDS, Waiter, ordinal
 from webhook.core.index.state import ClusterState
 from webhook.core.model import keys
 from webhook.core.model.cards import amount
-from webhook.core.model.objects import PodRecord, WorkloadRecord, moment
+from webhook.core.model.objects import PodGroupRecord, PodRecord, WorkloadRecord, moment
 
 log = logging.getLogger(__name__)
 CALLED = "CardQuotaCalled"
 WAITING = "CardQuotaWaiting"
 RELEASED = "CardQuotaReleased"
 REFUSED = "CardQuotaEnqueueRefused"
+UNFIT = "CardQuotaLeftLine"
 TELL_EVERY = 60.0  # seconds between two Events about one PodGroup refused at enqueue
 MARK_PATIENCE = 10.0  # seconds a written mark is trusted to reach the cache before it is written again
 
@@ -63,6 +64,9 @@ class LineCaller:
         self._served(now)
         await self._tell_new()
         await self._tell_refusals(now)
+        for waiter in calls.unfit(self.state):
+            self._standing.pop(waiter.key, None)  # it left unserved
+            await self._tell_unfit(waiter)
         for call in calls.call_next(self.state, now):
             await (self._release(call, now) if call.waiter.pod else self._call(call, now))
         for mark in calls.marks(self.state):
@@ -106,26 +110,22 @@ class LineCaller:
             if group is None or now - self._told.get(key, -TELL_EVERY) < TELL_EVERY:
                 continue
             self._told[key] = now
-            involved = [
-                {
-                    "apiVersion": "scheduling.volcano.sh/v1beta1",
-                    "kind": "PodGroup",
-                    "name": group.name,
-                    "uid": group.uid,
-                }
-            ]
-            owner = group.owner
-            if owner is not None and owner.kind == "Job" and owner.api_version.startswith("batch.volcano.sh"):
-                involved.append(
-                    {"apiVersion": owner.api_version, "kind": "Job", "name": owner.name, "uid": owner.uid}
-                )
-            for target in involved:
-                try:
-                    await self.transport.record_event(group.namespace, target, REFUSED, message, "Warning")
-                except cache.Unavailable as exc:
-                    log.warning("could not record an Event", extra={"podgroup": key, "error": str(exc)})
+            await self._group_event(group, REFUSED, message)
         for key in [k for k, at in self._told.items() if now - at >= TELL_EVERY]:
             del self._told[key]
+
+    async def _tell_unfit(self, waiter: Waiter) -> None:
+        """An Event on a waiter that left the line because its queue can no longer ever hold it."""
+        message = calls.unfit_message(self.state, waiter)
+        log.info("a waiter left the line", extra={"waiter": waiter.what, "queue": waiter.queue})
+        if waiter.pod and (pod := self.state.pods.get(waiter.key)) is not None:
+            await self._pod_event(pod, UNFIT, message)
+        elif waiter.group:
+            group = next((g for g in self.state.podgroups.values() if g.uid == waiter.key), None)
+            if group is not None:
+                await self._group_event(group, UNFIT, message)
+        elif (workload := self.state.workloads_by_uid.get(waiter.key)) is not None:
+            await self._event(workload, UNFIT, message)
 
     async def _call(self, call: calls.Call, now: float) -> None:
         waiter = call.waiter
@@ -192,6 +192,28 @@ class LineCaller:
             f'cards freed in queue "{waiter.queue}": released to run on {card}; it waited {_duration(waited)}'
         )
         await self._pod_event(pod, RELEASED, message)
+
+    async def _group_event(self, group: PodGroupRecord, reason: str, message: str) -> None:
+        """A Warning Event on a PodGroup and on its Volcano Job (what ``kubectl describe vcjob``
+        shows)."""
+        involved = [
+            {
+                "apiVersion": "scheduling.volcano.sh/v1beta1",
+                "kind": "PodGroup",
+                "name": group.name,
+                "uid": group.uid,
+            }
+        ]
+        owner = group.owner
+        if owner is not None and owner.kind == "Job" and owner.api_version.startswith("batch.volcano.sh"):
+            involved.append(
+                {"apiVersion": owner.api_version, "kind": "Job", "name": owner.name, "uid": owner.uid}
+            )
+        for target in involved:
+            try:
+                await self.transport.record_event(group.namespace, target, reason, message, "Warning")
+            except cache.Unavailable as exc:
+                log.warning("could not record an Event", extra={"podgroup": group.key, "error": str(exc)})
 
     async def _pod_event(self, pod: PodRecord, reason: str, message: str) -> None:
         involved = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}

@@ -17,7 +17,7 @@ from webhook.core.decide.fitting import fitting_now
 from webhook.core.index.line import Waiter
 from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage
-from webhook.core.model.cards import CardName, CardSpec
+from webhook.core.model.cards import CardName, CardSpec, amount
 from webhook.core.model.demand import PodDemand, pod_demand
 from webhook.core.model.feasibility import TooComplex
 from webhook.core.model.ledger import Entry
@@ -44,6 +44,37 @@ class Mark:
     namespace: str
     name: str
     text: str | None
+
+
+def unfit(state: ClusterState) -> tuple[Waiter, ...]:
+    """The waiters one pod of which the whole quota of their queue (or of an ancestor) can no
+    longer hold, its quota cut below it, or their queue gone: they leave the line (waiting would be
+    forever, and everyone behind them on those cards with them)."""
+    out = [
+        waiter
+        for waiter in state.line
+        if waiter.queue not in state.queues
+        or not decisions.ever_fits(state, waiter.queue, waiter.spec, waiter.per_pod)
+    ]
+    for waiter in out:
+        state.unfit(waiter)
+    return tuple(out)
+
+
+def unfit_message(state: ClusterState, waiter: Waiter) -> str:
+    """Why ``waiter`` left its queue's line (``unfit``), for its Event."""
+    one = "it" if waiter.group else "one pod of it"
+    if waiter.queue not in state.queues:
+        why = f'queue "{waiter.queue}" is gone'
+    else:
+        why = (
+            f"{one} needs {amount(waiter.per_pod)} {waiter.spec.text}, more than the whole quota of queue"
+            f' "{waiter.queue}" (or of a queue above it) holds now'
+        )
+    return (
+        f'{waiter.what} left queue "{waiter.queue}"\'s line: {why}, so waiting would be forever;'
+        " those behind it are called (raise the quota, or ask for less)"
+    )
 
 
 def call_next(state: ClusterState, now: float) -> tuple[Call, ...]:

@@ -71,6 +71,7 @@ class ClusterState:
         self._owner_groups: dict[str, set[str]] = defaultdict(set)  # owner uid -> PodGroup keys
         self._group_keys: dict[str, str] = {}  # PodGroup uid -> key, for those refused at enqueue
         self.refusals: dict[str, str] = {}  # PodGroup key -> its last enqueue refusal, not told yet
+        self._unfit: dict[str, str] = {}  # gated pod uid -> its queue, whose quota can never hold it
         # PodGroup key -> the cards tidal reclaim took back from it, held for the pods they went to
         self.reclaims: dict[str, Taken] = {}
         # Owner uid -> (name, expiry) of the last pod a mutation put under our gate: until the cache
@@ -113,6 +114,8 @@ class ClusterState:
 
     def upsert_queue(self, record: QueueRecord) -> None:
         self.tree.upsert(record)
+        if self._unfit:  # its quota may hold them now: back in line, judged again
+            self._recharge([uid for uid, queue in self._unfit.items() if queue == record.name])
 
     def delete_queue(self, name: str) -> None:
         self.tree.delete(name)
@@ -297,6 +300,7 @@ class ClusterState:
             self._refresh_reservation(group)
         if (waiter := self.line.remove(uid)) is not None and waiter.pod:
             self._gate_in_group(pod, waiter, -1)
+        self._unfit.pop(uid, None)
         if pod.owner is not None and pod.owner.uid in self._refused:
             self._rewait(pod.owner.uid, leaving=uid)
         if pod.template.claims and leaving:
@@ -391,6 +395,18 @@ class ClusterState:
             self._group_keys[uid] = group
         self._refused.refuse(uid, since, priority)
         self._rewait(uid)
+
+    def unfit(self, waiter: Waiter) -> None:
+        """``waiter`` can never fit its queue's quota (or an ancestor's) as it is now: it leaves the
+        line, so those behind it are called. A refused workload or PodGroup rejoins when refused
+        again and it could fit; a gated pod keeps its gate and rejoins when its queue changes."""
+        self.line.remove(waiter.key)
+        if waiter.pod and (pod := self.pods.get(waiter.key)) is not None:
+            self._gate_in_group(pod, waiter, -1)
+            self._unfit[waiter.key] = waiter.queue
+        else:
+            self._refused.served(waiter.key)
+            self._group_keys.pop(waiter.key, None)
 
     def over_quota(self, queue: str) -> str:
         """ "deny" or "wait": the queue's own choice (its over-quota annotation), else the policy's."""
