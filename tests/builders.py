@@ -319,10 +319,14 @@ def resource_slice(
         if mig_profile:
             attributes["profile"] = {"string": mig_profile}
         capacity = {"memory": {"value": memory}}
-        if driver.startswith("hami"):
+        shared: dict[str, Any] = {}
+        if driver.startswith("hami"):  # consumable capacity: a device several claims take shares of
             capacity["cores"] = {"value": "100"}
+            shared = {"allowMultipleAllocations": True}
         label = f"gpu-{i}-mig-{mig_profile.replace('.', '')}-{i}" if mig_profile else f"gpu-{i}"
-        devices.append({"name": label, "attributes": attributes, "capacity": capacity, **(extra or {})})
+        devices.append(
+            {"name": label, "attributes": attributes, "capacity": capacity, **shared, **(extra or {})}
+        )
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",

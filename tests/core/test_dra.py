@@ -209,6 +209,7 @@ def test_another_drivers_slice_is_not_a_card() -> None:
         ),
         pytest.param(
             (
+                resource_slice("dra", "NVIDIA H200", 2, mig_profile="1g.18gb", name="dra-mig"),
                 claim_template(
                     "t",
                     gpu_request(
@@ -265,25 +266,39 @@ def test_the_card_of_a_request(
     ("objects", "card", "says"),
     [
         pytest.param(
-            (claim_template("t", gpu_request(count=2)),),
+            (
+                device_class("nothing-published", f"{GPU_CLASS_CEL} && {PRODUCT_IS.format('NVIDIA B200')}"),
+                claim_template("t", gpu_request("g", "nothing-published", 1)),
+            ),
             None,
             [
-                "without saying which model",
+                "whose selectors select no GPU a ResourceSlice publishes",
                 "pod annotation cardquota.volcano.sh/card",
                 "DeviceClass annotated cardquota.volcano.sh/card",
-                "productName",
             ],
-            id="generic class, no card.name",
+            id="a model no slice publishes, no card.name",
         ),
         pytest.param(
             (
                 claim_template(
-                    "t", gpu_request(count=1, selectors=(PRODUCT_IS.format("NVIDIA H200") + " || true",))
+                    "t",
+                    gpu_request(
+                        count=1, selectors=("device.attributes['gpu.nvidia.com'].productName.size()",)
+                    ),
                 ),
             ),
             None,
-            ["without saying which model"],
-            id="a disjunction fixes nothing",
+            [
+                "whose model cannot be read: one of",
+                "fails on device dra/gpu-0: its result is of type int, not bool",
+            ],
+            id="a selector that is no condition",
+        ),
+        pytest.param(
+            (claim_template("t", gpu_request(count=1, selectors=("device.attributes['gpu.nvidia.com'].",))),),
+            None,
+            ["whose model cannot be read", "does not compile"],
+            id="a selector that does not compile",
         ),
         pytest.param(
             (claim_template("t", gpu_request(mode="All", count=None)),),
@@ -583,6 +598,7 @@ def test_a_first_available_claim_keeps_the_alternative_its_pod_was_assigned() ->
 def test_a_mig_claim_is_pinned_to_its_profile() -> None:
     state = dra_cluster(
         resource_slice("dra", "NVIDIA H200", 2, mig_profile="1g.18gb", name="dra-mig"),
+        resource_slice("dra", "NVIDIA H200", 1, mig_profile="3g.71gb", name="dra-mig-3g", start=2),
         claim_template("t", gpu_request("g", "mig.nvidia.com", 1)),
         dra_pod("p", H200_MIG, templates=("t",)),
     )

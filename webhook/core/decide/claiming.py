@@ -14,8 +14,9 @@ from typing import Any
 
 from webhook.core.decide.patches import pointer
 from webhook.core.index.state import ClusterState
+from webhook.core.model import keys
 from webhook.core.model.cards import CardName, amount, parse_card_name
-from webhook.core.model.claims import claim_demand, fixed_cards, gpu_driver
+from webhook.core.model.claims import claim_demand, request_reading
 from webhook.core.model.demand import PodDemand
 from webhook.core.model.devices import POD_CLAIM_NAME, DeviceRequest, claim_record, named
 from webhook.core.model.objects import PodRecord
@@ -58,6 +59,7 @@ def claim_patch(state: ClusterState, request: Request) -> Allowed:
     if pod is None or demand is None:
         return Allowed("not the claim of a card pod the cache knows, or its model is not chosen yet")
     card = demand.spec.cards[0]
+    named = any(k in pod.template.annotations for k in (keys.DRA_CARD, keys.CARD_NAME))
     record = claim_record(obj, state.policy.dra_drivers)
     raws = _list(_map(_map(obj.get("spec")).get("devices")).get("requests"))
     ops: list[PatchOp] = []
@@ -68,7 +70,14 @@ def claim_patch(state: ClusterState, request: Request) -> Allowed:
             ops.extend(_keep_alternatives(state, parsed, raw, index, card))
         elif isinstance(raw.get("exactly"), Mapping):
             ops.extend(
-                _pin(state, parsed, raw["exactly"], ("spec", "devices", "requests", index, "exactly"), card)
+                _pin(
+                    state,
+                    parsed,
+                    raw["exactly"],
+                    ("spec", "devices", "requests", index, "exactly"),
+                    card,
+                    named,
+                )
             )
     if not ops:
         return Allowed("its GPU requests name their model already", card=card)
@@ -76,12 +85,26 @@ def claim_patch(state: ClusterState, request: Request) -> Allowed:
 
 
 def _pin(
-    state: ClusterState, request: DeviceRequest, raw: Raw, path: tuple[str | int, ...], card: CardName
+    state: ClusterState,
+    request: DeviceRequest,
+    raw: Raw,
+    path: tuple[str | int, ...],
+    card: CardName,
+    named: bool,
 ) -> list[PatchOp]:
+    """A selector of ``card`` added to a GPU request that its class and selectors do not confine to
+    it: one several models can meet, or one whose model the pod named (``named``: what the slices
+    publish now may not be all its class can select when the scheduler allocates)."""
     devices = state.inventory.devices
-    driver = gpu_driver(request, devices)
-    if driver is None or request.admin or fixed_cards(request, devices) is not None:
-        return []
+    read = request_reading(request, devices)
+    if read is None or not read.gpu or read.problem or request.admin:
+        return []  # no GPU of ours (or one it refuses)
+    device_class = devices.classes.get(request.device_class)
+    if read.cards == (card,) and (not named or (device_class is not None and device_class.card is not None)):
+        return []  # its class and selectors allow only the pod's model
+    driver = next(iter(read.drivers), None) or next(
+        (d for d in devices.drivers if any(d in text for text in request.selectors)), devices.drivers[0]
+    )
     expression = pin_expression(driver, card, devices.products(card))
     selector = {"cel": {"expression": expression}}
     if any(
@@ -118,7 +141,7 @@ def _keep_alternatives(
     keep = [
         sub
         for parsed, sub in zip(request.alternatives, subs, strict=False)
-        if card in (fixed_cards(parsed, devices) or ())
+        if (read := request_reading(parsed, devices)) is not None and card in read.cards
     ]
     if not keep or len(keep) == len(subs):
         return []

@@ -5,14 +5,23 @@ DRA objects that demand is read from.
 ResourceClaimTemplates as slim records (``devices``). :func:`claims_demand` reads the claims a pod
 references (a template until the claim made from it is seen, then that claim) and answers the card
 spec and units per pod, or the reason the pod must be refused, or None when it asks no GPU of ours.
+
+The models of a request are read once, by :meth:`Devices.reading`, for charging, for pinning the
+claim made for a pod and for checking an allocation: the cards of the published GPUs that its
+class's and its own CEL selectors select (evaluated as the scheduler evaluates them), or the card
+spec an operator's class is annotated with. A request is a GPU request when its class is annotated,
+when its selectors select a GPU, or when they name a GPU driver (then a model it cannot read is
+refused, never taken for "no GPU").
 """
 
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 from fractions import Fraction
 
 from webhook.core.model.cards import UNIT, CardName, CardSpec, amount
+from webhook.core.model.cel import CelError, program
 from webhook.core.model.devices import (
     ALL,
     CLASS_CARD,
@@ -62,6 +71,7 @@ class Devices:
         self._by_node: defaultdict[str, set[str]] = defaultdict(set)  # node -> slice names
         self._capacity: dict[CardName, dict[str, Fraction]] | None = None
         self._devices: dict[tuple[str, str, str], CardName] | None = None
+        self._readings: dict[tuple[tuple[str, ...], tuple[str, ...]], Reading] = {}
 
     def put_slice(self, record: SliceRecord) -> set[str]:
         """Add or replace a slice; returns the nodes whose cards changed."""
@@ -72,7 +82,7 @@ class Devices:
         self.slices[record.name] = record
         if record.node:
             self._by_node[record.node].add(record.name)
-        self._capacity = self._devices = None
+        self._forget()
         return {record.node, *(old.node for old in [old] if old is not None)} - {""}
 
     def drop_slice(self, name: str) -> set[str]:
@@ -82,8 +92,49 @@ class Devices:
         self._by_node[old.node].discard(name)
         if not self._by_node[old.node]:
             del self._by_node[old.node]
-        self._capacity = self._devices = None
+        self._forget()
         return {old.node} - {""}
+
+    def _forget(self) -> None:
+        """The published devices changed: what was worked out from them is worked out again."""
+        self._capacity = self._devices = None
+        self._readings = {}
+
+    def reading(self, device_class: ClassRecord, request: DeviceRequest) -> "Reading":
+        """What ``request`` of ``device_class`` may get, read once per selectors while the published
+        devices stay the same."""
+        key = (device_class.selectors, request.selectors)
+        found = self._readings.get(key)
+        if found is None:
+            if len(self._readings) >= MAX_READINGS:
+                self._readings = {}
+            found = self._readings[key] = self._read(key[0] + key[1])
+        if device_class.card is not None:  # the operator's word: its devices are these models
+            cards = tuple(c for c in found.cards if c in device_class.card.cards) or device_class.card.cards
+            found = replace(found, cards=cards, gpu=True)
+        return found
+
+    def _read(self, selectors: tuple[str, ...]) -> "Reading":
+        mentioned = any(driver in text for driver in self.drivers for text in selectors)
+        try:
+            programs = [program(text) for text in selectors]
+        except CelError as error:
+            return Reading((), (), str(error), mentioned)
+        cards: dict[CardName, bool] = {}  # card -> whether every device of it selected is shared
+        drivers: dict[str, None] = {}
+        for found in self.slices.values():
+            for device in found.devices:
+                if device.data is None:
+                    continue
+                try:
+                    if all(p.matches(device.data) for p in programs):
+                        cards[device.card] = cards.get(device.card, True) and device.shared
+                        drivers[found.driver] = None
+                except CelError as error:
+                    return Reading((), (), str(error), True)
+        chosen = tuple(sorted(cards))
+        shared = frozenset(card for card, all_shared in cards.items() if all_shared)
+        return Reading(chosen, tuple(drivers), "", mentioned or bool(cards), chosen, shared)
 
     def node_cards(self, node: str) -> Counter[CardName]:
         """The GPUs the slices of ``node`` publish, by card (each device once)."""
@@ -132,6 +183,26 @@ class Devices:
         return self._devices.get((driver, pool, name))
 
 
+MAX_READINGS = 10_000  # distinct selector sets read at once; past it, read anew as they come
+
+
+@value_class
+class Reading:
+    """What one request (with its class) may get: ``cards``, the models of the published GPUs it
+    selects (an annotated class's: those of its annotation), from ``drivers``; ``problem``: why
+    its selectors cannot be evaluated; ``gpu``: whether it is a GPU request at all. ``selected``:
+    the models the selectors themselves select (an annotated class's may differ)."""
+
+    cards: tuple[CardName, ...]
+    drivers: tuple[str, ...] = ()
+    problem: str = ""
+    gpu: bool = False
+    selected: tuple[CardName, ...] = ()
+    # the models every selected device of which allows several allocations: a capacity request
+    # there takes a share of a device; elsewhere it takes whole devices (as the scheduler allocates)
+    shared: frozenset[CardName] = frozenset()
+
+
 # ---- demand ------------------------------------------------------------------------------------
 class _Refused(Exception):
     """The text completes "pod X ..."."""
@@ -139,6 +210,11 @@ class _Refused(Exception):
 
 class _OtherModel(_Refused):
     """A request of another model than the pod's ``card.name``: an alternative left out."""
+
+
+class _Unpublished(_Refused):
+    """A request whose selectors select no GPU the slices publish: an alternative left out (the
+    scheduler cannot allocate it either)."""
 
 
 @value_class
@@ -203,6 +279,8 @@ def _source(ref: ClaimRef, namespace: str, devices: Devices) -> tuple[str, tuple
             raise _Refused(f"uses ResourceClaim {namespace}/{named(ref.claim)}, which does not exist")
         if claim.problem:
             raise _Refused(f"uses ResourceClaim {namespace}/{named(ref.claim)}, whose {claim.problem}")
+        if not claim.allocated:
+            _one_model_each(claim, devices)
         return what, claim.requests, False
     if ref.template:
         made = devices.claims.get(f"{namespace}/{ref.generated}") if ref.generated else None
@@ -222,6 +300,23 @@ def _source(ref: ClaimRef, namespace: str, devices: Devices) -> tuple[str, tuple
     raise _Refused(f"has resource claim {named(ref.name)} naming neither a claim nor a template")
 
 
+def _one_model_each(claim: ClaimRecord, devices: Devices) -> None:
+    """A claim by name is never made for one pod, so never pinned to a pod's model: each of its
+    GPU requests (each alternative) must select one model itself."""
+    for request in claim.requests:
+        for one in request.alternatives or (request,):
+            read = request_reading(one, devices)
+            if read is None or not read.gpu or read.problem or len(read.cards) == 1 or one.admin:
+                continue  # what the demand reads of it refuses it, or it is one model, or no GPU
+            which = "|".join(read.cards) if read.cards else "no model a ResourceSlice publishes"
+            raise _Refused(
+                f"uses ResourceClaim {claim.namespace}/{named(claim.name)}, whose request"
+                f" {named(one.name)} may be given any of {which}: a claim by name is shared, never"
+                " pinned to a pod's model; select one model in the claim (productName) or use a"
+                f" DeviceClass annotated {CLASS_CARD}"
+            )
+
+
 def _asked(request: DeviceRequest, what: str, devices: Devices, named_spec: CardSpec | None) -> _Asked | None:
     """The cards one request may get and the units of each, or None when it asks no GPU of ours."""
     if request.alternatives:
@@ -230,7 +325,7 @@ def _asked(request: DeviceRequest, what: str, devices: Devices, named_spec: Card
             try:
                 if (one := _asked(sub, what, devices, named_spec)) is not None:
                     found.append(one)
-            except _OtherModel as refused:  # the pod names another of its alternatives
+            except (_OtherModel, _Unpublished) as refused:  # the pod names another; none is published
                 other = other or refused
         if not found and other is not None:
             raise other
@@ -245,64 +340,61 @@ def _asked(request: DeviceRequest, what: str, devices: Devices, named_spec: Card
             )
         return _merge(found)
     device_class = devices.classes.get(request.device_class)
-    ours = bool(request.selector.driver and request.selector.driver & set(devices.drivers))
     if device_class is None:
-        if ours:
+        if any(driver in text for driver in devices.drivers for text in request.selectors):
             raise _Refused(
                 f"asks GPUs of DeviceClass {named(request.device_class)} ({what}), which does not exist"
             )
         return None
-    if not device_class.is_gpu(devices.drivers) and not ours:
+    label = f"request {named(request.name)} of {what}"
+    if device_class.problem and (device_class.card is not None or not device_class.selectors):
+        raise _Refused(f"asks GPUs of DeviceClass {device_class.name} ({label}), but {device_class.problem}")
+    read = devices.reading(device_class, request)
+    if not read.gpu:
         return None
     if request.admin:
         return None  # administrative access: watching a device, not taking it
-    label = f"request {named(request.name)} of {what}"
-    if device_class.problem:
-        raise _Refused(f"asks GPUs of DeviceClass {device_class.name} ({label}), but {device_class.problem}")
+    if device_class.problem or read.problem:
+        whose = f"DeviceClass {device_class.name}:" if device_class.problem else "one of"
+        why = device_class.problem or read.problem.removeprefix("its ")
+        raise _Refused(f"asks GPUs ({label}) whose model cannot be read: {whose} {why}")
     if request.mode == ALL:
         raise _Refused(
             f"asks all the devices of DeviceClass {device_class.name} ({label}, allocationMode All):"
             " the count is unbounded; ask an exact count"
         )
-    cards = _cards(device_class, request, label, named_spec)
-    return _Asked(cards, tuple((card, _units(request, card, devices, label)) for card in cards))
+    cards = _cards(device_class, read, label, named_spec)
+    return _Asked(cards, tuple((card, _units(request, card, read, devices, label)) for card in cards))
 
 
 def _merge(found: list[_Asked]) -> _Asked:
-    """Alternatives as one choice: each card at the count of the first that offers it."""
+    """Alternatives as one choice: each card at the largest count any alternative of it asks (the
+    scheduler takes the first it can satisfy, whichever that is)."""
     per_card: dict[CardName, int] = {}
     for one in found:
         for card, units in one.per_card:
-            per_card.setdefault(card, units)
+            per_card[card] = max(per_card.get(card, 0), units)
     return _Asked(tuple(per_card), tuple(per_card.items()))
 
 
 def _cards(
-    device_class: ClassRecord, request: DeviceRequest, label: str, named_spec: CardSpec | None
+    device_class: ClassRecord, read: Reading, label: str, named_spec: CardSpec | None
 ) -> tuple[CardName, ...]:
-    if device_class.card is not None:
-        cards = device_class.card.cards
-        fixed = request.selector.cards()
-        if fixed is not None and not set(fixed) & set(cards):
-            raise _Refused(
-                f"asks {'|'.join(fixed)} of DeviceClass {device_class.name}, whose devices are"
-                f" {device_class.card.text} ({label})"
+    annotated = device_class.card
+    if annotated is not None and read.selected and not set(read.selected) & set(annotated.cards):
+        raise _Refused(
+            f"asks {'|'.join(read.selected)} of DeviceClass {device_class.name}, whose devices are"
+            f" {annotated.text} ({label})"
+        )
+    cards = read.cards
+    if not cards:
+        if named_spec is None:
+            raise _Unpublished(
+                f"asks GPUs of DeviceClass {device_class.name} ({label}) whose selectors select no GPU a"
+                f" ResourceSlice publishes, so its model is not known: name it with the pod annotation"
+                f" {CLASS_CARD}, or use a DeviceClass annotated {CLASS_CARD}"
             )
-    else:
-        found = device_class.selector.also(request.selector).cards()
-        if found is None:
-            if named_spec is None:
-                raise _Refused(
-                    f"asks GPUs of DeviceClass {device_class.name} ({label}) without saying which model:"
-                    f" name it with the pod annotation {CLASS_CARD}, or use a DeviceClass annotated"
-                    f" {CLASS_CARD}, or select device.attributes['<driver>'].productName"
-                )
-            return named_spec.cards
-        if not found:
-            raise _Refused(
-                f"asks devices of DeviceClass {device_class.name} ({label}) that are no card model"
-            )
-        cards = found
+        return named_spec.cards
     if named_spec is None:
         return cards
     kept = tuple(card for card in named_spec.cards if card in cards)
@@ -313,9 +405,10 @@ def _cards(
     return kept
 
 
-def _units(request: DeviceRequest, card: CardName, devices: Devices, label: str) -> int:
-    """Units of ``request`` on ``card``: whole devices, or the share of a device's capacity."""
-    if not request.capacity:
+def _units(request: DeviceRequest, card: CardName, read: Reading, devices: Devices, label: str) -> int:
+    """Units of ``request`` on ``card``: whole devices, or, on devices that allow several
+    allocations, the share of a device's capacity."""
+    if not request.capacity or card not in read.shared:
         return request.count * UNIT
     has = devices.capacity(card)
     share = Fraction(0)
@@ -351,24 +444,8 @@ def claim_demand(
     return ClaimDemand(CardSpec(cards), tuple((c, total[c]) for c in cards))
 
 
-def fixed_cards(request: DeviceRequest, devices: Devices) -> tuple[CardName, ...] | None:
-    """The models a request's class and selectors allow; None when they fix none (the pod's
-    ``card.name`` then decides, and the claim is pinned to it)."""
+def request_reading(request: DeviceRequest, devices: Devices) -> Reading | None:
+    """What one request may get (its class's and its own selectors read against the published
+    GPUs); None when its class is unknown."""
     device_class = devices.classes.get(request.device_class)
-    if device_class is None:
-        return None
-    if device_class.card is not None:
-        return device_class.card.cards
-    return device_class.selector.also(request.selector).cards()
-
-
-def gpu_driver(request: DeviceRequest, devices: Devices) -> str | None:
-    """The GPU driver a request's devices come from, when it asks GPUs of ours at all."""
-    device_class = devices.classes.get(request.device_class)
-    selected = request.selector.driver or (device_class.selector.driver if device_class else None)
-    ours = sorted((selected or frozenset()) & set(devices.drivers))
-    if ours:
-        return ours[0]
-    if device_class is not None and device_class.is_gpu(devices.drivers):
-        return devices.drivers[0] if devices.drivers else None
-    return None
+    return None if device_class is None else devices.reading(device_class, request)

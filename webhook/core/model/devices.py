@@ -6,11 +6,9 @@ slim records, and the card names their devices and requests stand for (SPEC §4b
   feature discovery writes into ``nvidia.com/gpu.product``; a MIG device (``type`` ``mig``) is
   ``<product>/mig-<profile>-mixed``. These are the names §3 gives the same hardware through the
   device plugin, so one quota key covers both forms.
-* A CEL selector fixes the model only in the forms :func:`read_selector` reads: a conjunction
-  (``&&``) of terms ``device.driver == "d"`` and ``device.attributes["d"].<name> == "v"`` or
-  ``... in ["v", ...]`` (also ``["<name>"]``), for ``productName``, ``type`` and ``profile``. Any
-  other term only narrows the choice further and is ignored; an expression with ``||``, ``!`` or
-  ``?`` fixes nothing.
+* A class's and a request's CEL selectors are kept as their text; ``claims.Devices.reading``
+  evaluates them (``cel``) against the devices the slices publish, each kept with everything a
+  selector may read of it.
 
 These kinds are new and their objects are read here without a shape check first: every reader takes
 raw JSON and a field of the wrong type makes the record say why, never raises.
@@ -31,6 +29,7 @@ from webhook.core.model.cards import (
     parse_card_name,
     parse_card_spec,
 )
+from webhook.core.model.cel import DeviceData
 from webhook.core.model.quantity import QuantityError, parse_quantity
 from webhook.core.model.quoting import shorten
 from webhook.core.model.values import value_class
@@ -75,6 +74,8 @@ class SliceDevice:
     card: CardName
     capacity: tuple[tuple[str, Fraction], ...] = ()
     product: str = ""  # its productName as the driver says it (spaces), for the claim's pin
+    shared: bool = False  # allowMultipleAllocations: a capacity request takes a share, not all of it
+    data: DeviceData | None = None  # what a CEL selector reads of it
 
 
 @value_class
@@ -168,176 +169,45 @@ def slice_record(obj: Raw, drivers: tuple[str, ...]) -> SliceRecord | None:
         if card is None:
             skipped.append(f"device {named(label)} {why}")
         else:
-            capacity = _capacity(_map(device).get("capacity"))
-            devices.append(SliceDevice(label, card, capacity, attributes["productName"]))
+            raw = _map(device)
+            shared = raw.get("allowMultipleAllocations") is True
+            where = f"{record.pool}/{label}"  # as an allocation names it
+            data = DeviceData(where, driver, _map(raw.get("attributes")), _map(raw.get("capacity")), shared)
+            capacity = _capacity(raw.get("capacity"))
+            devices.append(SliceDevice(label, card, capacity, attributes["productName"], shared, data))
     return replace(record, node=node, devices=tuple(devices), skipped=tuple(skipped))
 
 
 # ---- CEL selectors -----------------------------------------------------------------------------
-@value_class
-class Selector:
-    """What a conjunction of selectors fixes: each field None when nothing read fixes it."""
-
-    driver: frozenset[str] | None = None
-    products: frozenset[str] | None = None
-    kinds: frozenset[str] | None = None
-    profiles: frozenset[str] | None = None
-
-    def also(self, other: "Selector") -> "Selector":
-        """Both at once (every selector of a class and a request must match)."""
-
-        def both(a: frozenset[str] | None, b: frozenset[str] | None) -> frozenset[str] | None:
-            return b if a is None else a if b is None else a & b
-
-        return Selector(
-            both(self.driver, other.driver),
-            both(self.products, other.products),
-            both(self.kinds, other.kinds),
-            both(self.profiles, other.profiles),
-        )
-
-    def cards(self) -> tuple[CardName, ...] | None:
-        """The cards the devices it admits are, in a stable order; None when the model is not fixed
-        (no product, or MIG with no profile); () when it admits no GPU at all."""
-        if self.products is None:
-            return None
-        kinds = frozenset(
-            "gpu" if kind in WHOLE_TYPES else kind
-            for kind in (self.kinds if self.kinds is not None else {"gpu"})
-        )
-        out: list[CardName] = []
-        for product in sorted(self.products):
-            for kind in sorted(kinds):
-                if kind == "gpu":
-                    text = [product_card(product)]
-                elif kind == "mig":
-                    if self.profiles is None:
-                        return None
-                    text = [mig_card_name(product_card(product), p) for p in sorted(self.profiles)]
-                else:
-                    continue
-                for name in text:
-                    try:
-                        out.append(parse_card_name(name).name)
-                    except CardNameError:
-                        continue
-        return tuple(dict.fromkeys(out))
-
-
-NOTHING_READ = Selector()
-_STRING = r"""(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')"""
-_NAME = rf"""(?:\.(\w+)|\[\s*{_STRING}\s*\])"""
-_ATTRIBUTE = re.compile(rf"""^device\.attributes\[\s*{_STRING}\s*\]{_NAME}\s*(==|in)\s*(.+)$""", re.S)
-_DRIVER = re.compile(r"""^device\.driver\s*(==|in)\s*(.+)$""", re.S)
-_ONE = re.compile(rf"^{_STRING}$", re.S)
-_LIST = re.compile(rf"^\[\s*{_STRING}(?:\s*,\s*{_STRING})*\s*,?\s*\]$", re.S)
-_LIST_ITEM = re.compile(_STRING, re.S)
-_MAX_CEL = 10_000  # the API server's own limit on an expression's length
-
-
-def _strings(op: str, text: str) -> frozenset[str] | None:
-    text = text.strip()
-    if op == "==" and (m := _ONE.match(text)):
-        return frozenset({m[1] if m[1] is not None else m[2]})
-    if op == "in" and _LIST.match(text):
-        return frozenset(a if a else b for a, b in _LIST_ITEM.findall(text))
-    return None
-
-
-def _terms(expression: str) -> list[str] | None:
-    """The top-level ``&&`` terms, outer parentheses dropped; None when it is not a conjunction."""
-    text = expression.strip()
-    if len(text) > _MAX_CEL or re.search(r"\|\||!(?!=)|\?", text):
-        return None
-    while text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
-        text = text[1:-1].strip()
-    terms, depth, start, quote = [], 0, 0, ""
-    for i, ch in enumerate(text):
-        if quote:
-            quote = "" if ch == quote and text[i - 1] != "\\" else quote
-        elif ch in "\"'":
-            quote = ch
-        elif ch in "([":
-            depth += 1
-        elif ch in ")]":
-            depth -= 1
-        elif depth == 0 and text.startswith("&&", i):
-            terms.append(text[start:i])
-            start = i + 2
-    terms.append(text[start:])
+def _selectors(raw: Any) -> tuple[tuple[str, ...], str]:
+    """The CEL expressions of a ``selectors`` list, and what makes it unreadable ("" when nothing)."""
+    if raw is None:
+        return (), ""
+    if not isinstance(raw, list):
+        return (), "its selectors are not a list"
     out = []
-    for term in terms:
-        term = term.strip()
-        while term.startswith("(") and term.endswith(")") and _balanced(term[1:-1]):
-            term = term[1:-1].strip()
-        out.append(term)
-    return out
-
-
-def _balanced(text: str) -> bool:
-    depth = 0
-    for ch in text:
-        depth += {"(": 1, ")": -1}.get(ch, 0)
-        if depth < 0:
-            return False
-    return depth == 0
-
-
-def read_selector(expression: Any, drivers: tuple[str, ...]) -> Selector:
-    """What one CEL selector fixes of the devices it admits (see the module's doc)."""
-    terms = _terms(expression) if isinstance(expression, str) else None
-    found = NOTHING_READ
-    for term in terms or ():
-        if m := _DRIVER.match(term):
-            values = _strings(m[1], m[2])
-            if values is not None:
-                found = found.also(Selector(driver=values))
-            continue
-        m = _ATTRIBUTE.match(term)
-        if not m:
-            continue
-        domain = m[1] if m[1] is not None else m[2]
-        name = m[3] or (m[4] if m[4] is not None else m[5])
-        values = _strings(m[6], m[7])
-        if values is None or domain not in drivers:
-            continue
-        if name == "productName":
-            found = found.also(Selector(products=values))
-        elif name == "type":
-            found = found.also(Selector(kinds=frozenset(v.lower() for v in values)))
-        elif name == "profile":
-            found = found.also(Selector(profiles=values))
-    return found
-
-
-def _selectors(raw: Any, drivers: tuple[str, ...]) -> Selector:
-    found = NOTHING_READ
-    for selector in _list(raw):
-        found = found.also(read_selector(_map(_map(selector).get("cel")).get("expression"), drivers))
-    return found
+    for index, selector in enumerate(raw):
+        expression = _map(_map(selector).get("cel")).get("expression")
+        if not isinstance(expression, str):
+            return (), f"its selector #{index} has no CEL expression"
+        out.append(expression)
+    return tuple(out), ""
 
 
 # ---- classes -----------------------------------------------------------------------------------
 @value_class
 class ClassRecord:
     name: str
-    selector: Selector = NOTHING_READ
+    selectors: tuple[str, ...] = ()  # its CEL expressions, all of which a device must meet
     card: CardSpec | None = None  # from our annotation
-    problem: str = ""  # our annotation is there but malformed
+    problem: str = ""  # our annotation is there but malformed, or its selectors unreadable
     extended_resource: str = ""  # spec.extendedResourceName: plain requests of it are served by DRA
-
-    def is_gpu(self, drivers: tuple[str, ...]) -> bool:
-        """Whether its devices are GPUs we count: our annotation, or a selector on a GPU driver."""
-        return (
-            self.card is not None
-            or bool(self.problem)
-            or bool(self.selector.driver and self.selector.driver & set(drivers))
-        )
 
 
 def class_record(obj: Raw, drivers: tuple[str, ...]) -> ClassRecord:
     meta, spec = _map(obj.get("metadata")), _map(obj.get("spec"))
-    record = ClassRecord(str(meta.get("name") or ""), _selectors(spec.get("selectors"), drivers))
+    selectors, problem = _selectors(spec.get("selectors"))
+    record = ClassRecord(str(meta.get("name") or ""), selectors, problem=problem)
     extended = spec.get("extendedResourceName")
     if isinstance(extended, str):
         record = replace(record, extended_resource=extended)
@@ -357,7 +227,7 @@ class DeviceRequest:
 
     name: str
     device_class: str = ""
-    selector: Selector = NOTHING_READ
+    selectors: tuple[str, ...] = ()  # its CEL expressions, besides its class's
     mode: str = EXACT
     count: int = 1
     admin: bool = False
@@ -367,7 +237,10 @@ class DeviceRequest:
 
 
 def _exact(name: str, raw: Raw, drivers: tuple[str, ...]) -> DeviceRequest:
-    request = DeviceRequest(name, selector=_selectors(raw.get("selectors"), drivers))
+    selectors, problem = _selectors(raw.get("selectors"))
+    request = DeviceRequest(name, selectors=selectors)
+    if problem:
+        return replace(request, problem=f"request {named(name)}: {problem}")
     device_class, mode, count = (
         raw.get("deviceClassName"),
         raw.get("allocationMode", EXACT),

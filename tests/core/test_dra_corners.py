@@ -1,0 +1,157 @@
+"""SPEC §4b read as the API server and the scheduler read it: the DRA corners a tenant could use to
+be charged less than the scheduler allocates, each beside the same shape inside its quota."""
+
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from tests.builders import (
+    GPU_CLASS_CEL,
+    H200,
+    R4090,
+    claim_template,
+    device_class,
+    first_available,
+    gpu_request,
+    resource_claim,
+    resource_slice,
+)
+from tests.core.test_dra import PRODUCT_IS, claim_request, decide, demand, dra_cluster, dra_pod, made_claim
+from webhook.core.decide import admission
+from webhook.core.model.cards import UNIT
+from webhook.core.model.demand import BadDemand, PodDemand
+from webhook.core.model.verdicts import Allowed, Denied
+
+NOTHING_MEETS = "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA B200'"
+SOME_H200 = '{"NVIDIA-H200": 2, "NVIDIA-GeForce-RTX-4090": 2}'
+
+
+def test_first_available_alternatives_of_one_model_are_charged_the_largest_count() -> None:
+    """``[{h200 x1, a selector no device meets}, {h200 x4}]``: the scheduler skips the first and
+    takes four; charging the first's one would let a tenant take four on a quota of two."""
+    template = claim_template(
+        "t",
+        first_available(
+            "gpu",
+            gpu_request("cheap", "h200", 1, selectors=(NOTHING_MEETS,)),
+            gpu_request("real", "h200", 4),
+        ),
+    )
+    state = dra_cluster(template, quota=SOME_H200)
+    found = demand(state, dra_pod("p", templates=("t",)))
+    assert isinstance(found, PodDemand) and found.count == 4 * UNIT
+    refused = decide(state, dra_pod("p", templates=("t",)))
+    assert isinstance(refused, Denied) and 'queue "q" has 2 NVIDIA-H200 left' in refused.message
+    assert refused.message.endswith("needs 4")
+    inside = dra_cluster(template, quota='{"NVIDIA-H200": 4}')
+    assert isinstance(decide(inside, dra_pod("p", templates=("t",))), Allowed)
+
+
+@pytest.mark.parametrize(
+    ("selector", "card"),
+    [
+        pytest.param(
+            "device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA H')"
+            " // && device.attributes['gpu.nvidia.com'].productName == 'NVIDIA GeForce RTX 4090'",
+            H200,
+            id="a comment",
+        ),
+        pytest.param(
+            "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA \\'H200'"
+            " || device.attributes['gpu.nvidia.com'].productName == 'NVIDIA GeForce RTX 4090'",
+            R4090,
+            id="an escaped quote",
+        ),
+        pytest.param(
+            "!(device.attributes['gpu.nvidia.com'].productName in ['NVIDIA H200'])",
+            R4090,
+            id="a negation",
+        ),
+        pytest.param(
+            "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0",
+            H200,
+            id="a quantity: only the 80Gi cards",
+        ),
+    ],
+)
+def test_a_selector_is_evaluated_not_read(selector: str, card: str) -> None:
+    state = dra_cluster(
+        claim_template("t", gpu_request(count=1, selectors=(selector,))),
+        resource_slice("r", "NVIDIA GeForce RTX 4090", 2, memory="24Gi"),
+    )
+    found = demand(state, dra_pod("p", templates=("t",)))
+    assert isinstance(found, PodDemand) and found.spec.text == card, found
+
+
+def test_a_class_it_cannot_evaluate_is_refused_never_read_as_no_gpu() -> None:
+    broken = device_class("broken", f"{GPU_CLASS_CEL} && device.attributes['gpu.nvidia.com'].productName")
+    state = dra_cluster(broken, claim_template("t", gpu_request("g", "broken", 1)))
+    found = demand(state, dra_pod("p", H200, templates=("t",)))
+    assert isinstance(found, BadDemand), found
+    assert "whose model cannot be read: one of CEL selector" in found.reason
+    assert "fails on device dra/gpu-0: No matching overloads found : _&&_" in found.reason
+    fine = dra_cluster(claim_template("t", gpu_request("g", "h200", 1)))
+    assert isinstance(demand(fine, dra_pod("p", templates=("t",))), PodDemand)
+
+
+def test_a_capacity_request_on_devices_that_are_not_shared_takes_whole_devices() -> None:
+    """``count 4, memory 1Mi`` on NVIDIA's exclusive devices: the scheduler allocates four whole
+    GPUs, so four are charged, not 4 × 1Mi/80Gi."""
+    state = dra_cluster(claim_template("t", gpu_request("g", "h200", 4, capacity={"memory": "1Mi"})))
+    found = demand(state, dra_pod("p", templates=("t",)))
+    assert isinstance(found, PodDemand) and found.count == 4 * UNIT
+    hami = "hami-core-gpu.project-hami.io"
+    shared = dra_cluster(
+        resource_slice("dra", "NVIDIA H200", 2, driver=hami, name="hami"),
+        device_class(hami, f"device.driver == '{hami}'"),
+        claim_template("t", gpu_request("g", hami, 1, capacity={"memory": "8Gi"})),
+    )
+    share = demand(shared, dra_pod("p", H200, templates=("t",)))
+    assert isinstance(share, PodDemand) and share.count == UNIT // 10  # 8 of 80 GiB: a tenth
+
+
+def _pinned(state: Any, claim: dict[str, Any]) -> list[str]:
+    mutated = admission.mutate(state, claim_request(claim), 0.0)
+    assert isinstance(mutated, Allowed), mutated
+    made = jsonpatch.apply_patch(claim, [dict(op) for op in mutated.patch])
+    return [
+        s["cel"]["expression"] for s in made["spec"]["devices"]["requests"][0]["exactly"].get("selectors", [])
+    ]
+
+
+def test_a_request_several_models_can_meet_is_pinned_to_the_charged_one() -> None:
+    either = "device.attributes['gpu.nvidia.com'].productName in ['NVIDIA H200', 'NVIDIA GeForce RTX 4090']"
+    state = dra_cluster(
+        claim_template("t", gpu_request(count=1, selectors=(either,))),
+        dra_pod("p", R4090, templates=("t",)),
+    )
+    expressions = _pinned(state, made_claim("p", "t0", gpu_request(count=1, selectors=(either,))))
+    assert expressions == [either, PRODUCT_IS.format("NVIDIA GeForce RTX 4090")]
+    one = dra_cluster(claim_template("t", gpu_request("g", "h200", 1)), dra_pod("p", templates=("t",)))
+    assert _pinned(one, made_claim("p", "t0", gpu_request("g", "h200", 1))) == []  # one model already
+
+
+def test_a_class_annotated_with_two_models_is_pinned_too() -> None:
+    state = dra_cluster(
+        device_class("any", GPU_CLASS_CEL, card=f"{H200}|{R4090}"),
+        claim_template("t", gpu_request("g", "any", 1)),
+        dra_pod("p", H200, templates=("t",)),
+    )
+    assert _pinned(state, made_claim("p", "t0", gpu_request("g", "any", 1))) == [
+        PRODUCT_IS.format("NVIDIA H200")
+    ]
+
+
+def test_a_claim_by_name_whose_model_no_class_or_selector_fixes_is_refused() -> None:
+    """A claim by name is never made for one pod, so never pinned: from a class of every model, its
+    pod's card.name would not keep the scheduler from giving it another."""
+    state = dra_cluster(resource_claim("shared", gpu_request(count=1)))
+    refused = decide(state, dra_pod("p", H200, claims=("shared",)))
+    assert isinstance(refused, Denied)
+    assert (
+        "uses ResourceClaim ns/shared, whose request gpu may be given any of"
+        " NVIDIA-GeForce-RTX-4090|NVIDIA-H200: a claim by name is shared, never pinned" in refused.message
+    )
+    fixed = dra_cluster(resource_claim("shared", gpu_request("g", "h200", 1)))
+    assert isinstance(decide(fixed, dra_pod("p", claims=("shared",))), Allowed)

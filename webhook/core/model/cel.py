@@ -1,0 +1,318 @@
+"""DRA's CEL selectors, evaluated as the API server and kube-scheduler evaluate them (SPEC §4b).
+
+A DeviceClass's and a request's ``selectors[].cel.expression`` are compiled by a real CEL
+implementation (``cel-expr-python``, the CEL project's own runtime) and evaluated against each
+device a ResourceSlice publishes, with the variable Kubernetes gives them
+(``k8s.io/dynamic-resource-allocation/cel``):
+
+* ``device.driver``; ``device.attributes[domain][name]``: each attribute under its domain, an
+  unqualified name under the device's driver; int, bool, string, and version values as semvers;
+  ``device.capacity[domain][name]``: quantities; ``device.allowMultipleAllocations``.
+* A domain the device has no attribute of reads as an empty map (as Kubernetes' default), so
+  ``device.attributes['other.com'].x`` is an error and ``'x' in device.attributes['other.com']`` is
+  false.
+* Kubernetes' quantity and semver libraries: ``quantity()``, ``isQuantity()``, ``semver()``,
+  ``isSemver()``, ``compareTo``, ``isGreaterThan``, ``isLessThan``, ``add``, ``sub``,
+  ``asInteger``, ``asApproximateFloat``, ``isInteger``, ``sign``, ``major``, ``minor``, ``patch``;
+  CEL's strings, optional and bindings extensions. A quantity or semver is a CEL map holding its
+  exact value under a tag key (two equal quantities are equal maps), since the runtime keeps no
+  foreign values.
+
+An expression that does not compile, or that errors on a device, is an error with the reason, as
+the scheduler treats it (an error aborts the claim's allocation): never "no match". The sets and
+lists extensions of Kubernetes' CEL are not available; an expression using them does not compile.
+"""
+
+import functools
+import math
+import re
+from collections.abc import Callable, Mapping
+from fractions import Fraction
+from typing import Any
+
+from cel_expr_python import cel
+from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
+
+from webhook.core.model.quantity import QuantityError, parse_quantity
+from webhook.core.model.quoting import shorten
+
+Raw = Mapping[str, Any]
+QUANTITY, SEMVER = "k8s.io/quantity", "k8s.io/semver"  # the tags of the two foreign kinds of value
+MAX_LENGTH = 10 * 1024  # the API server's own limit on an expression's length
+
+
+class CelError(Exception):
+    """An expression that does not compile, or that errors on a device: the reason."""
+
+
+# ---- Kubernetes' quantity and semver libraries --------------------------------------------------
+def _quantity(text: str) -> dict[str, str]:
+    value = parse_quantity(text)
+    return {QUANTITY: f"{value.numerator}/{value.denominator}"}
+
+
+def _is_quantity(text: str) -> bool:
+    try:
+        parse_quantity(text)
+    except QuantityError:
+        return False
+    return True
+
+
+_SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+_LOOSE = re.compile(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(.*)$")
+
+
+def _semver_text(text: str, normalize: bool = False) -> str:
+    if normalize:  # Kubernetes' normalization: a leading v, missing minor or patch, leading zeros
+        loose = _LOOSE.match(text)
+        if loose:
+            text = ".".join(str(int(p or 0)) for p in loose.groups()[:3]) + loose[4]
+    if not _SEMVER.match(text):
+        raise ValueError(f"{shorten(text)} is not a semantic version")
+    return text
+
+
+def _semver(text: str, normalize: bool = False) -> dict[str, str]:
+    return {SEMVER: _semver_text(text, normalize)}
+
+
+def _is_semver(text: str, normalize: bool = False) -> bool:
+    try:
+        _semver_text(text, normalize)
+    except ValueError:
+        return False
+    return True
+
+
+def _q(value: Mapping[str, Any]) -> Fraction:
+    if QUANTITY not in value:
+        raise ValueError("not a quantity")
+    return Fraction(str(value[QUANTITY]))
+
+
+def _version_key(value: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Semver precedence: numbers, then a version without pre-release above one with it."""
+    if SEMVER not in value:
+        raise ValueError("not a semver")
+    match = _SEMVER.match(str(value[SEMVER]))
+    assert match is not None
+    pre = match[4]
+    fields = tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in pre.split(".")) if pre else ()
+    return int(match[1]), int(match[2]), int(match[3]), not pre, fields
+
+
+def _compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> int:
+    if QUANTITY in a and QUANTITY in b:
+        x, y = _q(a), _q(b)
+        return (x > y) - (x < y)
+    if SEMVER in a and SEMVER in b:
+        k, m = _version_key(a), _version_key(b)
+        return (k > m) - (k < m)
+    raise ValueError("compareTo of values of two kinds")
+
+
+def _as_quantity(value: Fraction) -> dict[str, str]:
+    return {QUANTITY: f"{value.numerator}/{value.denominator}"}
+
+
+def _as_integer(value: Mapping[str, Any]) -> int:
+    q = _q(value)
+    if q.denominator != 1 or not -(2**63) <= q < 2**63:
+        raise ValueError("the quantity is not an int64")
+    return int(q)
+
+
+def _version_part(index: int) -> Callable[[Mapping[str, Any]], int]:
+    def part(value: Mapping[str, Any]) -> int:
+        key = _version_key(value)
+        return int(key[index])
+
+    return part
+
+
+M = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
+S, B, N, D = cel.Type.STRING, cel.Type.BOOL, cel.Type.INT, cel.Type.DOUBLE
+
+
+def _overload(
+    name: str, result: Any, params: list[Any], impl: Callable[..., Any], member: bool = False
+) -> Any:
+    return cel.Overload(name, result, params, is_member=member, impl=impl)
+
+
+_FUNCTIONS = [
+    cel.FunctionDecl("quantity", [_overload("quantity_string", M, [S], _quantity)]),
+    cel.FunctionDecl("isQuantity", [_overload("is_quantity_string", B, [S], _is_quantity)]),
+    cel.FunctionDecl(
+        "semver",
+        [
+            _overload("semver_string", M, [S], _semver),
+            _overload("semver_string_bool", M, [S, B], _semver),
+        ],
+    ),
+    cel.FunctionDecl(
+        "isSemver",
+        [
+            _overload("is_semver_string", B, [S], _is_semver),
+            _overload("is_semver_string_bool", B, [S, B], _is_semver),
+        ],
+    ),
+    cel.FunctionDecl("compareTo", [_overload("k8s_compare_to", N, [M, M], _compare, True)]),
+    cel.FunctionDecl(
+        "isGreaterThan", [_overload("k8s_is_greater_than", B, [M, M], lambda a, b: _compare(a, b) > 0, True)]
+    ),
+    cel.FunctionDecl(
+        "isLessThan", [_overload("k8s_is_less_than", B, [M, M], lambda a, b: _compare(a, b) < 0, True)]
+    ),
+    cel.FunctionDecl(
+        "add",
+        [
+            _overload("quantity_add", M, [M, M], lambda a, b: _as_quantity(_q(a) + _q(b)), True),
+            _overload("quantity_add_int", M, [M, N], lambda a, b: _as_quantity(_q(a) + b), True),
+        ],
+    ),
+    cel.FunctionDecl(
+        "sub",
+        [
+            _overload("quantity_sub", M, [M, M], lambda a, b: _as_quantity(_q(a) - _q(b)), True),
+            _overload("quantity_sub_int", M, [M, N], lambda a, b: _as_quantity(_q(a) - b), True),
+        ],
+    ),
+    cel.FunctionDecl("asInteger", [_overload("quantity_as_integer", N, [M], _as_integer, True)]),
+    cel.FunctionDecl(
+        "asApproximateFloat", [_overload("quantity_as_float", D, [M], lambda a: float(_q(a)), True)]
+    ),
+    cel.FunctionDecl(
+        "isInteger", [_overload("quantity_is_integer", B, [M], lambda a: _q(a).denominator == 1, True)]
+    ),
+    cel.FunctionDecl("sign", [_overload("quantity_sign", N, [M], lambda a: (_q(a) > 0) - (_q(a) < 0), True)]),
+    cel.FunctionDecl("major", [_overload("semver_major", N, [M], _version_part(0), True)]),
+    cel.FunctionDecl("minor", [_overload("semver_minor", N, [M], _version_part(1), True)]),
+    cel.FunctionDecl("patch", [_overload("semver_patch", N, [M], _version_part(2), True)]),
+]
+
+
+@functools.cache
+def _env() -> Any:
+    extensions = [ext_strings.ExtStrings(), ext_optional.ExtOptional(), ext_bindings.ExtBindings()]
+    return cel.NewEnv(variables={"device": cel.Type.DYN}, functions=_FUNCTIONS, extensions=extensions)
+
+
+# ---- compiling and evaluating -------------------------------------------------------------------
+_DOMAIN = re.compile(r"""(?:attributes|capacity)\s*\[\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')\s*\]""")
+
+
+class Program:
+    """One compiled selector, and the domains it names (read as empty maps on devices without
+    them, as Kubernetes reads them)."""
+
+    __slots__ = ("domains", "expression", "text")
+
+    def __init__(self, text: str) -> None:
+        if len(text) > MAX_LENGTH:
+            raise CelError(f"its CEL selector is longer than {MAX_LENGTH} characters")
+        try:
+            self.expression = _env().compile(text)
+        except RuntimeError as exc:
+            raise CelError(f"its CEL selector {shorten(text)} does not compile: {_reason(exc)}") from None
+        self.text = text
+        self.domains = frozenset(a or b for a, b in _DOMAIN.findall(text))
+
+    def matches(self, device: "DeviceData") -> bool:
+        """Whether ``device`` is selected; ``CelError`` when evaluating it errors."""
+        data = device.with_domains(self.domains)
+        try:
+            result = self.expression.eval(data={"device": data})
+        except RuntimeError as exc:
+            raise self._fails(device, _reason(exc)) from None
+        value = result.value()
+        if isinstance(value, bool):
+            return value
+        if result.type() == cel.Type.ERROR:
+            raise self._fails(device, _reason(value))
+        raise self._fails(device, f"its result is of type {result.type().name().lower()}, not bool")
+
+    def _fails(self, device: "DeviceData", why: str) -> CelError:
+        return CelError(f"its CEL selector {shorten(self.text)} fails on device {device.name}: {why}")
+
+
+def _reason(error: object) -> str:
+    """The first line of a CEL error, without its status code."""
+    text = re.sub(r"^[A-Z_]+: ", "", str(error).split("\n", 1)[0]).removesuffix(" [INVALID_ARGUMENT]")
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+@functools.lru_cache(maxsize=1024)  # bounded: a selector text is compiled once while it is used
+def program(text: str) -> Program:
+    """The compiled selector ``text``; ``CelError`` with the reason when it does not compile."""
+    return Program(text)
+
+
+class DeviceData:
+    """A published device as the ``device`` variable of a selector."""
+
+    __slots__ = ("attributes", "capacity", "data", "name")
+
+    def __init__(self, name: str, driver: str, attributes: Raw, capacity: Raw, multiple: bool) -> None:
+        self.name = name
+        self.attributes = _by_domain(driver, attributes, _attribute)
+        self.capacity = _by_domain(driver, capacity, _capacity)
+        self.data: dict[str, Any] = {
+            "driver": driver,
+            "attributes": self.attributes,
+            "capacity": self.capacity,
+            "allowMultipleAllocations": multiple,
+        }
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, DeviceData) and (self.name, self.data) == (other.name, other.data)
+
+    def __hash__(self) -> int:
+        return hash(self.name)
+
+    def with_domains(self, domains: frozenset[str]) -> dict[str, Any]:
+        missing = [d for d in domains if d not in self.attributes or d not in self.capacity]
+        if not missing:
+            return self.data
+        empty: dict[str, dict[str, Any]] = {d: {} for d in missing}
+        return {**self.data, "attributes": empty | self.attributes, "capacity": empty | self.capacity}
+
+
+def _by_domain(driver: str, raw: Raw, read: Callable[[Any], Any]) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for key, value in raw.items():
+        domain, _, name = str(key).rpartition("/")
+        found = read(value)
+        if found is not None and name:
+            out.setdefault(domain or driver, {})[name] = found
+    return out
+
+
+def _attribute(raw: Any) -> Any:
+    if not isinstance(raw, Mapping):
+        return None
+    for kind in ("string", "int", "bool"):
+        value = raw.get(kind)
+        if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+            return value if -(2**63) <= value < 2**63 else None
+        if kind == "string" and isinstance(value, str):
+            return value
+        if kind == "bool" and isinstance(value, bool):
+            return value
+    version = raw.get("version")
+    if isinstance(version, str) and _is_semver(version):
+        return {SEMVER: version}
+    return None
+
+
+def _capacity(raw: Any) -> Any:
+    try:
+        value = parse_quantity(raw.get("value") if isinstance(raw, Mapping) else None)
+    except QuantityError:
+        return None
+    return None if math.isinf(value) else _as_quantity(value)
