@@ -14,11 +14,14 @@ from tests.builders import (
     device_class,
     first_available,
     gpu_request,
+    pod,
+    request,
     resource_claim,
     resource_slice,
 )
 from tests.core.test_dra import PRODUCT_IS, claim_request, decide, demand, dra_cluster, dra_pod, made_claim
 from webhook.core.decide import admission
+from webhook.core.index import ingest
 from webhook.core.model.cards import UNIT
 from webhook.core.model.demand import BadDemand, PodDemand
 from webhook.core.model.verdicts import Allowed, Denied
@@ -155,3 +158,96 @@ def test_a_claim_by_name_whose_model_no_class_or_selector_fixes_is_refused() -> 
     )
     fixed = dra_cluster(resource_claim("shared", gpu_request("g", "h200", 1)))
     assert isinstance(decide(fixed, dra_pod("p", claims=("shared",))), Allowed)
+
+
+# ---- the allocation checked (ResourceClaim status UPDATE) ---------------------------------------
+def allocation_write(claim: dict[str, Any], pod_uid: str, *results: tuple[str, str, str]) -> Any:
+    """The scheduler's write of ``claim``'s status: devices (driver, pool, device) for pod_uid."""
+    new = {
+        **claim,
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": d, "pool": p, "device": n} for d, p, n in results
+                    ]
+                }
+            },
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": pod_uid}],
+        },
+    }
+    return request(
+        new, resource="resourceclaims", sub="status", operation="UPDATE", old=claim, group="resource.k8s.io"
+    )
+
+
+NV = "gpu.nvidia.com"
+
+
+@pytest.fixture
+def made() -> tuple[Any, dict[str, Any]]:
+    """A pod charged 1 H200 through its claim from a generic class, and that claim as made."""
+    obj = dra_pod("p", H200, templates=("t",), node_name="dra")
+    obj["status"]["resourceClaimStatuses"] = [{"name": "t0", "resourceClaimName": "p-t0-x"}]
+    claim = resource_claim(
+        "p-t0-x", gpu_request(count=1), pod_owner={"name": "p", "uid": "uid-ns-p"}, pod_claim="t0"
+    )
+    state = dra_cluster(claim_template("t", gpu_request(count=1)), claim, obj)
+    return state, claim
+
+
+def test_the_schedulers_allocation_of_the_charged_model_passes(made: tuple[Any, dict[str, Any]]) -> None:
+    state, claim = made
+    decision = admission.validate(state, allocation_write(claim, "uid-ns-p", (NV, "dra", "gpu-0")), 0.0)
+    assert decision == Allowed("it gives what its pods were charged for", card=H200)
+
+
+def test_an_allocation_of_another_model_is_refused_naming_claim_model_and_numbers(
+    made: tuple[Any, dict[str, Any]],
+) -> None:
+    state, claim = made
+    decision = admission.validate(state, allocation_write(claim, "uid-ns-p", (NV, "r", "gpu-0")), 0.0)
+    assert isinstance(decision, Denied)
+    assert decision.message == (
+        "resourceclaim ns/p-t0-x: its allocation gives 1 NVIDIA-GeForce-RTX-4090 to pod ns/p, which was"
+        " charged for NVIDIA-H200: refused, so that no pod holds more of a model than its queue was charged"
+    )
+
+
+def test_an_allocation_of_more_devices_than_charged_is_refused(made: tuple[Any, dict[str, Any]]) -> None:
+    state, claim = made
+    write = allocation_write(claim, "uid-ns-p", (NV, "dra", "gpu-0"), (NV, "dra", "gpu-1"))
+    decision = admission.validate(state, write, 0.0)
+    assert (
+        isinstance(decision, Denied)
+        and "gives 2 NVIDIA-H200 to pod ns/p, which was charged for 1 NVIDIA-H200" in decision.message
+    )
+
+
+def test_an_allocation_to_a_pod_charged_nothing_and_of_an_unseen_device_is_refused(
+    made: tuple[Any, dict[str, Any]],
+) -> None:
+    state, claim = made
+    stranger = admission.validate(state, allocation_write(claim, "uid-ns-nobody", (NV, "dra", "gpu-0")), 0.0)
+    assert stranger == Allowed("reserved for no pod the cache knows")
+    unseen = admission.validate(state, allocation_write(claim, "uid-ns-p", (NV, "dra", "gpu-9")), 0.0)
+    assert (
+        isinstance(unseen, Denied)
+        and "device dra/gpu-9 of gpu.nvidia.com, which no ResourceSlice" in unseen.message
+    )
+    other_driver = admission.validate(
+        state, allocation_write(claim, "uid-ns-p", ("nic.example.com", "n", "eth0")), 0.0
+    )
+    assert other_driver == Allowed("it gives no GPU of ours")
+
+
+def test_an_allocation_to_a_pod_charged_for_no_gpu_is_refused(made: tuple[Any, dict[str, Any]]) -> None:
+    """The backstop for a class read as no GPU: the pod was charged nothing, the scheduler gives it
+    a GPU."""
+    state, claim = made
+    ingest.upsert(state, pod("cpu", None, None))
+    decision = admission.validate(state, allocation_write(claim, "uid-ns-cpu", (NV, "dra", "gpu-0")), 0.0)
+    assert (
+        isinstance(decision, Denied)
+        and "gives 1 NVIDIA-H200 to pod ns/cpu, which was charged for no GPU" in decision.message
+    )

@@ -74,6 +74,17 @@ REQUEST_EDITED = "({}) && ({})".format(
     ),
 )
 
+# DRA: a new allocation that gives devices of a GPU driver (the allocation checked, SPEC §4b)
+_ALLOCATED = (
+    "has({0}.status) && has({0}.status.allocation) && has({0}.status.allocation.devices)"
+    " && has({0}.status.allocation.devices.results)"
+)
+GPU_ALLOCATION = (
+    f"({_ALLOCATED.format('object')}) && object.status.allocation.devices.results.exists(r, r.driver in"
+    ' ["gpu.nvidia.com","hami-core-gpu.project-hami.io"]) && (!('
+    f"{_ALLOCATED.format('oldObject')}) || oldObject.status.allocation != object.status.allocation)"
+)
+
 # The PodGroup mutation: every create, and the update enqueueing a PodGroup its create left bare.
 BARE_ENQUEUE = f"request.operation == 'CREATE' || (({ENQUEUED}) && !({CARD_PODGROUP}))"
 
@@ -138,6 +149,9 @@ def configurations(
     ]
     claim_rules = [_rule("resource.k8s.io", "v1", ["resourceclaims"], ["CREATE"])]
     claims = hook("claims.validate", "/validate", claim_rules, "Fail")
+    status_rules = [_rule("resource.k8s.io", "v1", ["resourceclaims/status"], ["UPDATE"])]
+    allocations = hook("allocations.validate", "/validate", status_rules, "Fail")
+    allocations["matchConditions"] = [{"name": "new-gpu-allocations-only", "expression": GPU_ALLOCATION}]
     pins = hook("claims.mutate", "/mutate", claim_rules, "Fail", reinvocationPolicy="IfNeeded")
     for claim_hook in (claims, pins):
         claim_hook["matchConditions"] = [{"name": "pods-claims-only", "expression": POD_CLAIM}]
@@ -145,7 +159,7 @@ def configurations(
         configuration(
             "ValidatingWebhookConfiguration",
             "validate",
-            [hook("validate", "/validate", VALIDATING_RULES, "Fail"), gates, enqueue, claims],
+            [hook("validate", "/validate", VALIDATING_RULES, "Fail"), gates, enqueue, claims, allocations],
         ),
         configuration(
             "MutatingWebhookConfiguration",

@@ -25,7 +25,7 @@ from tests.e2e import build
 from tests.e2e.cluster import ROOT, ControlPlane, wait_for
 from tests.e2e.objects import H200, deployment_of, hpa, queued_deployment
 from tests.e2e.recorder import Recorder
-from tests.e2e.registration import CHARGE_EDITED, ENQUEUED, GATE_REMOVED, REQUEST_EDITED
+from tests.e2e.registration import CHARGE_EDITED, ENQUEUED, GATE_REMOVED, GPU_ALLOCATION, REQUEST_EDITED
 from tests.e2e.test_webhook import events
 from tests.edges.serving import Process, free_port, mount_like_kubelet, served_serial
 from webhook.settings import ServeSettings
@@ -149,7 +149,7 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
     objects = render(control_plane, "card-quota")
     validating = of_kind(objects, "ValidatingWebhookConfiguration")
     mutating = of_kind(objects, "MutatingWebhookConfiguration")
-    validate, gates, enqueue, claims = validating["webhooks"]
+    validate, gates, enqueue, claims, allocations = validating["webhooks"]
     rules = {
         (r["apiGroups"][0], res, tuple(r["operations"])) for r in validate["rules"] for res in r["resources"]
     }
@@ -191,6 +191,12 @@ def test_the_webhooks_register_exactly_the_rules_and_policies_the_design_needs(
         "Fail",
         "IfNeeded",
     )
+    # The allocation checked: only a new allocation of a GPU driver's devices, as the live tests register it.
+    assert [(r["resources"], r["operations"]) for r in allocations["rules"]] == [
+        (["resourceclaims/status"], ["UPDATE"])
+    ]
+    (gpu,) = allocations["matchConditions"]
+    assert gpu["expression"] == GPU_ALLOCATION and allocations["failurePolicy"] == "Fail"
     # A pod whose GPUs come through resource claims reaches both pod webhooks.
     for hook in (validate, mutating["webhooks"][0]):
         assert "has(object.spec.resourceClaims)" in " ".join(c["expression"] for c in hook["matchConditions"])
@@ -509,12 +515,13 @@ def test_in_cert_manager_mode_cert_manager_issues_the_certificate_and_injects_it
             ]
 
         def trusted() -> bool:
-            """Every caBundle (validate, gates, enqueue and claims validate, pods, podgroups and claims mutate) the
+            """Every caBundle (validate, gates, enqueue, claims and allocations validate, pods, podgroups
+            and claims mutate) the
             same, holding the CA that signed the serving certificate now in the Secret. The bundle
             may hold more than that CA: cert-manager can issue the self-signed CA twice in its
             first second, and the injector then keeps both (seen once)."""
             now, found = issued(), bundles()
-            if now is None or len(found) != 7 or len(set(found)) != 1 or not found[0]:
+            if now is None or len(found) != 8 or len(set(found)) != 1 or not found[0]:
                 return False
             served = x509.load_pem_x509_certificate(base64.b64decode(now["tls.crt"]))
             for ca in x509.load_pem_x509_certificates(base64.b64decode(found[0])):

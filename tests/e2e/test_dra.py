@@ -854,6 +854,51 @@ def test_an_enqueued_podgroups_request_cannot_be_raised(t: DraTenant) -> None:
     assert annotate(f"volcano.sh/card.request={json.dumps({H200: 1})}").returncode == 0
 
 
+def test_an_allocation_of_another_model_is_refused_and_the_schedulers_own_passes(t: DraTenant) -> None:
+    """SPEC §4b, the allocation checked: a hand-written allocation (``kubectl --subresource=status``)
+    giving a pod charged for an H200 an RTX 4090 is refused with our message; the scheduler's own
+    allocations of the charged model pass (the pod runs on it)."""
+    t.set_quota({H200: 2})
+    t.claim("manual", exactly("gpu", "h200.nvidia.com", 1))
+    held = t.pod("held", claim="manual")
+    held["spec"]["schedulerName"] = "nobody"  # never scheduled: only the hand-written allocation
+    assert t.create(held) == ""
+    uid = t.plane.get("pod", "held", namespace=t.ns)["metadata"]["uid"]
+
+    def allocate(pool: str, device: str) -> Any:
+        status = {
+            "allocation": {
+                "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": pool, "device": device}]}
+            },
+            "reservedFor": [{"resource": "pods", "name": "held", "uid": uid}],
+        }
+        patch = json.dumps({"status": status})
+        args = (
+            "patch",
+            "resourceclaim",
+            "manual",
+            "-n",
+            t.ns,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            patch,
+        )
+        return t.plane.kubectl(*args, check=False)
+
+    refused = allocate("dra-4090-0", "gpu-0")
+    assert refused.returncode != 0
+    assert (
+        f"resourceclaim {t.ns}/manual: its allocation gives 1 NVIDIA-GeForce-RTX-4090 to pod {t.ns}/held,"
+        " which was charged for NVIDIA-H200: refused" in refused.stderr
+    ), refused.stderr
+    assert "allocation" not in t.plane.get("resourceclaim", "manual", namespace=t.ns).get("status", {})
+    t.template("per-model", exactly("gpu", "h200.nvidia.com", 1))
+    assert t.create(t.pod("scheduled", template="per-model")) == ""
+    t.wait_running("scheduled")
+    assert t.allocated("scheduled") == [H200]
+
+
 HAMI = "hami-core-gpu.project-hami.io"
 A100 = "NVIDIA-A100-SXM4-80GB"
 

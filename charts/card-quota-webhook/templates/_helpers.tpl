@@ -123,6 +123,13 @@ extended resource by the scheduler; both name the pod as controlling owner. */}}
 has(object.metadata.ownerReferences) && object.metadata.ownerReferences.exists(r, r.kind == 'Pod' && has(r.controller) && r.controller)
 {{- end }}
 
+{{/* A ResourceClaim status UPDATE that writes a new allocation giving devices of a GPU driver. */}}
+{{- define "cqw.gpuAllocation" -}}
+{{- $drivers := dig "drivers" (list "gpu.nvidia.com") (.Values.dra | default dict) | toJson -}}
+{{- $has := "has(%s.status) && has(%s.status.allocation) && has(%s.status.allocation.devices) && has(%s.status.allocation.devices.results)" -}}
+{{- printf "(%s) && object.status.allocation.devices.results.exists(r, r.driver in %s) && (!(%s) || oldObject.status.allocation != object.status.allocation)" (printf $has "object" "object" "object" "object") $drivers (printf $has "oldObject" "oldObject" "oldObject" "oldObject") -}}
+{{- end }}
+
 {{- define "cqw.dra" -}}
 {{- if dig "drivers" (list "gpu.nvidia.com") (.Values.dra | default dict) }}on{{ end -}}
 {{- end }}

@@ -35,8 +35,15 @@ def validate(state: ClusterState, request: Request, now: float) -> Decision:
         return writes.decide_volcano_job(state, request)
     if resource == "podgroups" and request.group == VOLCANO_SCHEDULING and request.operation == "UPDATE":
         return enqueue.decide_enqueue(state, request, now)
-    if resource == "resourceclaims" and request.group == DRA and request.operation == "CREATE":
+    if resource == "resourceclaims" and request.group == DRA and request.operation == "CREATE" and not sub:
         return claiming.decide_claim_create(state, request)
+    if (
+        resource == "resourceclaims"
+        and request.group == DRA
+        and sub == "status"
+        and request.operation == "UPDATE"
+    ):
+        return claiming.decide_allocation(state, request)
     if (
         resource == "queues"
         and request.group == VOLCANO_SCHEDULING
