@@ -298,3 +298,18 @@ def test_pods_admitted_under_a_scale_up_are_counted_once_when_they_arrive() -> N
     # 2 running + 2 pending + 1 still held for the third pod = 5: 3 left, not 4
     decision = admission.validate(state, request(pod("bare", count=4)), 0.2)
     assert isinstance(decision, Denied) and "has 3 NVIDIA-H200 left" in decision.message
+
+
+def test_a_queue_limiting_dra_devices_by_class_beside_its_card_quota_is_warned_of_the_double_limit() -> None:
+    """Stock Volcano v1.15's capacity plugin counts claims per DeviceClass (``deviceclass/<class>``)."""
+    state = cluster(node("h200", H200, 8))
+    both = queue("q", '{"NVIDIA-H200": 4}', capability={"deviceclass/gpu.nvidia.com": "4", "cpu": "10"})
+    decision = admission.validate(state, request(both, **QUEUES), 0.0)
+    assert isinstance(decision, Allowed)
+    assert decision.warnings == (
+        'queue "q" limits DRA devices by DeviceClass (capability deviceclass/gpu.nvidia.com) as well as by'
+        " its volcano.sh/card.quota: two limits on the same GPUs (Volcano's capacity plugin holds it to the"
+        " first, the card-quota webhook to the second) and its pods run only within both; keep one",
+    )
+    plain = queue("q", '{"NVIDIA-H200": 4}', capability={"cpu": "10"})
+    assert admission.validate(state, request(plain, **QUEUES), 0.0).warnings == ()

@@ -2,8 +2,10 @@
 
 import math
 from collections import Counter
+from collections.abc import Mapping
 from contextlib import ExitStack
 from functools import partial
+from typing import Any
 
 from webhook.core.decide import fitting
 from webhook.core.decide.decisions import annotation_problem
@@ -36,7 +38,31 @@ def decide_queue(state: ClusterState, request: Request) -> Decision:
     warnings = _quota_warnings(state, name, parent, quota)
     if parent or name in state.descendants:
         warnings += _tree_warnings(state, name, parent, quota)
+    warnings += _device_class_limits(request.obj, name)
     return Allowed("well-formed quota", warnings=tuple(warnings), queue=name)
+
+
+DEVICE_CLASS_KEY = "deviceclass/"  # stock Volcano v1.15's capacity plugin: claims counted per class
+
+
+def _device_class_limits(obj: Any, name: str) -> list[str]:
+    """A queue limiting DRA devices per DeviceClass (stock Volcano's ``deviceclass/<class>`` keys)
+    beside its card quota: two limits on the same GPUs, which the operator should know of."""
+    spec = obj.get("spec") if isinstance(obj, Mapping) else None
+    found: set[str] = set()
+    for field in ("capability", "deserved", "guarantee"):
+        values = spec.get(field) if isinstance(spec, Mapping) else None
+        if field == "guarantee" and isinstance(values, Mapping):
+            values = values.get("resource")
+        if isinstance(values, Mapping):
+            found |= {f"{field} {k}" for k in values if isinstance(k, str) and k.startswith(DEVICE_CLASS_KEY)}
+    if not found:
+        return []
+    return [
+        f'queue "{name}" limits DRA devices by DeviceClass ({", ".join(sorted(found))}) as well as by its'
+        f" {keys.CARD_QUOTA}: two limits on the same GPUs (Volcano's capacity plugin holds it to the"
+        " first, the card-quota webhook to the second) and its pods run only within both; keep one"
+    ]
 
 
 def _tree_warnings(state: ClusterState, name: str, parent: str, quota: dict[CardName, int]) -> list[str]:
