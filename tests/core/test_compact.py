@@ -1,6 +1,8 @@
-"""The state keeps one shared template, owner and charge for pods that only differ in name and uid."""
+"""The state keeps one shared template, owner and charge for pods that only differ in name and uid,
+and its indexes of pods keep no key once its last pod is gone."""
 
 import gc
+from typing import Any
 
 from tests.builders import H200, cluster, node, pod, queue
 from webhook.core.model import objects
@@ -33,3 +35,28 @@ def test_a_shared_value_goes_when_its_last_pod_goes() -> None:
     state.delete_pod("uid-ns-web-0")
     gc.collect()
     assert len(pool._templates) == 0 and len(pool._values) == 0 and state.tallies["q"].bound == {}
+
+
+def test_a_node_podgroup_or_owner_is_forgotten_with_its_last_pod() -> None:
+    state = cluster(node("h0", H200), queue("q", '{"NVIDIA-H200": 8}'))
+    state.upsert_pod(replica(0, group="pg"))
+    rs = {"kind": "ReplicaSet", "name": "rs", "uid": "rs-uid", "apiVersion": "apps/v1", "controller": True}
+    state.upsert_pod(objects.pod_record(pod("wait", H200, 1, owner=rs)))
+    charged, both = state.charged, {"uid-ns-web-0", "uid-ns-wait"}
+    assert set(charged.on_node("h0")) == set(charged.in_group("ns/pg")) == {"uid-ns-web-0"}
+    assert set(charged.owned_by("rs-uid")) == both and set(charged.unbound()) == {"uid-ns-wait"}
+    state.upsert_pod(objects.pod_record(pod("wait", H200, 1, owner=rs, node_name="h0", phase="Running")))
+    assert set(charged.on_node("h0")) == both and not charged.unbound()
+    for uid in both:
+        state.delete_pod(uid)
+    assert not charged.on_node("h0") and not charged.in_group("ns/pg") and not charged.owned_by("rs-uid")
+    assert charged._by_node._of == charged._by_group._of == charged._by_owner._of == {}
+
+
+def test_a_pods_priority_is_read_into_its_template_and_an_odd_one_is_0() -> None:
+    def priority(value: Any) -> int:
+        return objects.pod_record(pod("p", H200, spec={"priority": value})).priority
+
+    assert priority(1000) == 1000 and priority(-5) == -5 and priority(2**40) == 2**31
+    assert priority("1000") == priority(True) == priority(1.5) == priority(None) == priority([]) == 0
+    assert objects.pod_record(pod("p", H200, spec={"priority": 7})).template.priority == 7

@@ -43,6 +43,8 @@ class PodTemplate:
     # spec.resourceClaims (SPEC §4b) and, when there are any, the namespace they are read in
     claims: tuple[ClaimRef, ...] = ()
     namespace: str = ""
+    # spec.priority, from the PriorityClass: here, not on each pod, as a workload's pods share it
+    priority: int = 0
 
 
 @value_class
@@ -58,11 +60,15 @@ class PodRecord:
     # Held under our scheduling gate (wait mode): its place ``(since, priority)`` from its waiting
     # mark (behind everyone when the mark is unreadable); None for a pod that is not ours to release.
     waiting: tuple[float, int] | None = None
-    priority: int = 0  # spec.priority, from its PriorityClass
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def priority(self) -> int:
+        """spec.priority, from its PriorityClass (0 in a cached record: the pool keeps none)."""
+        return self.template.priority
 
     @property
     def group_name(self) -> str:
@@ -179,7 +185,13 @@ def pod_template_of(template: Raw, namespace: str = "") -> PodTemplate:
         scheduler=str(spec.get("schedulerName") or ""),
         claims=claims,
         namespace=(namespace or str(_meta(template).get("namespace") or "default")) if claims else "",
+        priority=_priority(spec.get("priority")),
     )
+
+
+def _priority(value: Any) -> int:
+    """spec.priority (an int32 the API server sets from the PriorityClass), else 0."""
+    return max(-(2**31), min(value, 2**31)) if type(value) is int else 0
 
 
 def _timestamp(value: Any) -> float | None:
@@ -205,7 +217,6 @@ def pod_record(obj: Raw, template: PodTemplate | None = None) -> PodRecord:
         ),
         owner=controller_of(obj),
         waiting=pod_waiting(spec.get("schedulingGates"), meta.get("annotations")),
-        priority=_int(spec.get("priority"), 0),
     )
 
 
