@@ -251,3 +251,49 @@ def test_an_allocation_to_a_pod_charged_for_no_gpu_is_refused(made: tuple[Any, d
         isinstance(decision, Denied)
         and "gives 1 NVIDIA-H200 to pod ns/cpu, which was charged for no GPU" in decision.message
     )
+
+
+def test_a_claim_whose_pod_the_webhook_does_not_know_is_refused_not_let_through_unchecked() -> None:
+    """Its pod's live read found nothing or timed out: allowed, it would be neither pinned nor
+    checked; refused, the resource claim controller makes it again."""
+    state = dra_cluster(claim_template("t", gpu_request(count=8)))
+    claim = made_claim("ghost", "t0", gpu_request(count=8))
+    refused = admission.validate(state, claim_request(claim), 0.0)
+    assert isinstance(refused, Denied)
+    assert refused.message.startswith(
+        "resourceclaim ns/ghost-t0-… of pod ns/ghost: the webhook does not know the pod yet"
+    )
+    known = dra_cluster(claim_template("t", gpu_request(count=1)), dra_pod("ghost", H200, templates=("t",)))
+    assert isinstance(
+        admission.validate(known, claim_request(made_claim("ghost", "t0", gpu_request(count=1))), 0.0),
+        Allowed,
+    )
+
+
+def test_a_reviewed_pod_is_read_once_for_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Parse once (STYLE): the live-read step and the decision read the same record."""
+    from webhook.core.model import objects
+    from webhook.serve import review, wire
+
+    calls: list[object] = []
+    real = objects.pod_record
+    monkeypatch.setattr(objects, "pod_record", lambda *a, **k: calls.append(a) or real(*a, **k))
+    state = dra_cluster(claim_template("t", gpu_request("g", "h200", 1)))
+    body = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "u",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "operation": "CREATE",
+            "namespace": "ns",
+            "object": dra_pod("p", templates=("t",)),
+        },
+    }
+    import json
+
+    read = review.read(wire.parse_review(json.dumps(body)))
+    assert review.dra_to_fetch(state, read) == []
+    assert isinstance(review.decide_request(state, read, "validate", 0.0), Allowed)
+    assert len(calls) == 1

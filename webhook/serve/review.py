@@ -8,8 +8,8 @@ import orjson
 from webhook.core.decide import admission, patches
 from webhook.core.index.state import ClusterState
 from webhook.core.model import shapes
-from webhook.core.model.objects import OwnerRef, pod_template_of
-from webhook.core.model.verdicts import Allowed, Decision, Denied
+from webhook.core.model.objects import OwnerRef
+from webhook.core.model.verdicts import Allowed, Decision, Denied, Request
 from webhook.serve import logs, wire
 
 Webhook = Literal["validate", "mutate"]
@@ -18,35 +18,36 @@ Webhook = Literal["validate", "mutate"]
 def decide(state: ClusterState, body: bytes | str, webhook: Webhook, now: float) -> tuple[str, Decision]:
     """Parse, decide and (unless dry-run) record; raises ``BadReview`` for unanswerable input."""
     raw = wire.parse_review(body)
-    return raw.uid, decide_request(state, raw, webhook, now)
+    return raw.uid, decide_request(state, read(raw), webhook, now)
 
 
-def owner_to_fetch(
-    state: ClusterState, raw: wire.AdmissionRequest, webhook: Webhook
-) -> tuple[OwnerRef, str] | None:
+def read(raw: wire.AdmissionRequest) -> Request:
+    """The request as the core reads it, its pod parsed once for every step that follows."""
+    return admission.parsed(wire.to_request(raw))
+
+
+def owner_to_fetch(state: ClusterState, request: Request, webhook: Webhook) -> tuple[OwnerRef, str] | None:
     """For a PodGroup mutation whose owner the cache lacks: the owner to read live, and its namespace."""
-    mutated = raw.operation in ("CREATE", "UPDATE") and not raw.sub_resource
-    if webhook != "mutate" or not mutated or raw.resource.resource != "podgroups":
+    mutated = request.operation in ("CREATE", "UPDATE") and not request.sub_resource
+    if webhook != "mutate" or not mutated or request.resource != "podgroups":
         return None
-    obj = raw.object or {}
-    if shapes.problem("podgroups", "", obj):
+    if shapes.problem("podgroups", "", request.obj):
         return None
-    ref = patches.owner_to_fetch(state, obj)
-    return None if ref is None else (ref, wire.to_request(raw).namespace)
+    ref = patches.owner_to_fetch(state, request.obj)
+    return None if ref is None else (ref, request.namespace)
 
 
-def dra_to_fetch(state: ClusterState, raw: wire.AdmissionRequest) -> list[OwnerRef]:
+def dra_to_fetch(state: ClusterState, request: Request) -> list[OwnerRef]:
     """SPEC §4b: what a create needs the cache lacks, to read live: a pod's claims and claim
     templates, a claim's pod (the resource claim controller makes it right after the pod)."""
-    if raw.operation != "CREATE" or raw.sub_resource or not state.policy.dra_drivers:
+    if request.operation != "CREATE" or request.sub_resource or not state.policy.dra_drivers:
         return []
-    obj = raw.object if isinstance(raw.object, dict) else {}
-    namespace = wire.to_request(raw).namespace
+    obj, namespace = request.obj, request.namespace
     devices = state.inventory.devices
     api = "resource.k8s.io/v1"
-    if raw.resource.resource == "pods" and not shapes.problem("pods", "", obj):
+    if request.pod is not None:
         out = []
-        for ref in pod_template_of(obj, namespace).claims:
+        for ref in request.pod.template.claims:
             if ref.claim and f"{namespace}/{ref.claim}" not in devices.claims:
                 out.append(OwnerRef("ResourceClaim", ref.claim, "", api))
             elif (
@@ -54,7 +55,7 @@ def dra_to_fetch(state: ClusterState, raw: wire.AdmissionRequest) -> list[OwnerR
             ):
                 out.append(OwnerRef("ResourceClaimTemplate", ref.template, "", api))
         return out
-    if raw.resource.resource == "resourceclaims" and raw.resource.group == "resource.k8s.io":
+    if request.resource == "resourceclaims" and request.group == "resource.k8s.io":
         meta = obj.get("metadata")
         owners = meta.get("ownerReferences") if isinstance(meta, dict) else None
         for owner in owners if isinstance(owners, list) else []:  # odd shapes: nothing to read
@@ -72,14 +73,13 @@ def owner_from(ref: OwnerRef, body: dict[str, Any] | None) -> patches.Owner | No
 
 def decide_request(
     state: ClusterState,
-    raw: wire.AdmissionRequest,
+    request: Request,
     webhook: Webhook,
     now: float,
     owner: patches.Owner | None = None,
 ) -> Decision:
-    """Decide a parsed review and log one line for it."""
+    """Decide a read review and log one line for it."""
     started = time.perf_counter()
-    request = wire.to_request(raw)
     if webhook == "validate":
         decision = admission.validate(state, request, now)
         admission.admit(state, request, decision, now)

@@ -21,7 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from webhook.cluster.sources import StateSource
 from webhook.core.index import ingest
 from webhook.core.index.state import ClusterState
-from webhook.core.model.verdicts import TOO_COMPLEX, Allowed, Denied
+from webhook.core.model.verdicts import TOO_COMPLEX, Allowed, Denied, Request
 from webhook.errors import BadReview, NotReady
 from webhook.serve import forward, review, wire
 from webhook.serve.metrics import Metrics
@@ -136,9 +136,10 @@ async def _answer_review(request: web.Request, webhook: review.Webhook) -> web.R
     state = source.state
     if not source.ready or state is None:
         raise NotReady(f"cache not ready: {source.not_ready_reason()}")
-    await _live_dra(source, state, raw)
-    owner = await _live_owner(source, state, raw, webhook)
-    decision = review.decide_request(state, raw, webhook, time.time(), owner)
+    read = review.read(raw)
+    await _live_dra(source, state, read)
+    owner = await _live_owner(source, state, read, webhook)
+    decision = review.decide_request(state, read, webhook, time.time(), owner)
     payload = orjson.dumps(wire.response(raw.uid, decision))
     outcome = "allowed" if isinstance(decision, Allowed) else "denied"
     elapsed = time.perf_counter() - started
@@ -150,35 +151,37 @@ async def _answer_review(request: web.Request, webhook: review.Webhook) -> web.R
 
 
 async def _live_owner(
-    source: StateSource, state: ClusterState, raw: wire.AdmissionRequest, webhook: review.Webhook
+    source: StateSource, state: ClusterState, request: Request, webhook: review.Webhook
 ) -> Any:
     """SPEC §7: the PodGroup's owner, read live under a short timeout when the cache lacks it."""
-    wanted = review.owner_to_fetch(state, raw, webhook)
+    wanted = review.owner_to_fetch(state, request, webhook)
     if wanted is None:
         return None
     ref, namespace = wanted
     try:
         body = await asyncio.wait_for(source.fetch(ref, namespace), OWNER_READ_SECONDS)
     except TimeoutError:
-        log.warning("live read of a PodGroup's owner timed out", extra={"uid": raw.uid, "owner": ref.name})
+        log.warning(
+            "live read of a PodGroup's owner timed out", extra={"uid": request.uid, "owner": ref.name}
+        )
         return None
     return review.owner_from(ref, body)
 
 
-async def _live_dra(source: StateSource, state: ClusterState, raw: wire.AdmissionRequest) -> None:
+async def _live_dra(source: StateSource, state: ClusterState, request: Request) -> None:
     """SPEC §4b: a pod's claims or templates, or a claim's pod, the cache lacks, read live under the
     same short timeout and put into the state as the watch will bring them; what cannot be read is
     left out, and the decision says so."""
-    wanted = review.dra_to_fetch(state, raw)
+    wanted = review.dra_to_fetch(state, request)
     if not wanted:
         return
-    namespace = wire.to_request(raw).namespace
+    namespace = request.namespace
     try:
         bodies = await asyncio.wait_for(
             asyncio.gather(*(source.fetch(ref, namespace) for ref in wanted)), OWNER_READ_SECONDS
         )
     except TimeoutError:
-        log.warning("live read for a DRA review timed out", extra={"uid": raw.uid})
+        log.warning("live read for a DRA review timed out", extra={"uid": request.uid})
         return
     for ref, body in zip(wanted, bodies, strict=True):
         if body is None or (ref.uid and (body.get("metadata") or {}).get("uid") != ref.uid):

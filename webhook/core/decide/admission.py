@@ -1,10 +1,13 @@
 """The two entry points every front (CLI, server) calls: ``validate`` and ``mutate``, and
 ``admit`` to record what was really admitted. Routing by resource lives here and nowhere else."""
 
+from dataclasses import replace
+
 from webhook.core.decide import claiming, decisions, enqueue, patches, scaling, writes
 from webhook.core.index.state import ClusterState
 from webhook.core.model import shapes
 from webhook.core.model.ledger import Entry
+from webhook.core.model.objects import reviewed_pod
 from webhook.core.model.verdicts import Allowed, Decision, Denied, Hold, Request
 
 VOLCANO_BATCH = "batch.volcano.sh"
@@ -14,6 +17,16 @@ VOLCANO_BATCH = "batch.volcano.sh"
 ASSIGNMENT_TTL = 10.0
 VOLCANO_SCHEDULING = "scheduling.volcano.sh"
 DRA = "resource.k8s.io"
+
+
+def parsed(request: Request) -> Request:
+    """``request`` with its pod read into its record, once, at the entry (every front then reads
+    that record): a pod create or update whose shape the core can read."""
+    if request.resource != "pods" or request.sub_resource or request.pod is not None:
+        return request
+    if request.operation not in ("CREATE", "UPDATE") or shapes.problem("pods", "", request.obj):
+        return request
+    return replace(request, pod=reviewed_pod(request.obj, request.namespace))
 
 
 def validate(state: ClusterState, request: Request, now: float) -> Decision:

@@ -43,6 +43,14 @@ def _pod_of(state: ClusterState, obj: Raw) -> PodRecord | None:
     return None
 
 
+def _owner_name(obj: Raw) -> str:
+    """The name of the pod that controls the claim, or ""."""
+    for ref in _list(_map(obj.get("metadata")).get("ownerReferences")):
+        if isinstance(ref, Mapping) and ref.get("kind") == "Pod" and ref.get("controller") is True:
+            return str(ref.get("name") or "?")
+    return ""
+
+
 def _one_model(state: ClusterState, pod: PodRecord) -> PodDemand | None:
     demand = state.demand_of(pod)
     return demand if isinstance(demand, PodDemand) and not demand.spec.is_multi else None
@@ -155,6 +163,12 @@ def _keep_alternatives(
 def decide_claim_create(state: ClusterState, request: Request) -> Decision:
     obj = request.obj
     pod = _pod_of(state, obj)
+    if pod is None and (owner := _owner_name(obj)):
+        return Denied(
+            f"resourceclaim {_name(obj, request)} of pod {request.namespace}/{named(owner)}: the webhook does"
+            " not know the pod yet (its live read found nothing, or timed out), so it cannot tell what the"
+            " claim may ask; the resource claim controller makes it again"
+        )
     demand = state.demand_of(pod) if pod is not None else None
     if pod is None or not isinstance(demand, PodDemand):
         return Allowed("not the claim of a card pod the cache knows")

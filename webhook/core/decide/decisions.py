@@ -14,7 +14,7 @@ from webhook.core.model.cards import UNIT, CardSpec, amount
 from webhook.core.model.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
 from webhook.core.model.feasibility import TooComplex
 from webhook.core.model.ledger import Cover
-from webhook.core.model.objects import PodRecord, PodTemplate, pod_record
+from webhook.core.model.objects import PodRecord, PodTemplate, pod_record, reviewed_pod
 from webhook.core.model.quota import AnnotationError, parse_card_request
 from webhook.core.model.verdicts import TOO_COMPLEX, WAITS, Allowed, Decision, Denied, Hold, Join, Request
 
@@ -24,12 +24,9 @@ GATED_OWNERS = frozenset({("ReplicaSet", "apps"), ("StatefulSet", "apps"), ("Job
 
 
 def decide_pod_create(state: ClusterState, request: Request, now: float) -> Decision:
-    obj = dict(request.obj)
-    pod = pod_record(obj)
-    if not pod.namespace or pod.namespace == "default":
-        pod = replace(pod, namespace=request.namespace or pod.namespace)
+    pod = request.pod if request.pod is not None else reviewed_pod(request.obj, request.namespace)
     what = f"pod {pod.namespace}/{pod.name or request.name}"
-    demand = pod_demand(pod.template, state.inventory, state.policy)
+    demand = state.demand_of(pod)
     match demand:
         case NotCardPod():
             return compute_only(state, pod.template, state.queue_of_pod(pod), what, pod.uid)

@@ -45,7 +45,7 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
     In wait mode a controller's pod that does not fit now is put under our scheduling gate instead
     (SPEC §5c), with its place; an ``A|B`` one keeps both models until it is released."""
     pod = request.obj
-    template = pod_template_of(pod)
+    template = request.pod.template if request.pod is not None else pod_template_of(pod)
     demand = pod_demand(template, state.inventory, state.policy)
     if not isinstance(demand, PodDemand):
         return Allowed("not a card pod (or refused by validation)")

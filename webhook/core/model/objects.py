@@ -7,7 +7,7 @@ offline answer and the live one agree.
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import field
+from dataclasses import field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -218,6 +218,15 @@ def pod_record(obj: Raw, template: PodTemplate | None = None) -> PodRecord:
         owner=controller_of(obj),
         waiting=pod_waiting(spec.get("schedulingGates"), meta.get("annotations")),
     )
+
+
+def reviewed_pod(obj: Raw, namespace: str) -> PodRecord:
+    """The pod of a review: its record, in the request's namespace when the object names none (a
+    create by a controller sends the object without it)."""
+    pod = pod_record(obj)
+    if not pod.namespace or pod.namespace == "default":
+        pod = replace(pod, namespace=namespace or pod.namespace)
+    return pod
 
 
 BEHIND: tuple[float, int] = (math.inf, -(2**31))  # the place of a gated pod whose mark is unreadable

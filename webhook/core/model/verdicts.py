@@ -6,6 +6,7 @@ from typing import Any
 from webhook.core.model.cards import CardSpec
 from webhook.core.model.demand import PodDemand
 from webhook.core.model.ledger import Cover
+from webhook.core.model.objects import PodRecord
 from webhook.core.model.values import value_class
 
 PatchOp = Mapping[str, Any]
@@ -86,6 +87,7 @@ class Request:
     obj: Mapping[str, Any]
     old_obj: Mapping[str, Any]
     dry_run: bool = False
+    pod: PodRecord | None = None  # ``obj`` read once at the entry, when it is a pod (``admission.parsed``)
 
     @property
     def target(self) -> str:
