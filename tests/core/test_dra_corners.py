@@ -297,3 +297,30 @@ def test_a_reviewed_pod_is_read_once_for_every_step(monkeypatch: pytest.MonkeyPa
     assert review.dra_to_fetch(state, read) == []
     assert isinstance(review.decide_request(state, read, "validate", 0.0), Allowed)
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize(
+    "resource",
+    [
+        pytest.param("deviceclass.resource.kubernetes.io/h200", id="a class's implicit name"),
+        pytest.param("example.com/h200", id="a class's extendedResourceName"),
+    ],
+)
+def test_dra_extended_resources_are_card_requests_of_their_class(resource: str) -> None:
+    """KEP-5004: the scheduler turns them into a claim of the class; without this they escaped."""
+    state = dra_cluster(
+        device_class(
+            "h200",
+            GPU_CLASS_CEL + " && " + PRODUCT_IS.format("NVIDIA H200"),
+            card=H200,
+            extended="example.com/h200",
+        ),
+        quota=SOME_H200,
+    )
+    over = pod("big", None, 3, resource=resource)
+    found = demand(state, over)
+    assert isinstance(found, PodDemand) and (found.spec.text, found.count) == (H200, 3 * UNIT)
+    refused = decide(state, over)
+    assert isinstance(refused, Denied) and 'queue "q" has 2 NVIDIA-H200 left' in refused.message
+    assert "(extended resource" in refused.message
+    assert isinstance(decide(state, pod("fits", None, 2, resource=resource)), Allowed)

@@ -16,7 +16,7 @@ refused, never taken for "no GPU").
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from fractions import Fraction
 
@@ -25,6 +25,7 @@ from webhook.core.model.cel import CelError, program
 from webhook.core.model.devices import (
     ALL,
     CLASS_CARD,
+    MAX_COUNT,
     ClaimRecord,
     ClaimRef,
     ClassRecord,
@@ -223,27 +224,56 @@ class _Asked:
     per_card: tuple[tuple[CardName, int], ...]
 
 
+IMPLICIT_PREFIX = "deviceclass.resource.kubernetes.io/"  # a class's implicit extended resource
+
+
+def extended_requests(resources: Mapping[str, int], devices: Devices) -> tuple[DeviceRequest, ...]:
+    """A pod's DRA extended resources (KEP-5004) as the device requests the scheduler makes of them:
+    ``deviceclass.resource.kubernetes.io/<class>``, or a class's ``extendedResourceName`` (``count``
+    devices of that class each). A name a device plugin serves as well is left to the device-plugin
+    reading (one count, never two)."""
+    out = []
+    for resource, count in sorted(resources.items()):
+        if resource.startswith(IMPLICIT_PREFIX):
+            name = resource[len(IMPLICIT_PREFIX) :]
+        else:
+            name = next((c.name for c in devices.classes.values() if c.extended_resource == resource), "")
+        if name and count > 0:
+            out.append(DeviceRequest(resource, name, count=min(count, MAX_COUNT)))
+    return tuple(out)
+
+
 def claims_demand(
-    refs: tuple[ClaimRef, ...], namespace: str, devices: Devices, named_spec: CardSpec | None
+    refs: tuple[ClaimRef, ...],
+    namespace: str,
+    devices: Devices,
+    named_spec: CardSpec | None,
+    extended: tuple[DeviceRequest, ...] = (),
 ) -> ClaimDemand | str | None:
-    """The card demand of a pod's claims; a refusal's text; None when they ask no GPU we count.
-    ``named_spec``: the pod's own ``volcano.sh/card.name``, the model of requests that fix none."""
+    """The card demand of a pod's claims (and of its DRA extended resources, ``extended``); a
+    refusal's text; None when they ask no GPU we count. ``named_spec``: the pod's own
+    ``volcano.sh/card.name``, the model of requests that fix none."""
     try:
-        return _demand(refs, namespace, devices, named_spec)
+        return _demand(refs, namespace, devices, named_spec, extended)
     except _Refused as refused:
         return str(refused)
 
 
 def _demand(
-    refs: tuple[ClaimRef, ...], namespace: str, devices: Devices, named_spec: CardSpec | None
+    refs: tuple[ClaimRef, ...],
+    namespace: str,
+    devices: Devices,
+    named_spec: CardSpec | None,
+    extended: tuple[DeviceRequest, ...],
 ) -> ClaimDemand | None:
     cards: tuple[CardName, ...] | None = None
     total: Counter[CardName] = Counter()
     by_name: list[tuple[str, int]] = []
     made: list[tuple[str, int]] = []
     told: list[str] = []
-    for ref in refs:
-        what, requests, templated = _source(ref, namespace, devices)
+    sources = [_source(ref, namespace, devices) for ref in refs]
+    sources += [(f"extended resource {r.name}", (r,), False) for r in extended]
+    for ref, (what, requests, templated) in zip([*refs, *([None] * len(extended))], sources, strict=True):
         asked = [a for r in requests if (a := _asked(r, what, devices, named_spec)) is not None]
         if not asked:
             continue
@@ -258,9 +288,9 @@ def _demand(
             mine.update(dict(one.per_card))
         total.update(mine)
         units = max(mine.values())
-        if ref.claim:
+        if ref is not None and ref.claim:
             by_name.append((f"{namespace}/{ref.claim}", units))
-        elif templated:  # the template itself was read: its claim is still to be made
+        elif ref is not None and templated:  # the template itself was read: its claim is still to be made
             made.append((ref.name, units))
         told.append(f"{what}: {amount(units)} {'|'.join(cards or ())}")
     if cards is None:

@@ -11,7 +11,8 @@ from webhook.core.model.cards import (
     product_of,
     units,
 )
-from webhook.core.model.claims import ClaimDemand, claims_demand
+from webhook.core.model.claims import IMPLICIT_PREFIX, ClaimDemand, claims_demand, extended_requests
+from webhook.core.model.devices import DeviceRequest
 from webhook.core.model.inventory import Inventory
 from webhook.core.model.objects import PodTemplate
 from webhook.core.model.policy import Policy
@@ -136,12 +137,13 @@ def spec_resource(spec: CardSpec, inventory: Inventory, policy: Policy) -> str |
 def pod_demand(template: PodTemplate, inventory: Inventory, policy: Policy) -> Demand:
     """A pod's card demand: its extended resources (SPEC §4) and the GPUs its claims ask (§4b)."""
     plugin = _plugin_demand(template, inventory, policy)
-    if not template.claims or not inventory.devices.drivers or isinstance(plugin, BadDemand | UnnamedCardPod):
+    extended = _extended(template, inventory, policy)
+    if not (template.claims or extended) or isinstance(plugin, BadDemand | UnnamedCardPod):
         return plugin
     named = plugin.spec if isinstance(plugin, PodDemand) else _named_spec(template)
     if isinstance(named, BadDemand):
         return named
-    found = claims_demand(template.claims, template.namespace, inventory.devices, named)
+    found = claims_demand(template.claims, template.namespace, inventory.devices, named, extended)
     if isinstance(found, str):
         return BadDemand(found)
     if found is None:
@@ -162,6 +164,24 @@ def pod_demand(template: PodTemplate, inventory: Inventory, policy: Policy) -> D
     resource = spec_resource(found.spec, inventory, policy)
     resource = resource if isinstance(resource, str) else policy.default_resource
     return PodDemand(found.spec, resource, found.count, _origin(template, found.spec), None, found)
+
+
+def _extended(template: PodTemplate, inventory: Inventory, policy: Policy) -> tuple[DeviceRequest, ...]:
+    """The pod's DRA extended resources (SPEC §4b): a class's implicit
+    ``deviceclass.resource.kubernetes.io/<class>``, or its ``extendedResourceName`` where no device
+    plugin serves that name (one a device plugin serves is read as before, once)."""
+    devices = inventory.devices
+    if not devices.drivers:
+        return ()
+    asked: dict[str, int] = {}
+    for resource in {*template.resources.limits, *template.resources.requests}:
+        if is_card_resource(resource, inventory, policy):
+            continue
+        if resource.startswith(IMPLICIT_PREFIX) or any(
+            c.extended_resource == resource for c in devices.classes.values()
+        ):
+            asked[resource] = quantity_of(template, resource) or 0
+    return extended_requests(asked, devices) if asked else ()
 
 
 def _named_spec(template: PodTemplate) -> CardSpec | BadDemand | None:
