@@ -19,6 +19,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from fractions import Fraction
+from typing import Any
 
 from webhook.core.model.cards import UNIT, CardName, CardSpec, amount
 from webhook.core.model.cel import CelError, program
@@ -73,6 +74,8 @@ class Devices:
         self._capacity: dict[CardName, dict[str, Fraction]] | None = None
         self._devices: dict[tuple[str, str, str], CardName] | None = None
         self._readings: dict[tuple[tuple[str, ...], tuple[str, ...]], Reading] = {}
+        # selectors -> slice name -> (the slice read, the cards it selects there, or why not)
+        self._selected: dict[tuple[str, ...], dict[str, tuple[SliceRecord, dict[CardName, bool], str]]] = {}
 
     def put_slice(self, record: SliceRecord) -> set[str]:
         """Add or replace a slice; returns the nodes whose cards changed."""
@@ -97,7 +100,8 @@ class Devices:
         return {old.node} - {""}
 
     def _forget(self) -> None:
-        """The published devices changed: what was worked out from them is worked out again."""
+        """The published devices changed: what was worked out from them is worked out again (a
+        reading from the slices that changed only: ``_selected`` keeps each slice's part)."""
         self._capacity = self._devices = None
         self._readings = {}
 
@@ -108,7 +112,7 @@ class Devices:
         found = self._readings.get(key)
         if found is None:
             if len(self._readings) >= MAX_READINGS:
-                self._readings = {}
+                self._readings, self._selected = {}, {}
             found = self._readings[key] = self._read(key[0] + key[1])
         if device_class.card is not None:  # the operator's word: its devices are these models
             cards = tuple(c for c in found.cards if c in device_class.card.cards) or device_class.card.cards
@@ -121,18 +125,21 @@ class Devices:
             programs = [program(text) for text in selectors]
         except CelError as error:
             return Reading((), (), str(error), mentioned)
+        parts = self._selected.setdefault(selectors, {})
+        for gone in parts.keys() - self.slices.keys():
+            del parts[gone]
         cards: dict[CardName, bool] = {}  # card -> whether every device of it selected is shared
         drivers: dict[str, None] = {}
-        for found in self.slices.values():
-            for device in found.devices:
-                if device.data is None:
-                    continue
-                try:
-                    if all(p.matches(device.data) for p in programs):
-                        cards[device.card] = cards.get(device.card, True) and device.shared
-                        drivers[found.driver] = None
-                except CelError as error:
-                    return Reading((), (), str(error), True)
+        for name, found in self.slices.items():
+            part = parts.get(name)
+            if part is None or part[0] is not found:
+                part = parts[name] = (found, *_select(found, programs))
+            _, selected, problem = part
+            if problem:
+                return Reading((), (), problem, True)
+            for card, whole_shared in selected.items():
+                cards[card] = cards.get(card, True) and whole_shared
+                drivers[found.driver] = None
         chosen = tuple(sorted(cards))
         shared = frozenset(card for card, all_shared in cards.items() if all_shared)
         return Reading(chosen, tuple(drivers), "", mentioned or bool(cards), chosen, shared)
@@ -185,6 +192,21 @@ class Devices:
 
 
 MAX_READINGS = 10_000  # distinct selector sets read at once; past it, read anew as they come
+
+
+def _select(found: SliceRecord, programs: list[Any]) -> tuple[dict[CardName, bool], str]:
+    """The cards of the devices of one slice every program selects (each with whether every such
+    device is shared), or why a program cannot be evaluated on one of them."""
+    cards: dict[CardName, bool] = {}
+    for device in found.devices:
+        if device.data is None:
+            continue
+        try:
+            if all(p.matches(device.data) for p in programs):
+                cards[device.card] = cards.get(device.card, True) and device.shared
+        except CelError as error:
+            return {}, str(error)
+    return cards, ""
 
 
 @value_class
