@@ -37,7 +37,7 @@ def test_first_available_alternatives_of_one_model_are_charged_the_largest_count
         "t",
         first_available(
             "gpu",
-            gpu_request("cheap", "h200", 1, selectors=(NOTHING_MEETS,)),
+            gpu_request("cheap", count=1, selectors=(NOTHING_MEETS,)),
             gpu_request("real", "h200", 4),
         ),
     )

@@ -372,12 +372,14 @@ def _one_model_each(claim: ClaimRecord, devices: Devices) -> None:
 def _asked(request: DeviceRequest, what: str, devices: Devices, named_spec: CardSpec | None) -> _Asked | None:
     """The cards one request may get and the units of each, or None when it asks no GPU of ours."""
     if request.alternatives:
-        found, other = [], None
+        found, other, unpublished = [], None, 0
         for sub in request.alternatives:
             try:
                 if (one := _asked(sub, what, devices, named_spec)) is not None:
                     found.append(one)
-            except (_OtherModel, _Unpublished) as refused:  # the pod names another; none is published
+            except _Unpublished as refused:  # a GPU no slice publishes: the scheduler skips it too
+                other, unpublished = other or refused, unpublished + 1
+            except _OtherModel as refused:  # the pod names another of its alternatives
                 other = other or refused
         if not found and other is not None:
             raise other
@@ -385,7 +387,7 @@ def _asked(request: DeviceRequest, what: str, devices: Devices, named_spec: Card
             return None
         if named_spec is not None:
             return _merge(found)
-        if len(found) < len(request.alternatives):
+        if len(found) + unpublished < len(request.alternatives):
             raise _Refused(
                 f"has request {named(request.name)} ({what}) whose alternatives are not all GPUs of a"
                 " card: its GPUs could not be counted"
