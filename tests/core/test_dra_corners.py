@@ -324,3 +324,15 @@ def test_dra_extended_resources_are_card_requests_of_their_class(resource: str) 
     assert isinstance(refused, Denied) and 'queue "q" has 2 NVIDIA-H200 left' in refused.message
     assert "(extended resource" in refused.message
     assert isinstance(decide(state, pod("fits", None, 2, resource=resource)), Allowed)
+
+
+def test_a_dra_extended_resource_pod_keeps_no_card_name_after_its_mutation() -> None:
+    """Its mutation must not name its card through volcano.sh/card.name (a device-plugin count would
+    then be asked of it): mutated and validated as the API server runs them, it is admitted."""
+    state = dra_cluster(quota=SOME_H200)
+    obj = pod("ext", None, 1, resource="deviceclass.resource.kubernetes.io/h200")
+    mutated = admission.mutate(state, request(obj), 0.0)
+    assert isinstance(mutated, Allowed)
+    made = jsonpatch.apply_patch(obj, [dict(op) for op in mutated.patch])
+    assert "volcano.sh/card.name" not in made["metadata"].get("annotations", {})
+    assert isinstance(admission.validate(state, request(made), 0.0), Allowed)

@@ -570,7 +570,9 @@ def test_dra_scale_ups_are_refused_and_a_refused_workload_is_served_when_cards_f
     t.plane.kubectl("delete", "hpa", "serve", "-n", t.ns)
     refused = t.plane.kubectl("scale", "-n", t.ns, "deployment/serve", "--replicas=3", check=False)
     assert refused.returncode != 0 and f'queue "{t.queue}"' in refused.stderr, refused.stderr
-    assert "(1 per pod)" in refused.stderr or "needs 2" in refused.stderr, refused.stderr
+    assert f"scale-up of deployment {t.ns}/serve from 1 to 3 replicas needs 2 NVIDIA-H200 (1 per pod)" in (
+        refused.stderr
+    ), refused.stderr
     # A workload created when its cards are taken: its pod is refused, its ReplicaSet waits in the
     # queue's line and is called the moment "holder" goes.
     t.plane.apply(dra_deployment(t, "late", 1, "one"), namespace=t.ns)
@@ -656,6 +658,33 @@ def test_a_volcano_job_whose_tasks_claim_gpus_is_held_at_enqueue_until_they_fit(
 
 
 # ---- seeded soak: device-plugin and DRA pods in one queue ----------------------------------------
+def in_use(t: DraTenant) -> Counter[str]:
+    """What the cluster shows the tenant's bound pods hold, by model: the cards of the devices
+    allocated to their claims, or their node's model times their nvidia.com/gpu."""
+    use: Counter[str] = Counter()
+    for found in t.pods():
+        node = found["spec"].get("nodeName")
+        if not node:
+            continue
+        if found["spec"].get("resourceClaims"):
+            use.update(t.allocated(found["metadata"]["name"]))
+            continue
+        product = t.plane.get("node", node)["metadata"]["labels"]["nvidia.com/gpu.product"]
+        limits = found["spec"]["containers"][0]["resources"].get("limits", {})
+        use[product] += int(limits.get("nvidia.com/gpu", 0))
+    return use
+
+
+DRA_GPUS = {H200: 2, R4090: 2}  # whole GPUs the DRA nodes' slices publish (dra_slice above)
+
+
+def dra_held(live: dict[str, str], card: str) -> int:
+    """The DRA GPUs of ``card`` the soak's live pods hold."""
+    return sum(
+        SOAK_KINDS[k][1] for k in live.values() if SOAK_KINDS[k][0] == card and SOAK_KINDS[k][2] != "plugin"
+    )
+
+
 SOAK_KINDS = {  # kind -> (card, cards per pod, how it asks)
     "plugin-h200": (H200, 1, "plugin"),
     "plugin-4090": (R4090, 1, "plugin"),
@@ -667,8 +696,9 @@ SOAK_KINDS = {  # kind -> (card, cards per pod, how it asks)
 
 def test_a_seeded_soak_of_device_plugin_and_dra_pods_keeps_every_model_within_quota(t: DraTenant) -> None:
     """Random creates and deletes of pods of both forms: every create is admitted exactly when the
-    test's own count says it fits; after each step every admitted pod is bound, every claim is
-    allocated on the model its pod was charged for, and no model is over the quota."""
+    test's own count says it fits; after each step every admitted pod is bound, and what the cluster
+    itself shows in use (each bound pod's allocated devices, or its node's model times its
+    nvidia.com/gpu) is the test's count, model by model, within the quota."""
     seed = int(os.environ.get("CARDQUOTA_SOAK_SEED", random.randrange(1 << 32)))
     rng = random.Random(seed)
     quota = {H200: rng.randint(1, 3), R4090: rng.randint(1, 2)}
@@ -700,6 +730,9 @@ def test_a_seeded_soak_of_device_plugin_and_dra_pods_keeps_every_model_within_qu
                 continue
             kind = rng.choice(sorted(SOAK_KINDS))
             card, per_pod, how = SOAK_KINDS[kind]
+            if how != "plugin" and dra_held(live, card) + per_pod > DRA_GPUS[card]:
+                kind = next(k for k, v in SOAK_KINDS.items() if v[2] == "plugin" and v[0] == card)
+                card, per_pod, how = SOAK_KINDS[kind]  # the DRA nodes are full: the quota is not the test
             name = f"{kind}-{n}"
             obj = (
                 t.pod(name, card=card, gpus=per_pod)
@@ -716,10 +749,15 @@ def test_a_seeded_soak_of_device_plugin_and_dra_pods_keeps_every_model_within_qu
                 assert f'queue "{t.queue}"' in refused and card in refused, refused
                 continue
             live[name] = kind
-            t.wait_running(name)
+            for each in live:
+                t.wait_running(each)
             if how != "plugin":
                 wait_for(f"{name}'s claim allocated", lambda name=name: t.allocated(name), timeout=30)
-                assert t.allocated(name) == [card] * per_pod, (name, t.allocated(name))
+            expected = Counter({c: 0 for c in quota})
+            for each in live.values():
+                expected[SOAK_KINDS[each][0]] += SOAK_KINDS[each][1]
+            assert in_use(t) == expected, (in_use(t), expected)
+            assert all(expected[c] <= quota[c] for c in quota)
     except BaseException as exc:
         raise AssertionError(f"DRA soak seed {seed}, quota {quota}, after: {log}") from exc
 
@@ -899,6 +937,53 @@ def test_an_allocation_of_another_model_is_refused_and_the_schedulers_own_passes
     assert t.create(t.pod("scheduled", template="per-model")) == ""
     t.wait_running("scheduled")
     assert t.allocated("scheduled") == [H200]
+
+
+def test_the_dra_corners_are_charged_as_the_scheduler_allocates(t: DraTenant) -> None:
+    """SPEC §4b read as the scheduler reads it, a row per corner: each refused with our message, or
+    admitted and allocated only on the model it was charged for."""
+    t.set_quota({H200: 2, R4090: 1})
+    nothing = IS.format("NVIDIA B200")
+    t.template(
+        "one-model-two-counts",
+        {
+            "name": "gpu",
+            "firstAvailable": [
+                {
+                    "name": "cheap",
+                    "deviceClassName": DRIVER,
+                    "count": 1,
+                    "selectors": [{"cel": {"expression": nothing}}],
+                },
+                {"name": "real", "deviceClassName": "h200.nvidia.com", "count": 3},
+            ],
+        },
+    )
+    refused = t.create(t.pod("two-counts", template="one-model-two-counts"))
+    assert f'queue "{t.queue}" has 2 NVIDIA-H200 left' in refused and refused.rstrip().endswith("needs 3"), (
+        refused
+    )
+    # a // comment: the API server never evaluates what follows it, and neither do we
+    commented = f"device.attributes['{DRIVER}'].productName.startsWith('NVIDIA GeForce') // && {IS.format('NVIDIA H200')}\n"
+    t.template("commented", exactly("gpu", DRIVER, 1, commented))
+    assert t.create(t.pod("commented", template="commented")) == ""
+    t.wait_running("commented")
+    assert t.allocated("commented") == [R4090]
+    # a capacity request on devices that are not shared takes whole devices, and is charged so
+    t.template("sliver", exactly("gpu", "h200.nvidia.com", 2, capacity={"requests": {"memory": "1Mi"}}))
+    assert t.create(t.pod("sliver", template="sliver")) == ""
+    t.wait_running("sliver")
+    assert t.allocated("sliver") == [H200, H200]
+    extended = t.pod("extended")
+    extended["spec"]["containers"][0]["resources"]["limits"] = {
+        "deviceclass.resource.kubernetes.io/h200.nvidia.com": "1"
+    }
+    refused = t.create(extended)
+    assert f'queue "{t.queue}" has 0 NVIDIA-H200 left' in refused and "extended resource" in refused, refused
+    t.claim("anyone", exactly())
+    refused = t.create(t.pod("by-name", claim="anyone", card=R4090))
+    assert f"uses ResourceClaim {t.ns}/anyone, whose request gpu may be given any of" in refused, refused
+    assert "a claim by name is shared, never pinned" in refused, refused
 
 
 HAMI = "hami-core-gpu.project-hami.io"

@@ -52,7 +52,7 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
     gate = _gate_ops(state, request, template, now)
     chosen = None
     if gate is not None:
-        ops = [*_card_name_ops(template, demand.spec), *gate]
+        ops = [*_card_name_ops(template, demand.spec, dra=demand.only_claims), *gate]
         if not demand.only_claims:
             ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, demand.spec)))
         record = pod_record(pod, template)
@@ -68,7 +68,7 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
             record = replace(record, namespace=request.namespace or record.namespace)
         chosen = assign_model(state, record, demand)
     spec = CardSpec((chosen.card,)) if chosen else demand.spec
-    ops = _card_name_ops(template, spec, assigned=chosen is not None)
+    ops = _card_name_ops(template, spec, assigned=chosen is not None, dra=demand.only_claims)
     if chosen is not None:
         ops.append({"op": "add", "path": _CARD_SPEC_PATH, "value": demand.spec.text})
     if not demand.only_claims:
@@ -103,11 +103,14 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
     )
 
 
-def _card_name_ops(template: PodTemplate, spec: CardSpec, assigned: bool = False) -> list[PatchOp]:
-    """The canonical ``card.name``; a pod whose claims name its model and that has none gets one
-    only when the mutation assigned it one model of several (``assigned``)."""
+def _card_name_ops(
+    template: PodTemplate, spec: CardSpec, assigned: bool = False, dra: bool = False
+) -> list[PatchOp]:
+    """The canonical ``card.name``; a pod whose claims (or DRA extended resources, ``dra``) name its
+    model and that has none gets one only when the mutation assigned it one model of several
+    (``assigned``)."""
     current = template.annotations.get(keys.CARD_NAME)
-    if current is None and template.claims:  # a DRA pod's model is ours to write (SPEC §4b)
+    if current is None and (template.claims or dra):  # a DRA pod's model is ours to write (SPEC §4b)
         current = template.annotations.get(keys.DRA_CARD)
         if current == spec.text or not assigned:
             return []
@@ -183,12 +186,13 @@ def release_patch(state: ClusterState, pod: Raw, card: CardName | None) -> list[
     ops.append({"op": "remove", "path": pointer("spec", "schedulingGates", index)})
     if card is not None:
         template = pod_template_of(pod)
-        ops.extend(_card_name_ops(template, CardSpec((card,))))
+        demand = pod_demand(template, state.inventory, state.policy)
+        dra = isinstance(demand, PodDemand) and demand.only_claims
+        ops.extend(_card_name_ops(template, CardSpec((card,)), dra=dra))
         if keys.CARD_SPEC not in template.annotations:
             asked = template.annotations.get(keys.CARD_NAME, "")
             ops.append({"op": "add", "path": _CARD_SPEC_PATH, "value": asked})
-        demand = pod_demand(template, state.inventory, state.policy) if template.claims else None
-        if not (isinstance(demand, PodDemand) and demand.only_claims):
+        if not dra:
             ops.extend(affinity_ops(spec, _expression(state, CardSpec((card,)))))
     return ops
 

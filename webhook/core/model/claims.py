@@ -372,7 +372,9 @@ def _one_model_each(claim: ClaimRecord, devices: Devices) -> None:
 def _asked(request: DeviceRequest, what: str, devices: Devices, named_spec: CardSpec | None) -> _Asked | None:
     """The cards one request may get and the units of each, or None when it asks no GPU of ours."""
     if request.alternatives:
-        found, other, unpublished = [], None, 0
+        found: list[_Asked] = []
+        other: _Refused | None = None
+        unpublished = 0
         for sub in request.alternatives:
             try:
                 if (one := _asked(sub, what, devices, named_spec)) is not None:
