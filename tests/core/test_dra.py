@@ -289,7 +289,7 @@ def test_the_card_of_a_request(
             ),
             None,
             [
-                "whose model cannot be read: one of",
+                "whose model cannot be read: its CEL selector",
                 "fails on device dra/gpu-0: its result is of type int, not bool",
             ],
             id="a selector that is no condition",

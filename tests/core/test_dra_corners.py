@@ -92,7 +92,7 @@ def test_a_class_it_cannot_evaluate_is_refused_never_read_as_no_gpu() -> None:
     state = dra_cluster(broken, claim_template("t", gpu_request("g", "broken", 1)))
     found = demand(state, dra_pod("p", H200, templates=("t",)))
     assert isinstance(found, BadDemand), found
-    assert "whose model cannot be read: one of CEL selector" in found.reason
+    assert "whose model cannot be read: its CEL selector" in found.reason
     assert "fails on device dra/gpu-0: No matching overloads found : _&&_" in found.reason
     fine = dra_cluster(claim_template("t", gpu_request("g", "h200", 1)))
     assert isinstance(demand(fine, dra_pod("p", templates=("t",))), PodDemand)
@@ -336,3 +336,20 @@ def test_a_dra_extended_resource_pod_keeps_no_card_name_after_its_mutation() -> 
     made = jsonpatch.apply_patch(obj, [dict(op) for op in mutated.patch])
     assert "volcano.sh/card.name" not in made["metadata"].get("annotations", {})
     assert isinstance(admission.validate(state, request(made), 0.0), Allowed)
+
+
+def test_the_schedulers_claim_for_a_dra_served_nvidia_gpu_is_checked_against_the_pods_count() -> None:
+    """The extended-resource form: a pod asking nvidia.com/gpu that DRA serves gets a claim the
+    scheduler makes; its allocation is held to the pod's count, not refused for want of claims."""
+    state = dra_cluster(pod("plain", H200, 1, node_name="dra"))
+    claim = resource_claim(
+        "plain-extended-x", gpu_request(count=1), pod_owner={"name": "plain", "uid": "uid-ns-plain"}
+    )
+    ok = admission.validate(state, allocation_write(claim, "uid-ns-plain", (NV, "dra", "gpu-0")), 0.0)
+    assert ok == Allowed("it gives what its pods were charged for", card=H200)
+    two = allocation_write(claim, "uid-ns-plain", (NV, "dra", "gpu-0"), (NV, "dra", "gpu-1"))
+    refused = admission.validate(state, two, 0.0)
+    assert (
+        isinstance(refused, Denied)
+        and "gives 2 NVIDIA-H200 to pod ns/plain, which was charged for 1 NVIDIA-H200" in refused.message
+    )

@@ -14,6 +14,7 @@ from tests.builders import (
     node,
     owner,
     pod,
+    podgroup,
     queue,
     replicaset,
     request,
@@ -313,3 +314,34 @@ def test_a_queue_limiting_dra_devices_by_class_beside_its_card_quota_is_warned_o
     )
     plain = queue("q", '{"NVIDIA-H200": 4}', capability={"cpu": "10"})
     assert admission.validate(state, request(plain, **QUEUES), 0.0).warnings == ()
+
+
+@pytest.mark.parametrize(
+    ("phase", "replicas", "refused"),
+    [
+        pytest.param("Inqueue", 3, True, id="enqueued, raised"),
+        pytest.param("Running", 3, True, id="running, raised"),
+        pytest.param("Inqueue", 1, False, id="enqueued, lowered"),
+        pytest.param("Pending", 3, False, id="not enqueued yet: Volcano's own queueing"),
+    ],
+)
+def test_an_enqueued_volcano_jobs_sizes_cannot_be_raised(phase: str, replicas: int, refused: bool) -> None:
+    """SPEC §4b: its PodGroup reserves what it was enqueued with; more pods would be charged past it."""
+    job = vcjob("train", [(2, template(H200))])
+    ref = owner("Job", "train", "uid-job-train", api="batch.volcano.sh/v1alpha1")
+    state = cluster(
+        node("h200", H200, 8),
+        queue("q", '{"NVIDIA-H200": 4}'),
+        job,
+        podgroup("train", phase, owner_ref=ref, minMember=2),
+    )
+    raised = vcjob("train", [(replicas, template(H200))])
+    decision = admission.validate(state, request(raised, operation="UPDATE", old=job, **VC), 0.0)
+    if refused:
+        assert isinstance(decision, Denied)
+        assert decision.message == (
+            "volcano job ns/train is enqueued (its PodGroup reserves what it was enqueued with) and cannot ask"
+            " more now: 3 NVIDIA-H200 where it asked 2; lower it, or delete the job and create it anew"
+        )
+    else:
+        assert isinstance(decision, Allowed)

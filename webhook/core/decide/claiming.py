@@ -284,12 +284,13 @@ def _units_given(devices: Devices, card: CardName, consumed: tuple[tuple[str, An
 
 
 def _charged_on(state: ClusterState, pod: PodRecord, card: CardName) -> int | None:
-    """What ``pod`` asked of ``card`` through its claims, as it is charged; None when it was
-    charged for no GPU of ``card`` at all."""
+    """What ``pod`` is charged of ``card`` (its claims and its extended resources, which the
+    scheduler may serve through a claim of its own); None when it was charged for no GPU of
+    ``card`` at all."""
     demand = state.demand_of(pod)
-    if not isinstance(demand, PodDemand) or demand.claims is None or card not in demand.spec.cards:
+    if not isinstance(demand, PodDemand) or card not in demand.spec.cards:
         return None
     charge = state.charge_of(pod.uid)
     if charge is not None and charge.card is not None and charge.card != card:
         return None  # an A|B pod confined to another of its models
-    return demand.claims.on(card)
+    return demand.count_on(card, state.inventory)  # a DRA-served nvidia.com/gpu is in its count

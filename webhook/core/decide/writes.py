@@ -42,6 +42,23 @@ def decide_queue(state: ClusterState, request: Request) -> Decision:
     return Allowed("well-formed quota", warnings=tuple(warnings), queue=name)
 
 
+def _raised(was: list[Any], now: list[Any]) -> str:
+    """What ``now`` asks beyond ``was`` (minimum demands per card spec), said for people; ""."""
+
+    def total(groups: list[Any]) -> Counter[str]:
+        out: Counter[str] = Counter()
+        for group in groups:
+            out["|".join(group.cards)] += group.demand
+        return out
+
+    before, after = total(was), total(now)
+    return ", ".join(
+        f"{amount(after[spec])} {spec} where it asked {amount(before.get(spec, 0))}"
+        for spec in sorted(after)
+        if after[spec] > before.get(spec, 0)
+    )
+
+
 DEVICE_CLASS_KEY = "deviceclass/"  # stock Volcano v1.15's capacity plugin: claims counted per class
 
 
@@ -145,6 +162,16 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
     if info is None or info.quota is None:
         return Allowed("queue unknown or without card quota: Volcano decides")
     groups = _minimum_demand(state, job.annotations.get(keys.CARD_REQUEST), job.tasks, job.min_available)
+    if request.operation == "UPDATE" and request.old_obj and job.uid and state.enqueued(job.uid):
+        old = workload_record({**request.old_obj, "kind": "Job"})
+        was = _minimum_demand(state, old.annotations.get(keys.CARD_REQUEST), old.tasks, old.min_available)
+        raised = _raised(was, groups)
+        if raised:
+            return Denied(
+                f"{what} is enqueued (its PodGroup reserves what it was enqueued with) and cannot ask more"
+                f" now: {raised}; lower it, or delete the job and create it anew",
+                queue=queue,
+            )
     if not groups:
         return Allowed("no card demand")
     never = _never_enqueued(info.quota, groups)

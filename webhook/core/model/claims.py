@@ -411,9 +411,12 @@ def _asked(request: DeviceRequest, what: str, devices: Devices, named_spec: Card
     if request.admin:
         return None  # administrative access: watching a device, not taking it
     if device_class.problem or read.problem:
-        whose = f"DeviceClass {device_class.name}:" if device_class.problem else "one of"
-        why = device_class.problem or read.problem.removeprefix("its ")
-        raise _Refused(f"asks GPUs ({label}) whose model cannot be read: {whose} {why}")
+        why = (
+            f"DeviceClass {device_class.name}: {device_class.problem}"
+            if device_class.problem
+            else read.problem
+        )
+        raise _Refused(f"asks GPUs ({label}) whose model cannot be read: {why}")
     if request.mode == ALL:
         raise _Refused(
             f"asks all the devices of DeviceClass {device_class.name} ({label}, allocationMode All):"
