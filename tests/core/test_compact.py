@@ -60,3 +60,16 @@ def test_a_pods_priority_is_read_into_its_template_and_an_odd_one_is_0() -> None
     assert priority(1000) == 1000 and priority(-5) == -5 and priority(2**40) == 2**31
     assert priority("1000") == priority(True) == priority(1.5) == priority(None) == priority([]) == 0
     assert objects.pod_record(pod("p", H200, spec={"priority": 7})).template.priority == 7
+
+
+def test_a_cached_pod_keeps_its_priority_through_the_pool_and_the_list_fast_path() -> None:
+    """Tidal reclaim orders victim gangs by their pods' PriorityClass: the cache must keep it."""
+    import orjson
+
+    from webhook.cluster.listing import PodReader
+
+    obj = pod("p", H200, spec={"priority": 1000})
+    state = cluster(obj)
+    assert state.pods["uid-ns-p"].priority == 1000
+    page = PodReader(state.pool).page(orjson.dumps({"items": [obj], "metadata": {}}))
+    assert page is not None and page.pods[0].priority == 1000

@@ -97,6 +97,7 @@ class Spec(_Struct):
     affinity: Affinity | None = None
     schedulerName: str | None = None
     schedulingGates: list[Gate] | None = None
+    priority: int | None = None
     resourceClaims: msgspec.Raw = NULL  # rare: read the ordinary way (``devices.claim_refs``)
 
 
@@ -167,7 +168,7 @@ class PodReader:
                 if shapes.timestamp(m.deletionTimestamp) is not None:
                     return None
                 deadline = objects.deletion_deadline(m.deletionTimestamp, m.deletionGracePeriodSeconds)
-            template = self._template(m.annotations, resources, spec.schedulerName or "")
+            template = self._template(m.annotations, resources, spec.schedulerName or "", spec.priority)
             if spec.resourceClaims is not NULL:
                 claiming = self._claiming(template, m.namespace, spec, pod.status or _NO_STATUS)
                 if claiming is None:
@@ -207,15 +208,19 @@ class PodReader:
         return found
 
     def _template(
-        self, annotations: Mapping[str, str | None] | None, resources: Resources, scheduler: str
+        self,
+        annotations: Mapping[str, str | None] | None,
+        resources: Resources,
+        scheduler: str,
+        priority: int | None,
     ) -> PodTemplate:
         kept = tuple(annotations.get(k) for k in KEPT_ANNOTATIONS) if annotations else _NO_KEPT
-        key = (kept, id(resources), scheduler)
+        key = (kept, id(resources), scheduler, priority)
         found = self._templates.get(key)
         if found is None:
             shown = {k: v for k, v in zip(KEPT_ANNOTATIONS, kept, strict=True) if v is not None}
             found = self._templates[key] = self.pool.template(
-                PodTemplate(shown, resources, scheduler=scheduler)
+                PodTemplate(shown, resources, scheduler=scheduler, priority=objects.priority_of(priority))
             )
         return found
 

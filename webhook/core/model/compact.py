@@ -3,10 +3,9 @@
 Pods of one workload differ only in name and uid, so their templates, owners and charges are the
 same values; the state keeps one instance of each, held weakly so it goes when its last pod goes.
 A cached pod keeps only what decisions read about existing pods: the card, queue and PodGroup
-annotations, the extended-resource amounts, the CPU and memory requests and the scheduler name (its
-node selector and affinity matter only when it is admitted, and that reads the review's object).
-Not its priority, yet: the pod list's fast path (``cluster.listing``) reads none, and both readings
-give the same record; kept, it would cost nothing per pod, a workload's pods sharing it.
+annotations, the extended-resource amounts, the CPU and memory requests, the scheduler name and its
+priority (tidal reclaim orders gangs by it; a workload's pods share it, so it costs nothing per pod);
+its node selector and affinity matter only when it is admitted, and that reads the review's object.
 """
 
 import sys
@@ -74,6 +73,7 @@ class Pool:
             scheduler,
             template.claims,
             template.namespace,
+            template.priority,
         )
         found = self._templates.get(key)
         if found is None:
@@ -84,6 +84,7 @@ class Pool:
                 scheduler=scheduler,
                 claims=template.claims,
                 namespace=sys.intern(template.namespace),
+                priority=template.priority,
             )
             self._templates[key] = found
         return found

@@ -67,7 +67,7 @@ class PodRecord:
 
     @property
     def priority(self) -> int:
-        """spec.priority, from its PriorityClass (0 in a cached record: the pool keeps none)."""
+        """spec.priority, from its PriorityClass (kept in its shared template)."""
         return self.template.priority
 
     @property
@@ -185,11 +185,11 @@ def pod_template_of(template: Raw, namespace: str = "") -> PodTemplate:
         scheduler=str(spec.get("schedulerName") or ""),
         claims=claims,
         namespace=(namespace or str(_meta(template).get("namespace") or "default")) if claims else "",
-        priority=_priority(spec.get("priority")),
+        priority=priority_of(spec.get("priority")),
     )
 
 
-def _priority(value: Any) -> int:
+def priority_of(value: Any) -> int:
     """spec.priority (an int32 the API server sets from the PriorityClass), else 0."""
     return max(-(2**31), min(value, 2**31)) if type(value) is int else 0
 
