@@ -22,7 +22,7 @@ from webhook.core.index.line import CALLED_KINDS, Waiter, ordinal
 from webhook.core.index.state import ClusterState
 from webhook.core.model import keys
 from webhook.core.model.cards import amount
-from webhook.core.model.objects import PodGroupRecord, PodRecord, WorkloadRecord, moment
+from webhook.core.model.objects import PodGroupRecord, PodRecord, WorkloadRecord, event_targets, moment
 
 log = logging.getLogger(__name__)
 CALLED = "CardQuotaCalled"
@@ -196,20 +196,7 @@ class LineCaller:
     async def _group_event(self, group: PodGroupRecord, reason: str, message: str) -> None:
         """A Warning Event on a PodGroup and on its Volcano Job (what ``kubectl describe vcjob``
         shows)."""
-        involved = [
-            {
-                "apiVersion": "scheduling.volcano.sh/v1beta1",
-                "kind": "PodGroup",
-                "name": group.name,
-                "uid": group.uid,
-            }
-        ]
-        owner = group.owner
-        if owner is not None and owner.kind == "Job" and owner.api_version.startswith("batch.volcano.sh"):
-            involved.append(
-                {"apiVersion": owner.api_version, "kind": "Job", "name": owner.name, "uid": owner.uid}
-            )
-        for target in involved:
+        for target in event_targets(group):
             try:
                 await self.transport.record_event(group.namespace, target, reason, message, "Warning")
             except cache.Unavailable as exc:

@@ -24,7 +24,7 @@ from webhook.core.decide import tidal
 from webhook.core.index.state import ClusterState
 from webhook.core.model import keys
 from webhook.core.model.cards import amount
-from webhook.core.model.objects import reclaim_text
+from webhook.core.model.objects import event_targets, reclaim_text
 from webhook.core.model.reclaim import Gang, Taken
 from webhook.core.model.values import value_class
 
@@ -235,22 +235,8 @@ class Reclaimer:
         group = self.state.podgroups.get(gang.key)
         if group is None:
             return
-        namespace = group.namespace
-        involved = [
-            {
-                "apiVersion": "scheduling.volcano.sh/v1beta1",
-                "kind": "PodGroup",
-                "name": group.name,
-                "uid": group.uid,
-            }
-        ]
-        owner = group.owner
-        if owner is not None and owner.kind == "Job" and owner.api_version.startswith("batch.volcano.sh"):
-            involved.append(
-                {"apiVersion": owner.api_version, "kind": "Job", "name": owner.name, "uid": owner.uid}
-            )
-        for target in involved:
-            await self._event(namespace, target, reason, message, kind)
+        for target in event_targets(group):
+            await self._event(group.namespace, target, reason, message, kind)
 
     async def _event(
         self, namespace: str, involved: dict[str, str], reason: str, message: str, kind: str = "Normal"

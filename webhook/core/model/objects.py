@@ -220,6 +220,23 @@ def pod_record(obj: Raw, template: PodTemplate | None = None) -> PodRecord:
     )
 
 
+def event_targets(group: PodGroupRecord) -> list[dict[str, str]]:
+    """What an Event about a PodGroup is recorded on: the PodGroup, and its Volcano Job (what
+    ``kubectl describe vcjob`` shows)."""
+    targets = [
+        {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "name": group.name,
+            "uid": group.uid,
+        }
+    ]
+    owner = group.owner
+    if owner is not None and owner.kind == "Job" and owner.api_version.startswith("batch.volcano.sh"):
+        targets.append({"apiVersion": owner.api_version, "kind": "Job", "name": owner.name, "uid": owner.uid})
+    return targets
+
+
 def reviewed_pod(obj: Raw, namespace: str) -> PodRecord:
     """The pod of a review: its record, in the request's namespace when the object names none (a
     create by a controller sends the object without it)."""
