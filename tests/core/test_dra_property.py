@@ -57,11 +57,11 @@ from webhook.core.model.verdicts import Allowed, Decision, Denied
 
 # The races left out until the product covers them (see the reproductions at the end):
 # an edit of a pod's card or queue annotations that the cache sees before the pod itself
-EDIT_BEFORE_ARRIVAL = False
+EDIT_BEFORE_ARRIVAL = True
 # a claim's payer deleted while the claim's other pods are all still in flight (§27 "Windows left open")
 PAYER_LEAVES_BEFORE_SHARERS_ARRIVE = False
 # the per-model class edited or deleted while a pod sharing a claim, admitted as not its payer, is in flight
-CLASS_CHANGED_UNDER_FLYING_SHARER = False
+CLASS_CHANGED_UNDER_FLYING_SHARER = True
 
 QUEUES = ("a", "b")
 CARDS = (H200, R4090)
@@ -449,16 +449,15 @@ def test_admissions_and_charges_follow_the_pods_as_first_admitted(steps: list[An
 # (strict xfail: once one passes, drop its mark and set its flag at the top of this module)
 
 
-EDIT_BUG = pytest.mark.xfail(strict=True, reason="the ledger entry's queue and model are dropped at arrival")
 
 
 @pytest.mark.parametrize(
     ("kind", "what", "charged"),
     [
-        pytest.param("plugin", "queue", ("a", H200, 1), marks=EDIT_BUG, id="plugin queue"),
-        pytest.param("plugin", "unqueue", ("a", H200, 1), marks=EDIT_BUG, id="plugin unqueue"),
-        pytest.param("plugin", "card", ("a", H200, 1), marks=EDIT_BUG, id="plugin card.name"),
-        pytest.param("template", "queue", ("a", H200, 1), marks=EDIT_BUG, id="dra queue"),
+        pytest.param("plugin", "queue", ("a", H200, 1), id="plugin queue"),
+        pytest.param("plugin", "unqueue", ("a", H200, 1), id="plugin unqueue"),
+        pytest.param("plugin", "card", ("a", H200, 1), id="plugin card.name"),
+        pytest.param("template", "queue", ("a", H200, 1), id="dra queue"),
         pytest.param("template", "card", ("a", H200, 1), id="dra card"),
     ],
 )
@@ -467,8 +466,8 @@ def test_an_edit_the_cache_sees_before_the_pod_itself_moves_nothing(
 ) -> None:
     """A pod admitted to queue ``a`` for one H200 whose queue or card annotation is edited (past the
     webhook's update rule) before the cache first sees it, as after a relist: it is charged what it
-    was admitted with (SPEC §4b: fixed when admitted). Found: the ledger entry's queue and model are
-    dropped at arrival, and the pod is charged as its edited annotations say."""
+    was admitted with (SPEC §4b: fixed when admitted; its in-flight hold carries its annotations as
+    admitted). Found once: they were dropped at arrival, and the pod charged as edited."""
     state = fresh_cluster()
     obj = new_pod("p", kind, "a", H200, 1)
     assert isinstance(decide(state, obj, 0.0), Allowed)
@@ -500,14 +499,13 @@ def test_a_claim_stays_charged_when_its_payer_leaves_before_its_other_pod_arrive
 
 
 @pytest.mark.parametrize("change", ["edited", "deleted"])
-@pytest.mark.xfail(strict=True, reason="a sharer's demand is fixed when it arrives, not when it was admitted")
 def test_a_pod_sharing_a_claim_inherits_it_as_it_was_admitted(change: str) -> None:
     """``p0`` pays claim shared-a (1 H200 of the per-model class); ``p1`` shares it, admitted as not
-    its payer (no in-flight hold, so no admitted demand is recorded); the class is edited to RTX 4090,
-    or deleted, before ``p1`` arrives; then ``p0`` is deleted and ``p1`` pays. Found: ``p1`` pays the
-    claim as it reads at its arrival (1 RTX 4090, or nothing while the class is missing: the queue's
-    H200 room reopens, a pod of 3 H200 is admitted, and once the class is back the queue holds 4 of
-    3), not the 1 H200 it was admitted with."""
+    its payer (its in-flight hold, of no cards, carries what it was admitted with); the class is
+    edited to RTX 4090, or deleted, before ``p1`` arrives; then ``p0`` is deleted and ``p1`` pays the
+    1 H200 it was admitted with. Found once: it paid the claim as it read at its arrival (1 RTX 4090,
+    or nothing while the class was missing: the queue's H200 room reopened, a pod of 3 H200 was
+    admitted, and once the class was back the queue held 4 of 3)."""
     state = fresh_cluster()
     p0, p1 = new_pod("p0", "shared-a", "a", H200, 1), new_pod("p1", "shared-a", "a", H200, 1)
     decide(state, p0, 0.0)

@@ -141,6 +141,7 @@ def _record(state: ClusterState, hold: Hold, now: float) -> None:
         hold.covers,
         hold.task,
         hold.demand,
+        hold.charged,
     )
     for claim in hold.claims:  # a claim by name it is charged for: its other pods are not
         state.claims.expect(claim, hold.queue, hold.key, expires)

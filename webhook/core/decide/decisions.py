@@ -44,9 +44,12 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
     queue = state.queue_of_pod(pod)
     paying: tuple[str, ...] = ()
     admitted = demand if demand.claims is not None else None  # what it is charged while it lives
+    charged = tuple((k, v) for k in keys.CHARGED if (v := pod.template.annotations.get(k)) is not None)
     if demand.claims is not None:
         what += f" ({demand.claims.told})"
         unpaid = _unpaid(state, pod, queue, demand, what, now)
+        if isinstance(unpaid, Allowed):  # it holds nothing, but is charged as admitted when it pays
+            return replace(unpaid, hold=Hold(pod.uid, queue, None, 0, 1, demand=admitted, charged=charged))
         if not isinstance(unpaid, tuple):
             return unpaid
         demand, paying = unpaid
@@ -69,7 +72,17 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         return replace(refused, release=release)
     cpu, memory = state.compute_charged(pod.template) or (0, 0)
     hold = Hold(
-        pod.uid, queue, demand.spec, demand.count, 1, release, cpu, memory, claims=paying, demand=admitted
+        pod.uid,
+        queue,
+        demand.spec,
+        demand.count,
+        1,
+        release,
+        cpu,
+        memory,
+        claims=paying,
+        demand=admitted,
+        charged=charged,
     )
     held = covering(state, pod, demand)
     if held is not None and held.origin == "reserved":

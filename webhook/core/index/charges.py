@@ -93,6 +93,12 @@ def as_charged(old: PodRecord, new: PodRecord) -> PodRecord:
     return replace(new, template=replace(new.template, annotations=annotations))
 
 
+def admitted_as(pod: PodRecord, charged: tuple[tuple[str, str], ...]) -> PodRecord:
+    """``pod`` with the annotations its charge is read from as it was admitted (``charged``)."""
+    annotations = {k: v for k, v in pod.template.annotations.items() if k not in keys.CHARGED}
+    return replace(pod, template=replace(pod.template, annotations=annotations | dict(charged)))
+
+
 def compute_charged(template: PodTemplate, inventory: Inventory, policy: Policy) -> tuple[int, int] | None:
     """CPU (millicores) and memory (bytes) the CPU/memory check charges one pod of ``template``:
     None when the check is off, the pod is not Volcano's to schedule, requests neither, or uses

@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 
-from webhook.core.index.charges import Charger, PodIndex, as_charged, compute_charged
+from webhook.core.index.charges import Charger, PodIndex, admitted_as, as_charged, compute_charged
 from webhook.core.index.claimbook import ClaimBook
 from webhook.core.index.freecards import FreeCards
 from webhook.core.index.line import Refused, Waiter, WaitingLine, group_waiter, pod_waiter, workload_waiter
@@ -208,7 +208,7 @@ class ClusterState:
     def upsert_pod(self, pod: PodRecord, pooled: bool = False) -> None:
         """Add or replace a pod; ``pooled``: its record is built from ``self.pool`` already."""
         old = self.pods.get(pod.uid)
-        if old is not None and old.waiting is None and (held := as_charged(old, pod)) is not pod:
+        if (held := self._as_charged(old, pod)) is not pod:
             pod, pooled = held, False
         if not pooled:
             pod = self._pool.pod(pod)
@@ -229,6 +229,16 @@ class ClusterState:
         if pod.deletion_deadline is not None:
             heapq.heappush(self._deadlines, (pod.deletion_deadline, pod.uid))
         self._index(pod)
+
+    def _as_charged(self, old: PodRecord | None, pod: PodRecord) -> PodRecord:
+        """``pod`` with the annotations its charge is read from as it was charged: as the cache first
+        saw it ungated, or, arriving, as it was admitted (an edit seen before the pod itself)."""
+        if old is not None:
+            return as_charged(old, pod) if old.waiting is None else pod
+        entry = self.ledger.get(pod.uid) if pod.waiting is None else None
+        if entry is None or entry.charged is None:
+            return pod
+        return as_charged(admitted_as(pod, entry.charged), pod)
 
     def upsert_pods(self, pods: Iterable[PodRecord]) -> None:
         """Many pods at once (a list), their records built from ``self.pool``: the demand and the

@@ -288,6 +288,8 @@ def _request(raw: Any, drivers: tuple[str, ...], index: int) -> DeviceRequest:
 
 def claim_requests(spec: Any, drivers: tuple[str, ...]) -> tuple[tuple[DeviceRequest, ...], str]:
     """The requests of a claim's spec, and what makes the spec unreadable ("" when nothing)."""
+    if spec is not None and not isinstance(spec, Mapping):
+        return (), "its spec is not an object"
     devices = _map(spec).get("devices")
     if devices is None:
         return (), ""
@@ -366,7 +368,11 @@ def claim_record(obj: Raw, drivers: tuple[str, ...]) -> ClaimRecord:
 
 def template_record(obj: Raw, drivers: tuple[str, ...]) -> TemplateRecord:
     meta = _map(obj.get("metadata"))
-    requests, problem = claim_requests(_map(_map(obj.get("spec")).get("spec")), drivers)
+    spec = obj.get("spec")
+    if spec is not None and not isinstance(spec, Mapping):
+        requests, problem = (), "its spec is not an object"
+    else:
+        requests, problem = claim_requests(_map(spec).get("spec"), drivers)
     return TemplateRecord(
         str(meta.get("namespace") or "default"), str(meta.get("name") or ""), requests, problem
     )

@@ -42,6 +42,7 @@ class Entry:
     covers: Cover | None = None  # the flexible demand this entry's (assigned) pod comes out of
     task: str = ""  # a Volcano Job task's pods all get one model: "<job uid>/<task>"
     demand: PodDemand | None = None  # a DRA pod's demand as admitted: what it is charged at arrival
+    charged: tuple[tuple[str, str], ...] | None = None  # its card and queue annotations as admitted
 
 
 class Ledger:

@@ -29,6 +29,9 @@ class Hold:
     task: str = ""  # the Volcano Job task of the held pod ("<job uid>/<task>")
     claims: tuple[str, ...] = ()  # claims by name ("namespace/name") the held pod is charged for
     demand: PodDemand | None = None  # a DRA pod's demand as admitted (it is charged so while it lives)
+    # the annotations its charge is read from as admitted (keys.CHARGED): an edit the cache sees
+    # before the pod itself moves nothing; None when the hold is no pod's
+    charged: tuple[tuple[str, str], ...] | None = None
 
 
 @value_class
