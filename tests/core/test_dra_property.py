@@ -449,8 +449,6 @@ def test_admissions_and_charges_follow_the_pods_as_first_admitted(steps: list[An
 # (strict xfail: once one passes, drop its mark and set its flag at the top of this module)
 
 
-
-
 @pytest.mark.parametrize(
     ("kind", "what", "charged"),
     [

@@ -369,8 +369,9 @@ def claim_record(obj: Raw, drivers: tuple[str, ...]) -> ClaimRecord:
 def template_record(obj: Raw, drivers: tuple[str, ...]) -> TemplateRecord:
     meta = _map(obj.get("metadata"))
     spec = obj.get("spec")
+    requests: tuple[DeviceRequest, ...] = ()
     if spec is not None and not isinstance(spec, Mapping):
-        requests, problem = (), "its spec is not an object"
+        problem = "its spec is not an object"
     else:
         requests, problem = claim_requests(_map(spec).get("spec"), drivers)
     return TemplateRecord(
