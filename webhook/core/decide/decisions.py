@@ -7,6 +7,7 @@ from typing import Any
 from webhook.core.decide import capability, messages, tidal
 from webhook.core.decide.constraints import contradiction
 from webhook.core.index import line
+from webhook.core.index.charges import charge_edits
 from webhook.core.index.state import ClusterState, scale_key
 from webhook.core.index.usage import queue_usage, tree_has_room, tree_usage
 from webhook.core.model import keys, objects
@@ -226,10 +227,7 @@ def decide_pod_update(state: ClusterState, request: Request) -> Decision:
 def _charge_edit(state: ClusterState, old: PodRecord, new: PodRecord) -> Decision:
     """An edit of a card pod's card or queue annotations (or of its PodGroup's name, once it has
     one) is refused: its charge could drop or move while it keeps its cards."""
-    was, now = old.template.annotations, new.template.annotations
-    edited = [k for k in keys.CHARGED if was.get(k) != now.get(k)]
-    if was.get(keys.GROUP_NAME) and was.get(keys.GROUP_NAME) != now.get(keys.GROUP_NAME):
-        edited.append(keys.GROUP_NAME)
+    edited = charge_edits(old, new)
     if not edited:
         return Allowed("no annotation the count reads is edited")
     if old.phase in objects.TERMINAL_PHASES:

@@ -16,7 +16,7 @@ from dataclasses import replace
 from webhook.core.decide import messages, tidal
 from webhook.core.decide.decisions import ancestors_refuse, ever_fits, queue_refuses, too_complex
 from webhook.core.index import line
-from webhook.core.index.reservations import RESERVING_PHASES
+from webhook.core.index.reservations import RESERVING_PHASES, asks_more
 from webhook.core.index.state import ClusterState, enqueue_key
 from webhook.core.index.usage import queue_usage
 from webhook.core.model import keys
@@ -124,7 +124,7 @@ def _edit(state: ClusterState, old: PodGroupRecord, group: PodGroupRecord) -> De
     reserve more, another model or in another queue is refused (SPEC §4b); less passes."""
     was, now = state.group_request(old), state.group_request(group)
     queue, moved_to = old.queue or keys.DEFAULT_QUEUE, group.queue or keys.DEFAULT_QUEUE
-    if moved_to == queue and all(count <= was.get(spec, 0) for spec, count in now.items()):
+    if not asks_more(was, now, moved_to != queue):
         return Allowed("an enqueued PodGroup's request is not raised")
     change = f'move to queue "{moved_to}"' if moved_to != queue else f"ask {_listed(now)}"
     return Denied(

@@ -72,18 +72,26 @@ def pod_charge(pod: PodRecord, demand: PodDemand, queue: str, node: NodeCards | 
     return Charge(queue, bound, card, demand.asked, demand.count, group)
 
 
+def charge_edits(old: PodRecord, new: PodRecord) -> list[str]:
+    """The annotations a pod's charge is read from (``keys.CHARGED``) that ``new`` changes from
+    ``old``, and its PodGroup's name once it had one (Volcano names it once, after the pod)."""
+    was, now = old.template.annotations, new.template.annotations
+    edited = [k for k in keys.CHARGED if was.get(k) != now.get(k)]
+    if was.get(keys.GROUP_NAME) and was.get(keys.GROUP_NAME) != now.get(keys.GROUP_NAME):
+        edited.append(keys.GROUP_NAME)
+    return edited
+
+
 def as_charged(old: PodRecord, new: PodRecord) -> PodRecord:
     """``new`` with the annotations its charge is read from (card, queue: ``keys.CHARGED``) as
     ``old``, the pod as it was charged, had them; its PodGroup's name too once it had one. An edit
     of them on a charged pod is refused by the webhook; one that got past it (a webhook down, a
     registration that lets it through) moves nothing it is charged (SPEC §4b). ``new`` itself when
     they are unchanged."""
-    was, now = old.template.annotations, new.template.annotations
-    fixed = [k for k in keys.CHARGED if was.get(k) != now.get(k)]
-    if was.get(keys.GROUP_NAME) and was.get(keys.GROUP_NAME) != now.get(keys.GROUP_NAME):
-        fixed.append(keys.GROUP_NAME)
+    fixed = charge_edits(old, new)
     if not fixed:
         return new
+    was, now = old.template.annotations, new.template.annotations
     annotations = dict(now)
     for key in fixed:
         if key in was:

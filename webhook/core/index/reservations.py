@@ -23,6 +23,12 @@ from webhook.core.model.quota import AnnotationError, parse_card_request
 RESERVING_PHASES = frozenset({"Inqueue", "Running"})
 
 
+def asks_more(was: Mapping[CardSpec, int], now: Mapping[CardSpec, int], moved: bool) -> bool:
+    """Whether an enqueued PodGroup's request ``now`` (or its queue, ``moved``) asks more than it
+    was enqueued with (``was``): more of a spec, another spec, or another queue (SPEC §4b)."""
+    return moved or any(count > was.get(spec, 0) for spec, count in now.items())
+
+
 class Reservations:
     """Each reserving PodGroup's reservation, by PodGroup key, counted in the queue tree."""
 

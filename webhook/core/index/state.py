@@ -18,7 +18,7 @@ from webhook.core.index.claimbook import ClaimBook
 from webhook.core.index.freecards import FreeCards
 from webhook.core.index.line import Refused, Waiter, WaitingLine, group_waiter, pod_waiter, workload_waiter
 from webhook.core.index.queues import QueueInfo, QueueTree
-from webhook.core.index.reservations import RESERVING_PHASES, Reservations, group_request
+from webhook.core.index.reservations import RESERVING_PHASES, Reservations, asks_more, group_request
 from webhook.core.index.tally import Charge, ComputeCharge, Reservation, Tally
 from webhook.core.index.workloads import Workloads
 from webhook.core.model import compact, keys
@@ -500,8 +500,7 @@ class ClusterState:
         """An enqueued group reserves at most what it was enqueued with, in the queue it was enqueued
         in (SPEC §4b): an edit asking more or elsewhere (refused by the webhook; one that got past
         it, or its job's sizes raised) keeps what it asked then; one asking less takes effect."""
-        was, now = self.group_request(old), self.group_request(group)
-        if group.queue == old.queue and all(count <= was.get(spec, 0) for spec, count in now.items()):
+        if not asks_more(self.group_request(old), self.group_request(group), group.queue != old.queue):
             return group
         annotations = {k: v for k, v in group.annotations.items() if k not in ENQUEUED_WITH}
         annotations |= {k: v for k, v in old.annotations.items() if k in ENQUEUED_WITH}
