@@ -1,5 +1,6 @@
 """``cardquota whatif``: what the webhooks would say to a manifest, without recording anything."""
 
+import copy
 import json
 import subprocess
 import sys
@@ -134,6 +135,64 @@ def test_a_workload_the_cluster_holds_is_an_update_from_its_replicas() -> None:
     raw["spec"]["replicas"] = found.replicas
     (same,) = whatif.whatif(state, [("x", raw)])
     assert same.operation == "UPDATE" and same.allowed and "not a scale-up" in same.message
+
+
+def running_trainer(**annotations: str) -> dict[str, Any]:
+    """The example cluster's running H200 pod team-a/trainer-a-0 as a manifest would write it: no
+    uid, node or status (the server's), its annotations as given."""
+    pod = card_pod("trainer-a-0")
+    pod["metadata"]["annotations"] = annotations
+    pod["spec"]["schedulerName"] = "volcano"
+    return pod
+
+
+def test_an_edit_of_a_running_pods_charge_is_an_update_refused_and_the_same_pod_unedited_passes() -> None:
+    state = snapshot.load_snapshot(CLUSTER)
+    queue = {"scheduling.volcano.sh/queue-name": "cr-queue1"}
+    same, moved, stripped = whatif.whatif(
+        state,
+        [
+            ("1", running_trainer(**queue, **{"volcano.sh/card.name": "NVIDIA-H200"})),
+            (
+                "2",
+                running_trainer(
+                    **{"volcano.sh/card.name": "NVIDIA-H200"},
+                    **{"scheduling.volcano.sh/queue-name": "inference"},
+                ),
+            ),
+            ("3", running_trainer(**queue)),
+        ],
+    )
+    assert [a.operation for a in (same, moved, stripped)] == ["UPDATE"] * 3
+    assert same.allowed and "no annotation the count reads is edited" in same.message
+    assert not moved.allowed and not stripped.allowed
+    assert moved.message.startswith('pod team-a/trainer-a-0 is charged 1 NVIDIA-H200 to queue "cr-queue1"')
+    assert "scheduling.volcano.sh/queue-name" in moved.message
+    assert "volcano.sh/card.name" in stripped.message
+
+
+def test_an_enqueued_podgroup_asking_more_is_refused_and_asking_less_passes() -> None:
+    raw = json.loads((REVIEWS / "podgroup-enqueued-request-raised.json").read_text())["request"]["object"]
+    for drop in ("uid",):
+        raw["metadata"].pop(drop)
+    raw.pop("status")
+    raised = copy.deepcopy(raw)
+    lowered = copy.deepcopy(raw)
+    lowered["metadata"]["annotations"]["volcano.sh/card.request"] = '{"NVIDIA-H800":1}'
+    moved = copy.deepcopy(raw)
+    moved["metadata"]["annotations"]["volcano.sh/card.request"] = '{"NVIDIA-H800":2}'
+    moved["spec"]["queue"] = "inference"
+    answers = whatif.whatif(snapshot.load_snapshot(CLUSTER), [("1", raised), ("2", lowered), ("3", moved)])
+    assert [(a.operation, a.allowed) for a in answers] == [
+        ("UPDATE", False),
+        ("UPDATE", True),
+        ("UPDATE", False),
+    ]
+    assert answers[0].message.startswith("podgroup team-b/cr-job-uid-vcjob-cr-job")
+    assert (
+        'enqueued in queue "cr-queue1" with 2 NVIDIA-H800: it cannot ask 3 NVIDIA-H800' in answers[0].message
+    )
+    assert 'in queue "cr-queue1"' in answers[2].message
 
 
 def test_the_cli_reads_stdin_and_answers_in_json() -> None:

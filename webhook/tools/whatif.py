@@ -1,11 +1,15 @@
 """``cardquota whatif -f FILE``: what the webhooks would say to every object of a manifest.
 
 Each object becomes the request the API server would send: CREATE, or UPDATE when the cluster
-already holds a workload or Queue of that name (the old object then carries the replicas the
-cluster has). The pod and PodGroup mutation answers first, with its patch, then the validation
-decides. Objects are taken in file order and an admitted one holds its cards for the next, as if
-the file were applied; the holds live only in this process's copy of the state, so nothing is
-recorded anywhere. Kinds the webhooks are not registered for are reported as not sent.
+already holds an object of that kind and name. The old object of a workload carries the replicas
+the cluster has; that of a pod or PodGroup is the manifest's with what the cluster holds of the
+fields the count reads (annotations, queue, phase, node, scheduling gates), and the manifest is
+read as the object after the edit (``kubectl replace``), the fields the server sets (uid, node,
+phase, gates) kept where it leaves them out. The pod and PodGroup mutation answers first, with
+its patch, then the validation decides. Objects are taken in file order and an admitted one
+holds its cards for the next, as if the file were applied; the holds live only in this process's
+copy of the state, so nothing is recorded anywhere. Kinds the webhooks are not registered for
+are reported as not sent.
 """
 
 import copy
@@ -23,6 +27,7 @@ import orjson
 from webhook.cluster import snapshot
 from webhook.core.decide import admission
 from webhook.core.index.state import ClusterState
+from webhook.core.model import keys
 from webhook.core.model.verdicts import Allowed, Decision, Denied, Request
 from webhook.errors import ConfigError
 
@@ -103,7 +108,7 @@ def _answer(state: ClusterState, source: str, obj: dict[str, Any], now: float) -
         )
     if kind != "Queue":
         obj = {**obj, "metadata": {**meta, "namespace": namespace}}
-    operation, old = _operation(state, resource, kind, namespace, name, obj)
+    operation, old, obj = _operation(state, resource, kind, namespace, name, obj)
     request = Request(
         uid=f"whatif-{uuid.uuid4().hex[:8]}",
         kind=kind,
@@ -133,13 +138,18 @@ def _answer(state: ClusterState, source: str, obj: dict[str, Any], now: float) -
 
 def _operation(
     state: ClusterState, resource: str, kind: str, namespace: str, name: str, obj: dict[str, Any]
-) -> tuple[str, dict[str, Any]]:
-    """CREATE, or UPDATE with the old object as the cluster holds it (its replicas)."""
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """CREATE, or UPDATE with the old object as the cluster holds it (replicas; a pod's or
+    PodGroup's annotations, queue, phase), and the object as the request carries it."""
     if resource == "queues" and name in state.queues:
-        return "UPDATE", obj
+        return "UPDATE", obj, obj
+    if resource == "pods":
+        return _pod_edit(state, namespace, name, obj)
+    if resource == "podgroups":
+        return _podgroup_edit(state, namespace, name, obj)
     workload = state.workload(WORKLOADS[resource], namespace, name) if resource in WORKLOADS else None
     if workload is None:
-        return "CREATE", {}
+        return "CREATE", {}, obj
     old = copy.deepcopy(obj)
     spec = _dict(old.get("spec"))
     if resource == "jobs":
@@ -150,7 +160,60 @@ def _operation(
     else:
         spec["replicas"] = workload.replicas
     old["spec"] = spec
-    return "UPDATE", old
+    return "UPDATE", old, obj
+
+
+def _pod_edit(
+    state: ClusterState, namespace: str, name: str, obj: dict[str, Any]
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    held = next((p for p in state.pods.values() if p.namespace == namespace and p.name == name), None)
+    if held is None:
+        return "CREATE", {}, obj
+    server = {
+        "metadata": {"uid": held.uid},
+        "spec": {"nodeName": held.node_name} if held.node_name else {},
+        "status": {"phase": held.phase},
+    }
+    if held.waiting is not None:
+        server["spec"]["schedulingGates"] = [{"name": keys.GATE}]
+    new = _kept(obj, server)
+    if new is None:  # a section that is not an object: the validation says what is wrong
+        return "UPDATE", obj, obj
+    old = copy.deepcopy(new)
+    old["metadata"]["annotations"] = dict(held.template.annotations)
+    old["spec"].update(server["spec"])
+    return "UPDATE", old, new
+
+
+def _podgroup_edit(
+    state: ClusterState, namespace: str, name: str, obj: dict[str, Any]
+) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    held = state.podgroups.get(f"{namespace}/{name}")
+    if held is None:
+        return "CREATE", {}, obj
+    new = _kept(obj, {"metadata": {"uid": held.uid}, "spec": {}, "status": {"phase": held.phase}})
+    if new is None:
+        return "UPDATE", obj, obj
+    old = copy.deepcopy(new)
+    old["metadata"]["annotations"] = dict(held.annotations)
+    old["spec"].update(queue=held.queue, minResources=dict(held.min_resources), minMember=held.min_member)
+    old["status"] = {"phase": held.phase}
+    return "UPDATE", old, new
+
+
+def _kept(obj: dict[str, Any], server: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """``obj`` with the server's fields (``server``: section -> fields) where it leaves them out;
+    None when one of those sections is there but not an object."""
+    new = copy.deepcopy(obj)
+    for section, fields in server.items():
+        part = new.setdefault(section, {})
+        if part is None:
+            part = new[section] = {}
+        if not isinstance(part, dict):
+            return None
+        for key, value in fields.items():
+            part.setdefault(key, value)
+    return new
 
 
 def _record(answer: Answer, decision: Decision) -> bool:
