@@ -169,7 +169,7 @@ def _pod_edit(
     held = next((p for p in state.pods.values() if p.namespace == namespace and p.name == name), None)
     if held is None:
         return "CREATE", {}, obj
-    server = {
+    server: dict[str, dict[str, Any]] = {
         "metadata": {"uid": held.uid},
         "spec": {"nodeName": held.node_name} if held.node_name else {},
         "status": {"phase": held.phase},
