@@ -256,7 +256,7 @@ def test_admissions_never_take_a_queue_past_its_capability_and_the_sums_stay_exa
         assert sum(c[0] for c in charged) <= 4000 and sum(c[1] for c in charged) <= 8 * 2**30
         seen = [p for p in live if p.uid in state.pods and state.pods[p.uid].phase != "Succeeded"]
         expected = [c for c in (state.compute_charged(p.template) for p in seen) if c is not None]
-        assert list(state.compute_used("q")) == [
+        assert list(state.charged.compute_used("q")) == [
             sum(c[0] for c in expected),
             sum(c[1] for c in expected),
         ]

@@ -79,10 +79,10 @@ def test_a_pod_named_into_a_podgroup_once_stays_in_it() -> None:
     a = running(group="pg-1")
     state = dra_cluster(a, quota=QUOTA)
     add(state, edited(a, group="pg-2"))
-    assert state.charge_of("uid-ns-a").group == "ns/pg-1"
+    assert state.charged.charge("uid-ns-a").group == "ns/pg-1"
     b = running("b")  # Volcano names the PodGroup of a pod created without one, after the pod
     add(state, b, edited(b, group="podgroup-b"))
-    assert state.charge_of("uid-ns-b").group == "ns/podgroup-b"
+    assert state.charged.charge("uid-ns-b").group == "ns/podgroup-b"
 
 
 def test_a_pod_released_from_our_gate_is_charged_as_released() -> None:
@@ -192,9 +192,9 @@ def test_an_edit_of_a_running_dra_pods_model_is_refused() -> None:
 def test_queue_other_exists() -> None:
     """The cluster these tests use has the queue edits move to (else they would prove little)."""
     state = dra_cluster(quota=QUOTA)
-    assert {"q", "other"} <= set(state.queues)
+    assert {"q", "other"} <= set(state.tree.queues)
     add(state, queue("third", QUOTA))
-    assert "third" in state.queues
+    assert "third" in state.tree.queues
 
 
 # ---- an enqueued PodGroup's reservation ---------------------------------------------------------

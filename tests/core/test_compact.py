@@ -22,9 +22,9 @@ def test_replicas_share_one_template_owner_and_charge_and_keep_only_what_decisio
         state.upsert_pod(replica(i))
     first, second = (state.pods[f"uid-ns-web-{i}"] for i in (0, 1))
     assert first.template is second.template and first.owner is second.owner
-    assert state.charge_of(first.uid) is state.charge_of(second.uid)
+    assert state.charged.charge(first.uid) is state.charged.charge(second.uid)
     assert set(first.template.annotations) == {"volcano.sh/card.name", "scheduling.volcano.sh/queue-name"}
-    assert state.tallies["q"].bound["NVIDIA-H200"] == units(3)
+    assert state.tree.tallies["q"].bound["NVIDIA-H200"] == units(3)
 
 
 def test_a_shared_value_goes_when_its_last_pod_goes() -> None:
@@ -34,7 +34,7 @@ def test_a_shared_value_goes_when_its_last_pod_goes() -> None:
     assert len(pool._templates) == 1 and len(pool._values) == 2  # the owner and the charge
     state.delete_pod("uid-ns-web-0")
     gc.collect()
-    assert len(pool._templates) == 0 and len(pool._values) == 0 and state.tallies["q"].bound == {}
+    assert len(pool._templates) == 0 and len(pool._values) == 0 and state.tree.tallies["q"].bound == {}
 
 
 def test_a_node_podgroup_or_owner_is_forgotten_with_its_last_pod() -> None:

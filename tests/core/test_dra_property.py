@@ -284,7 +284,7 @@ def webhook_used(state: ClusterState, q: str, card: str) -> int:
 
 
 def webhook_charge(state: ClusterState, uid: str) -> tuple[str, str, int] | None:
-    charge = state.charge_of(uid)
+    charge = state.charged.charge(uid)
     if charge is None:
         return None
     assert charge.count % UNIT == 0

@@ -96,7 +96,7 @@ def test_a_job_that_fits_is_enqueued_and_held_until_the_cache_sees_it() -> None:
     seen["status"]["phase"] = "Inqueue"
     state.upsert_podgroup(podgroup_record(seen))
     assert len(state.ledger) == 0
-    assert state.tallies["q"].reserved[H200] == 3000
+    assert state.tree.tallies["q"].reserved[H200] == 3000
 
 
 @pytest.mark.parametrize(

@@ -287,11 +287,11 @@ def test_the_gate_never_enqueues_beyond_quota_admits_what_fits_and_keeps_the_tal
     model.state.expire(model.now + 3600)  # holds of calls nobody took up
     recount = cluster(*model.objects())
     for name in ("q",):
-        mine, theirs = model.state.tallies[name], recount.tallies[name]
+        mine, theirs = model.state.tree.tallies[name], recount.tree.tallies[name]
         assert (mine.bound, mine.pending, mine.reserved) == (theirs.bound, theirs.pending, theirs.reserved)
     bound = Counter({card: model.running(card) * UNIT for card in CARDS})  # every live pod runs
     reserved = Counter({card: model.reserved(card) * UNIT for card in CARDS})
-    mine = model.state.tallies["q"]
+    mine = model.state.tree.tallies["q"]
     assert (mine.bound, mine.pending, mine.reserved) == (bound, Counter(), reserved), (
         "the tallies differ from the test's count"
     )

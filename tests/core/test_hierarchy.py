@@ -90,7 +90,7 @@ def test_a_grandparent_limits_through_two_levels_and_a_cousin_counts() -> None:
         ("other", "root", {H200: 5}),
     )
     state = cluster(*NODES, *queues, running("t0", "team"), running("o0", "other"), running("o1", "other"))
-    assert state.ancestors["team"] == ("dept", "root")
+    assert state.tree.ancestors["team"] == ("dept", "root")
     decision = create(state, pod("x", H200, queue_name="team"))
     assert isinstance(decision, Denied) and 'queue "root" (above "team"' in decision.message
 
@@ -120,15 +120,15 @@ def test_a_scale_up_is_checked_against_the_parent() -> None:
 
 def test_a_cycle_of_parents_ends_and_decides() -> None:
     state = cluster(*NODES, *tree(("a", "b", {H200: 1}), ("b", "a", {H200: 5})))
-    assert state.ancestors == {"a": ("b",), "b": ("a",)}
+    assert state.tree.ancestors == {"a": ("b",), "b": ("a",)}
     assert isinstance(create(state, pod("x", H200, queue_name="a")), Allowed)
 
 
 def recomputed(state: ClusterState, queue_name: str) -> Tally:
     total = Tally()
-    for name in state.descendants.get(queue_name) or {queue_name}:
-        if name in state.tallies:
-            total.add(state.tallies[name])
+    for name in state.tree.descendants.get(queue_name) or {queue_name}:
+        if name in state.tree.tallies:
+            total.add(state.tree.tallies[name])
     return total
 
 
@@ -196,13 +196,13 @@ def test_admissions_never_leave_a_queue_or_ancestor_above_quota_and_subtree_sums
             state.upsert_pod(pod_record(obj))
         elif step[0] == "delete" and step[1] in pods:
             state.delete_pod(pods.pop(step[1])["metadata"]["uid"])
-        for tally in [*state.tallies.values(), *state.subtree.values()]:
+        for tally in [*state.tree.tallies.values(), *state.tree.subtree.values()]:
             assert tally.load == load_of(tally)
         for name in NAMES:
             assert same(
                 recomputed(state, name),
                 Tally()
-                if name not in state.tallies and name not in state.subtree
+                if name not in state.tree.tallies and name not in state.tree.subtree
                 else _combined(state, name),
             )
     # Quotas only ever shrink through moves, never through admissions: with the tree as it ended,
@@ -217,7 +217,7 @@ def test_admissions_never_leave_a_queue_or_ancestor_above_quota_and_subtree_sums
 def _combined(state: ClusterState, name: str) -> Tally:
     """What the state keeps for ``name``'s whole subtree: its subtree tally when it has children."""
     total = Tally()
-    tally = state.subtree.get(name) if name in state.descendants else state.tallies.get(name)
+    tally = state.tree.subtree.get(name) if name in state.tree.descendants else state.tree.tallies.get(name)
     if tally is not None:
         total.add(tally)
     return total
@@ -286,7 +286,7 @@ def test_the_quick_room_check_never_admits_what_the_exact_check_refuses(
     pods = [pod(f"p{i}", c, n, queue_name=q) for i, (q, c, n) in enumerate(pending)]
     state = cluster(*NODES, *queues, *pods)
     spec = parse_card_spec(card)
-    if tree_has_room(state, "org", state.queues["org"].quota or {}, spec, units(size)):
+    if tree_has_room(state, "org", state.tree.queues["org"].quota or {}, spec, units(size)):
         assert tree_usage(state, "org").fits(spec, units(size), 1)
 
 
@@ -330,4 +330,4 @@ def test_the_cluster_wide_quota_sum_counts_a_tree_once_at_its_top() -> None:
         flat, request(obj, resource="queues", group="scheduling.volcano.sh", operation="CREATE"), 0.0
     ).warnings  # type: ignore[union-attr]
     assert "sum to 33" in warning
-    assert flat.ancestors == {name: () for name in flat.queues}
+    assert flat.tree.ancestors == {name: () for name in flat.tree.queues}

@@ -335,11 +335,11 @@ def test_a_batch_job_that_completes_or_is_deleted_leaves_the_line() -> None:
 def test_a_batch_job_and_a_volcano_job_of_one_name_are_held_apart() -> None:
     volcano = vcjob("train", [(1, replicaset("x", 1, "x")["spec"]["template"])])
     state = full_queue(volcano, batch_job("train", 1))
-    assert state.workload("Job", "ns", "train") is not None
-    assert state.workload("Job.batch", "ns", "train") is not None
+    assert state.workloads.get("Job", "ns", "train") is not None
+    assert state.workloads.get("Job.batch", "ns", "train") is not None
     ingest.remove(state, batch_job("train", 1))
-    assert state.workload("Job.batch", "ns", "train") is None
-    assert state.workload("Job", "ns", "train") is not None
+    assert state.workloads.get("Job.batch", "ns", "train") is None
+    assert state.workloads.get("Job", "ns", "train") is not None
     assert set(ingest.identities(state, "Job", "batch.volcano.sh/v1alpha1")) == {"ns/train"}
     assert ingest.identities(state, "Job", "batch/v1") == {}
 
@@ -366,7 +366,7 @@ def test_a_waiting_mark_of_any_text_is_read_or_ignored_never_fatal(text: str) ->
     mark = waiting_mark(text)
     assert mark is None or (math.isfinite(mark[0]) and -(2**31) <= mark[1] <= 2**31)
     state = full_queue(rs("web", 1, mark=text))  # a workload carrying it is ingested all the same
-    assert state.workload("ReplicaSet", "ns", "web") is not None
+    assert state.workloads.get("ReplicaSet", "ns", "web") is not None
 
 
 def test_a_head_waiter_the_quota_can_no_longer_hold_leaves_and_those_behind_are_called() -> None:

@@ -114,7 +114,7 @@ def test_watch_events_add_modify_and_delete_and_bookmarks_only_move_the_version(
     inf, _ = informer(POD, transport, state)
     asyncio.run(run_script(inf))
     assert pods_of(state) == {"p1"} and state.pods["uid-ns-p1"].node_name == "h0"
-    assert state.tallies["q"].bound["NVIDIA-H200"] == units(1) and not state.tallies["q"].pending
+    assert state.tree.tallies["q"].bound["NVIDIA-H200"] == units(1) and not state.tree.tallies["q"].pending
     assert transport.watched_from == ["10", "20"]  # resumed from the bookmark after the stream ended
 
 
@@ -162,7 +162,9 @@ def test_duplicate_and_stale_events_change_nothing() -> None:
     state = build_state([("n", node("h0", H200)), ("q", queue("q", '{"NVIDIA-H200": 4}'))])
     inf, _ = informer(POD, Scripted([[pending]], 7, [script]), state)
     asyncio.run(run_script(inf))
-    assert state.pods["uid-ns-a"].node_name == "h0" and state.tallies["q"].bound["NVIDIA-H200"] == units(1)
+    assert state.pods["uid-ns-a"].node_name == "h0" and state.tree.tallies["q"].bound["NVIDIA-H200"] == units(
+        1
+    )
 
 
 def test_an_object_in_an_odd_shape_is_skipped_reported_and_the_informer_goes_on() -> None:
@@ -171,7 +173,7 @@ def test_an_object_in_an_odd_shape_is_skipped_reported_and_the_informer_goes_on(
     script = [{"type": "ADDED", "object": versioned(queue("good", '{"NVIDIA-H200": 2}'), 4)}, End]
     inf, _ = informer(QUEUE, Scripted([[odd]], 3, [script]))
     asyncio.run(run_script(inf))
-    assert set(inf.state.queues) == {"good"}
+    assert set(inf.state.tree.queues) == {"good"}
     notes = cluster_status(inf.state)["notes"]
     assert notes == ["Queue/odd: skipped, spec must be an object, got a string"]
     metrics = Metrics()
@@ -205,7 +207,7 @@ def test_a_batch_job_with_any_field_replaced_by_anything_is_read_or_skipped_neve
     assert BATCH_JOBS is not None
     inf, _ = informer(BATCH_JOBS, Scripted([[hostile]], 3, [[{"type": "ADDED", "object": good}, End]]))
     asyncio.run(run_script(inf))
-    held = {w.name: w for w in inf.state.workloads_by_uid.values()}
+    held = {w.name: w for w in inf.state.workloads.by_uid.values()}
     assert held["other"].replicas == 1 and held["other"].kind == "Job.batch"
     assert all(w.replicas >= 0 for w in held.values())
 

@@ -32,7 +32,7 @@ def test_multi_document_files_lists_and_json_all_load(tmp_path: Path) -> None:
         "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: ns}\nspec: {containers: []}\n",
     )
     state = load_snapshot(tmp_path)
-    assert sorted(state.nodes) == ["n1", "n2"] and "q" in state.queues and len(state.pods) == 1
+    assert sorted(state.nodes) == ["n1", "n2"] and "q" in state.tree.queues and len(state.pods) == 1
     assert state.inventory.cards["NVIDIA-H200"].total == units(16)
 
 

@@ -129,7 +129,7 @@ def test_whatif_shows_the_model_a_multi_card_pod_is_assigned_and_validates_the_p
 
 def test_a_workload_the_cluster_holds_is_an_update_from_its_replicas() -> None:
     state = snapshot.load_snapshot(CLUSTER)
-    (found,) = [w for w in state.workloads.values() if w.kind == "Deployment" and w.replicas > 0][:1]
+    (found,) = [w for w in state.workloads.by_key.values() if w.kind == "Deployment" and w.replicas > 0][:1]
     raw = json.loads((REVIEWS / "deployment-replicas-raised.json").read_text())["request"]["object"]
     raw["metadata"].update(name=found.name, namespace=found.namespace)
     raw["spec"]["replicas"] = found.replicas

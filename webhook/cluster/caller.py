@@ -79,7 +79,7 @@ class LineCaller:
         standing = {waiter.key: waiter for waiter in self.state.line}
         groups = {g.uid for g in self.state.podgroups.values()} if self._standing else set()
         for key, waiter in self._standing.items():
-            there = key in self.state.workloads_by_uid or key in self.state.pods or key in groups
+            there = key in self.state.workloads.by_uid or key in self.state.pods or key in groups
             if key not in standing and there:
                 self.on_served(waiter, max(0.0, now - waiter.since))
         self._new = [w for k, w in standing.items() if w.pod and k not in self._standing]
@@ -124,7 +124,7 @@ class LineCaller:
             group = next((g for g in self.state.podgroups.values() if g.uid == waiter.key), None)
             if group is not None:
                 await self._group_event(group, UNFIT, message)
-        elif (workload := self.state.workloads_by_uid.get(waiter.key)) is not None:
+        elif (workload := self.state.workloads.by_uid.get(waiter.key)) is not None:
             await self._event(workload, UNFIT, message)
 
     async def _call(self, call: calls.Call, now: float) -> None:
@@ -135,7 +135,7 @@ class LineCaller:
                 extra={"podgroup": waiter.what, "queue": waiter.queue, "card": _cards(waiter)},
             )
             return
-        workload = self.state.workloads_by_uid.get(waiter.key)
+        workload = self.state.workloads.by_uid.get(waiter.key)
         kind = _kind(workload)
         if workload is None or kind is None:
             self.state.ledger.settle(waiter.hold, call.pods)
@@ -210,7 +210,7 @@ class LineCaller:
             log.warning("could not record an Event", extra={"pod": pod.key, "error": str(exc)})
 
     async def _mark(self, mark: calls.Mark, now: float) -> None:
-        workload = self.state.workload(mark.kind, mark.namespace, mark.name)
+        workload = self.state.workloads.get(mark.kind, mark.namespace, mark.name)
         kind = _kind(workload)
         if workload is None or kind is None:
             return

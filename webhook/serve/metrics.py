@@ -221,9 +221,9 @@ def _line_families(state: ClusterState, now: float) -> Iterator[GaugeMetricFamil
         "how long the queue's longest waiter has waited",
         labels=["queue"],
     )
-    for queue in sorted(set(state.queues) | set(state.line.queues())):  # 0 where nothing waits
+    for queue in sorted(set(state.tree.queues) | set(state.line.queues())):  # 0 where nothing waits
         line = state.line.line(queue)
         waiters.add_metric([queue], len(line))
-        pods.add_metric([queue], sum(state.waiting_pods(w) for w in line))
+        pods.add_metric([queue], sum(state.waiting.waiting_pods(w) for w in line))
         oldest.add_metric([queue], max(0.0, now - min(w.since for w in line)) if line else 0.0)
     yield from (waiters, pods, oldest)

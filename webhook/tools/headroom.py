@@ -70,7 +70,7 @@ def of_ref(state: ClusterState, ref: str, now: float) -> list[Headroom]:
 
 
 def of_job(state: ClusterState, namespace: str, name: str, now: float) -> list[Headroom]:
-    job = state.workload("Job", namespace, name)
+    job = state.workloads.get("Job", namespace, name)
     if job is None:
         raise ConfigError(f"volcano job {namespace}/{name} is not in the cluster")
     answers = []
@@ -96,7 +96,7 @@ def of_workload(state: ClusterState, ref: str, now: float) -> Headroom:
     if kind_text.lower() not in KINDS or not namespace or not name:
         raise ConfigError(f"expected {REF}, got {ref!r}")
     resource, kind = KINDS[kind_text.lower()]
-    workload = state.workload(kind, namespace, name)
+    workload = state.workloads.get(kind, namespace, name)
     if workload is None:
         raise ConfigError(f"{kind.lower()} {namespace}/{name} is not in the cluster")
     if kind == "ReplicaSet" and workload.owner is not None and workload.owner.kind == "Deployment":

@@ -141,13 +141,13 @@ def _operation(
 ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """CREATE, or UPDATE with the old object as the cluster holds it (replicas; a pod's or
     PodGroup's annotations, queue, phase), and the object as the request carries it."""
-    if resource == "queues" and name in state.queues:
+    if resource == "queues" and name in state.tree.queues:
         return "UPDATE", obj, obj
     if resource == "pods":
         return _pod_edit(state, namespace, name, obj)
     if resource == "podgroups":
         return _podgroup_edit(state, namespace, name, obj)
-    workload = state.workload(WORKLOADS[resource], namespace, name) if resource in WORKLOADS else None
+    workload = state.workloads.get(WORKLOADS[resource], namespace, name) if resource in WORKLOADS else None
     if workload is None:
         return "CREATE", {}, obj
     old = copy.deepcopy(obj)

@@ -110,13 +110,13 @@ def admit(state: ClusterState, request: Request, decision: Decision, now: float)
         for key in decision.release:
             state.ledger.settle(key)
         if decision.join is not None:
-            state.wait(decision.join.uid, now, decision.join.priority, decision.join.group)
+            state.waiting.wait(decision.join.uid, now, decision.join.priority, decision.join.group)
         if decision.podgroup:
             state.refusals[decision.podgroup] = decision.message  # told on the PodGroup and its job
         return
     if decision.gated is not None:
         owner_uid, name = decision.gated
-        state.gating[owner_uid] = (name, now + min(state.policy.in_flight_ttl, ASSIGNMENT_TTL))
+        state.waiting.gating(owner_uid, name, now + min(state.policy.in_flight_ttl, ASSIGNMENT_TTL))
     if decision.hold is None:
         return
     for hold in (decision.hold, *decision.more):

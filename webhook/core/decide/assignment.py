@@ -49,7 +49,7 @@ def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assi
         if less is not None and less.origin == "reserved":  # the first pod: room for the whole task
             pods = task[1]
             less = Cover(less.spec, UNIT, -(-demand.count * pods // UNIT), "reserved")
-    quota = state.queues[queue].quota or {}
+    quota = state.tree.queues[queue].quota or {}
     usage: QueueUsage | None = None
     first: CardName | None = None  # the first feasible model, if none has a free card now
     whole = less

@@ -53,18 +53,18 @@ def unfit(state: ClusterState) -> tuple[Waiter, ...]:
     out = [
         waiter
         for waiter in state.line
-        if waiter.queue not in state.queues
+        if waiter.queue not in state.tree.queues
         or not decisions.ever_fits(state, waiter.queue, waiter.spec, waiter.per_pod)
     ]
     for waiter in out:
-        state.unfit(waiter)
+        state.waiting.unfit(waiter)
     return tuple(out)
 
 
 def unfit_message(state: ClusterState, waiter: Waiter) -> str:
     """Why ``waiter`` left its queue's line (``unfit``), for its Event."""
     one = "it" if waiter.group else "one pod of it"
-    if waiter.queue not in state.queues:
+    if waiter.queue not in state.tree.queues:
         why = f'queue "{waiter.queue}" is gone'
     else:
         why = (
@@ -84,7 +84,7 @@ def call_next(state: ClusterState, now: float) -> tuple[Call, ...]:
     for queue in state.line.queues():
         waiters = state.line.line(queue)
         for index, waiter in enumerate(waiters):
-            wanted = state.waiting_pods(waiter)
+            wanted = state.waiting.waiting_pods(waiter)
             if wanted <= 0:
                 continue
             if waiter.pod:
@@ -149,8 +149,8 @@ def marks(state: ClusterState) -> tuple[Mark, ...]:
     """The waiting marks to write so the cluster says what the line holds: each waiting workload
     carries its place (so a new leader rebuilds the line), and none that left it keeps one."""
     out: list[Mark] = []
-    for uid in state.marked():
-        workload = state.workloads_by_uid.get(uid)
+    for uid in state.waiting.marked():
+        workload = state.workloads.by_uid.get(uid)
         waiter = state.line.get(uid)
         if workload is None:
             continue

@@ -31,10 +31,10 @@ def refuses(
     """Why ``pods`` more pods requesting ``cpu`` and ``memory`` each do not fit ``queue``'s
     capability, counting its live pods and what was admitted but not seen yet; None when they fit.
     A queue the state does not know is left to the scheduler (only card pods need a known queue)."""
-    info = state.queues.get(queue)
+    info = state.tree.queues.get(queue)
     if info is None:
         return None
-    used = state.compute_used(queue)
+    used = state.charged.compute_used(queue)
     held = state.ledger.held_compute(queue, exclude)
     for index, (name, need, capability, text) in enumerate(
         (("cpu", cpu, info.cpu, cpu_text), ("memory", memory, info.memory, memory_text))

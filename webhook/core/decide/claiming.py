@@ -290,7 +290,7 @@ def _charged_on(state: ClusterState, pod: PodRecord, card: CardName) -> int | No
     demand = state.demand_of(pod)
     if not isinstance(demand, PodDemand) or card not in demand.spec.cards:
         return None
-    charge = state.charge_of(pod.uid)
+    charge = state.charged.charge(pod.uid)
     if charge is not None and charge.card is not None and charge.card != card:
         return None  # an A|B pod confined to another of its models
     return demand.count_on(card, state.inventory)  # a DRA-served nvidia.com/gpu is in its count

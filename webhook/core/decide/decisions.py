@@ -8,8 +8,9 @@ from webhook.core.decide import capability, messages, tidal
 from webhook.core.decide.constraints import contradiction
 from webhook.core.index import line
 from webhook.core.index.charges import charge_edits
-from webhook.core.index.state import ClusterState, scale_key
+from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage, tree_has_room, tree_usage
+from webhook.core.index.waiting import scale_key
 from webhook.core.model import keys, objects
 from webhook.core.model.cards import UNIT, CardSpec, amount
 from webhook.core.model.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
@@ -238,7 +239,7 @@ def _charge_edit(state: ClusterState, old: PodRecord, new: PodRecord) -> Decisio
     ):
         return Allowed("not a card pod")
     queue = state.queue_of_pod(state.pods.get(old.uid) or old)
-    charge = state.charge_of(old.uid)
+    charge = state.charged.charge(old.uid)
     if charge is not None:
         held = (
             f'is charged {amount(charge.count)} {charge.card or charge.spec.text} to queue "{charge.queue}"'
@@ -277,9 +278,9 @@ def _waits(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand) -
     (it is refused: the line is off, it is no controller's pod, or it could never fit)."""
     if not state.policy.waiting_line or not _may_wait(state, pod, queue, demand):
         return ""
-    if state.over_quota(queue) == "wait" and not _one_gated_already(state, pod):
+    if state.waiting.over_quota(queue) == "wait" and not _one_gated_already(state, pod):
         return "wait"
-    owner = state.workloads_by_uid.get(pod.owner.uid) if pod.owner is not None else None
+    owner = state.workloads.by_uid.get(pod.owner.uid) if pod.owner is not None else None
     return "deny" if owner is not None and owner.kind in line.CALLED_KINDS else ""
 
 
@@ -299,7 +300,11 @@ def _one_gated_already(state: ClusterState, pod: PodRecord) -> bool:
     if pod.owner is None or pod.template.scheduler not in state.policy.volcano_schedulers:
         return False
     owner = pod.owner.uid
-    return state.enqueued(owner) or state.unenqueued_pods(owner) > 0 or state.gated_in_flight(owner, pod.name)
+    return (
+        state.groups.enqueued(owner)
+        or state.groups.unenqueued_pods(owner) > 0
+        or state.waiting.gated_in_flight(owner, pod.name)
+    )
 
 
 def _may_wait(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand) -> bool:
@@ -314,8 +319,8 @@ def _may_wait(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand
 def ever_fits(state: ClusterState, queue: str, spec: CardSpec, count: int) -> bool:
     """Whether ``count`` units of ``spec`` (whole, on one of its cards) could fit the whole quota of
     ``queue`` and of every ancestor that limits its cards: waiting for more would be forever."""
-    for name in (queue, *state.ancestors.get(queue, ())):
-        quota = state.queues[name].quota or {}
+    for name in (queue, *state.tree.ancestors.get(queue, ())):
+        quota = state.tree.queues[name].quota or {}
         limits = name == queue or all(card in quota for card in spec.cards)
         if limits and all(quota.get(card, 0) < count for card in spec.cards):
             return False
@@ -343,7 +348,7 @@ def volcano_task(state: ClusterState, pod: PodRecord) -> tuple[str, int] | None:
         or not owner.api_version.startswith("batch.volcano.sh")
     ):
         return None
-    job = state.workloads_by_uid.get(owner.uid)
+    job = state.workloads.by_uid.get(owner.uid)
     replicas = next((t.replicas for t in job.tasks if t.name == task), 1) if job else 1
     return f"{owner.uid}/{task}", max(1, replicas)
 
@@ -405,7 +410,7 @@ def _unnamed(state: ClusterState, what: str, resource: str, count: int) -> Decis
 
 
 def queue_refuses(state: ClusterState, queue: str, what: str, spec: CardSpec, count: int) -> Denied | None:
-    info = state.queues.get(queue)
+    info = state.tree.queues.get(queue)
     if info is None:
         return Denied(
             f'queue "{queue}" does not exist; {what} needs {amount(count)} {spec.text}'
@@ -435,8 +440,8 @@ def _covered_by_podgroup(state: ClusterState, pod: PodRecord, demand: PodDemand)
     if group.owner.uid != pod.owner.uid:
         return False
     asked = state.group_request(group).get(demand.asked, 0)
-    others = state.group_demand(group.key).get(demand.asked, 0)
-    charge = state.charge_of(pod.uid)
+    others = state.charged.group_demand(group.key).get(demand.asked, 0)
+    charge = state.charged.charge(pod.uid)
     if charge is not None and charge.group == group.key:
         others -= charge.count
     return asked - others >= demand.count
@@ -456,8 +461,8 @@ def ancestors_refuse(
     ``spec``'s cards, counting the ancestor's whole subtree. An ancestor whose quota leaves a card
     out does not limit that card (a parent need not list every model its children use)."""
     cards = spec.cards
-    for ancestor in state.ancestors.get(queue, ()):
-        quota = state.queues[ancestor].quota
+    for ancestor in state.tree.ancestors.get(queue, ()):
+        quota = state.tree.queues[ancestor].quota
         if not quota or (cards[0] not in quota if len(cards) == 1 else not quota.keys() >= set(cards)):
             continue
         if tree_has_room(state, ancestor, quota, spec, per_pod * pods, exclude):

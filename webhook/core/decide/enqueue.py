@@ -16,8 +16,9 @@ from dataclasses import replace
 from webhook.core.decide import messages, tidal
 from webhook.core.decide.decisions import ancestors_refuse, ever_fits, queue_refuses, too_complex
 from webhook.core.index import line
+from webhook.core.index.groups import enqueue_key
 from webhook.core.index.reservations import RESERVING_PHASES, asks_more
-from webhook.core.index.state import ClusterState, enqueue_key
+from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage
 from webhook.core.model import keys
 from webhook.core.model.cards import CardSpec, amount
@@ -49,7 +50,7 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
             cause=ENQUEUE,
             podgroup=group.key,
         )
-    rest = state.unreserved(group)
+    rest = state.groups.unreserved(group)
     if not rest:
         return Allowed("its pods hold every card it asks for")
     queue = group.queue or keys.DEFAULT_QUEUE

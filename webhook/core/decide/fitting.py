@@ -73,7 +73,7 @@ def warning(
     never = whole_quota_room(state, queue, demand.spec, demand.count)
     if never is not None and never[1] < replicas:
         limit, most = never
-        quota = state.queues[limit].quota or {}
+        quota = state.tree.queues[limit].quota or {}
         whole = ", ".join(f"{amount(quota.get(card, 0))} {card}" for card in demand.spec.cards)
         return (
             f'{lead}, but the whole quota of queue "{limit}" ({whole}) holds at most {most} of them:'
@@ -81,7 +81,7 @@ def warning(
         )
     limit, short = limit_of(state, queue, demand, fit, refusal)
     line = short and lines_up and state.policy.waiting_line
-    if line and state.over_quota(queue) == "wait":
+    if line and state.waiting.over_quota(queue) == "wait":
         rest = (
             f"the other {missing - fit} will be created under a scheduling gate and wait in the"
             " queue's line, each released the moment its cards free"
@@ -141,8 +141,8 @@ def whole_quota_room(state: ClusterState, queue: str, spec: CardSpec, per_pod: i
     queue's own, or an ancestor's that names all the cards), with that number; None when no quota
     names them. A pod takes one model, so ``A|B`` pods fit ``sum(quota // per_pod)`` over models."""
     best: tuple[str, int] | None = None
-    for name in (queue, *state.ancestors.get(queue, ())):
-        info = state.queues.get(name)
+    for name in (queue, *state.tree.ancestors.get(queue, ())):
+        info = state.tree.queues.get(name)
         quota = info.quota if info is not None else None
         if not quota or (name != queue and not all(card in quota for card in spec.cards)):
             continue

@@ -143,7 +143,7 @@ def _gate_ops(
         record = pod_record(pod, template)
         if not record.namespace or record.namespace == "default":
             record = replace(record, namespace=request.namespace or record.namespace)
-        if state.over_quota(state.queue_of_pod(record)) != "wait":
+        if state.waiting.over_quota(state.queue_of_pod(record)) != "wait":
             return None  # deny mode: validation alone decides (no second check on the hot path)
         decision = decisions.decide_pod_create(state, request, now)
         if not (isinstance(decision, Denied) and decision.cause == WAITS):
@@ -258,13 +258,13 @@ def resolve_owner(state: ClusterState, group: Raw) -> Owner | None:
     namespace = str((group.get("metadata") or {}).get("namespace") or "")
     if ref.kind == "Pod":
         return state.pods.get(ref.uid)
-    workload = state.workloads_by_uid.get(ref.uid)
+    workload = state.workloads.by_uid.get(ref.uid)
     if workload is not None:
         return workload
     if ref.kind == "Job" and not ref.api_version.startswith("batch.volcano.sh"):
         pods = state.pods_owned_by(ref.uid)
         return pods[0] if pods else None
-    return state.workload(ref.kind, namespace, ref.name)
+    return state.workloads.get(ref.kind, namespace, ref.name)
 
 
 FETCHABLE = frozenset({"Pod", "ReplicaSet", "StatefulSet", "Deployment", "Job"})

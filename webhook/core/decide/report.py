@@ -39,9 +39,11 @@ def cluster_status(state: ClusterState, now: float = 0.0) -> dict[str, Any]:
     }
     queues: dict[str, Any] = {}
     warnings = list(state.inventory.warnings())
-    quota_sum = quota_sums({q: info.quota for q, info in state.queues.items() if info.quota}, state.ancestors)
-    for name in sorted(set(state.queues) | set(state.tallies)):
-        info = state.queues.get(name)
+    quota_sum = quota_sums(
+        {q: info.quota for q, info in state.tree.queues.items() if info.quota}, state.tree.ancestors
+    )
+    for name in sorted(set(state.tree.queues) | set(state.tree.tallies)):
+        info = state.tree.queues.get(name)
         usage = queue_usage(state, name)
         if info is None:
             warnings.append(f'queue "{name}" does not exist but pods use it')
@@ -109,7 +111,7 @@ def lines(state: ClusterState, namespace: str = "") -> dict[str, list[dict[str, 
                 {
                     "place": place,
                     "workload": waiter.what,
-                    "pods": state.waiting_pods(waiter),
+                    "pods": state.waiting.waiting_pods(waiter),
                     "card": waiter.spec.text,
                     "per_pod": figure(waiter.per_pod),
                     "priority": waiter.priority,
@@ -138,9 +140,9 @@ def _capability(state: ClusterState, warnings: list[str]) -> dict[str, Any]:
     spec.capability (None where it sets none: the check counts that as 0); a queue whose live pods
     request more than that is warned about (nothing is evicted)."""
     out: dict[str, Any] = {}
-    for name in sorted(state.queues):
-        info = state.queues[name]
-        used = state.compute_used(name)
+    for name in sorted(state.tree.queues):
+        info = state.tree.queues[name]
+        used = state.charged.compute_used(name)
         held = state.ledger.held_compute(name)
         out[name] = {}
         for i, (resource, limit, text) in enumerate(
@@ -159,8 +161,8 @@ def _capability(state: ClusterState, warnings: list[str]) -> dict[str, Any]:
 def _tree(state: ClusterState) -> dict[str, Any]:
     """Every queue with children: its parent, children, and its whole subtree's figures per card."""
     tree: dict[str, Any] = {}
-    for name in sorted(state.descendants):
-        info = state.queues.get(name)
+    for name in sorted(state.tree.descendants):
+        info = state.tree.queues.get(name)
         usage = tree_usage(state, name)
         placement = usage.placement
         cards = {}
@@ -174,7 +176,7 @@ def _tree(state: ClusterState) -> dict[str, Any]:
             }
         tree[name] = {
             "parent": info.record.parent if info is not None else "",
-            "children": sorted(q for q, chain in state.ancestors.items() if chain[:1] == (name,)),
+            "children": sorted(q for q, chain in state.tree.ancestors.items() if chain[:1] == (name,)),
             "cards": cards,
         }
     return tree
@@ -238,7 +240,7 @@ def overcommitted(state: ClusterState) -> list[tuple[str, CardName, int, str]]:
     """Every queue and card used above its quota (quota lowered, nodes lost, webhook bypassed):
     ``(queue, card, cards over, one-line message)``. Nothing is evicted; new pods wait."""
     found = []
-    for name in sorted(state.queues):
+    for name in sorted(state.tree.queues):
         usage = queue_usage(state, name)
         placement = usage.placement
         cards = set(usage.quota) | set(usage.fixed) | {c for (_, c) in placement.placed}

@@ -14,8 +14,9 @@ from webhook.core.decide.decisions import (
     too_complex,
 )
 from webhook.core.index.line import LAST
-from webhook.core.index.state import ClusterState, scale_key
+from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage
+from webhook.core.index.waiting import scale_key
 from webhook.core.model import keys
 from webhook.core.model.demand import BadDemand, PodDemand, pod_demand
 from webhook.core.model.feasibility import TooComplex
@@ -32,7 +33,7 @@ def decide_scale(state: ClusterState, request: Request) -> Decision:
     new = _replicas(request.obj, absent)
     old = _replicas(request.old_obj, absent)
     if request.sub_resource == "scale":
-        workload = state.workload(kind, request.namespace, request.name)
+        workload = state.workloads.get(kind, request.namespace, request.name)
         if workload is None:
             return Allowed(
                 f"{kind.lower()} {request.target} not in cache yet; its pods are checked one by one"
@@ -116,7 +117,7 @@ def _written(state: ClusterState, request: Request, kind: str) -> WorkloadRecord
     """The workload as written, with the uid the cache knows it by."""
     workload = workload_record({**request.obj, "kind": kind})
     workload = replace(workload, namespace=workload.namespace or request.namespace)
-    cached = state.workload(kind, request.namespace, request.name)
+    cached = state.workloads.get(kind, request.namespace, request.name)
     return replace(workload, uid=cached.uid) if cached else workload
 
 

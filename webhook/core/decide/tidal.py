@@ -43,19 +43,19 @@ class Plan:
 
 def mode_of(state: ClusterState, queue: str) -> str:
     """The queue's reclaim mode: its annotation, else the cluster's setting."""
-    info = state.queues.get(queue)
+    info = state.tree.queues.get(queue)
     said = info.record.annotations.get(keys.RECLAIM, "") if info is not None else ""
     return said if said in MODES else state.policy.reclaim
 
 
 def priority_of(state: ClusterState, queue: str) -> int:
-    info = state.queues.get(queue)
+    info = state.tree.queues.get(queue)
     return info.record.priority if info is not None else 0
 
 
 def reclaimable(state: ClusterState, queue: str) -> bool:
     """Whether the queue's training may give cards back: our annotation, else spec.reclaimable."""
-    info = state.queues.get(queue)
+    info = state.tree.queues.get(queue)
     if info is None:
         return True
     said = info.record.annotations.get(keys.RECLAIMABLE, "").lower()
@@ -84,7 +84,7 @@ def waiting(state: ClusterState, ready: Callable[[str], bool]) -> dict[CardName,
     """Per model and queue, the pods that may take back cards now (oldest uid order is kept stable)."""
     out: dict[CardName, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for uid in sorted(state.charged.unbound()):
-        charge = state.charge_of(uid)
+        charge = state.charged.charge(uid)
         if charge is None or charge.card is None or not ready(uid):
             continue
         pod = state.pods.get(uid)
@@ -98,7 +98,7 @@ def waiting(state: ClusterState, ready: Callable[[str], bool]) -> dict[CardName,
 
 def inside_quota(state: ClusterState, queue: str, card: CardName) -> bool:
     """Whether the queue's use of ``card``, every pod counted, is within its quota."""
-    info = state.queues.get(queue)
+    info = state.tree.queues.get(queue)
     if info is None or info.quota is None or card not in info.quota:
         return False
     return queue_usage(state, queue).card(card).used <= info.quota[card]
@@ -111,7 +111,7 @@ def gangs(state: ClusterState, card: CardName, now: float, leaving: Collection[s
     members: dict[str, set[str]] = defaultdict(set)
     for node in state.free.nodes_of(card):
         for uid in state.charged.on_node(node):
-            charge, pod = state.charge_of(uid), state.pods.get(uid)
+            charge, pod = state.charged.charge(uid), state.pods.get(uid)
             if charge is None or pod is None or charge.card != card or not charge.bound:
                 continue
             key = charge.group or pod.key
@@ -130,7 +130,7 @@ def _gang(state: ClusterState, key: str, uids: Iterable[str], card: CardName) ->
     cards: dict[str, int] = defaultdict(int)
     pods, priority, preemptable, queue = [], 0, True, ""
     for uid in sorted(uids):
-        pod, charge = state.pods.get(uid), state.charge_of(uid)
+        pod, charge = state.pods.get(uid), state.charged.charge(uid)
         if pod is None:
             continue
         pods.append(pod.key)
@@ -169,7 +169,7 @@ def freeing(state: ClusterState, card: CardName, leaving: Collection[str]) -> di
     nodes = state.free.nodes_of(card)
     for node in nodes:
         for uid in state.charged.on_node(node):
-            charge, pod = state.charge_of(uid), state.pods.get(uid)
+            charge, pod = state.charged.charge(uid), state.pods.get(uid)
             if charge is None or pod is None or charge.card != card or not charge.bound:
                 continue
             if pod.deletion_deadline is not None or pod.key in leaving:
@@ -262,7 +262,7 @@ def unbound(state: ClusterState, taken: Taken) -> int:
 
 
 def _size(state: ClusterState, uid: str) -> int:
-    charge = state.charge_of(uid)
+    charge = state.charged.charge(uid)
     return charge.count if charge is not None else 0
 
 

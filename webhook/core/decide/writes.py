@@ -36,7 +36,7 @@ def decide_queue(state: ClusterState, request: Request) -> Decision:
         return Denied(f'queue "{name}" has a malformed {exc}', queue=name)
     parent = record.parent if state.policy.hierarchical_queues else ""
     warnings = _quota_warnings(state, name, parent, quota)
-    if parent or name in state.descendants:
+    if parent or name in state.tree.descendants:
         warnings += _tree_warnings(state, name, parent, quota)
     warnings += _device_class_limits(request.obj, name)
     return Allowed("well-formed quota", warnings=tuple(warnings), queue=name)
@@ -86,7 +86,7 @@ def _tree_warnings(state: ClusterState, name: str, parent: str, quota: dict[Card
     """Hierarchical queues: legal over-subscription, said out loud. A child's quota above its
     parent's for a card, and children whose quotas for a card sum above their parent's."""
     warnings: list[str] = []
-    above = state.queues.get(parent) if parent else None
+    above = state.tree.queues.get(parent) if parent else None
     if above is not None and above.quota:
         for card, count in sorted(quota.items()):
             if card in above.quota and count > above.quota[card]:
@@ -103,7 +103,9 @@ def _tree_warnings(state: ClusterState, name: str, parent: str, quota: dict[Card
 def _children_sum(
     state: ClusterState, parent: str, limit: dict[CardName, int], changed: dict[str, dict[CardName, int]]
 ) -> list[str]:
-    quotas = {q: dict(info.quota or {}) for q, info in state.queues.items() if info.record.parent == parent}
+    quotas = {
+        q: dict(info.quota or {}) for q, info in state.tree.queues.items() if info.record.parent == parent
+    }
     quotas.update(changed)
     warnings = []
     for card, count in sorted(limit.items()):
@@ -119,9 +121,9 @@ def _children_sum(
 
 def _quota_warnings(state: ClusterState, name: str, parent: str, quota: dict[CardName, int]) -> list[str]:
     warnings: list[str] = []
-    quotas = {q: info.quota for q, info in state.queues.items() if info.quota and q != name}
+    quotas = {q: info.quota for q, info in state.tree.queues.items() if info.quota and q != name}
     quotas[name] = quota
-    chains = {**state.ancestors, name: (parent, *state.ancestors.get(parent, ())) if parent else ()}
+    chains = {**state.tree.ancestors, name: (parent, *state.tree.ancestors.get(parent, ())) if parent else ()}
     totals = quota_sums(quotas, chains)
     for card, count in quota.items():
         cluster = state.inventory.cluster_cards(card)
@@ -136,7 +138,7 @@ def _quota_warnings(state: ClusterState, name: str, parent: str, quota: dict[Car
                 f" {amount(cluster)};"
                 " queues will compete for the cards"
             )
-    if name in state.queues:
+    if name in state.tree.queues:
         usage = queue_usage(state, name)
         placement = usage.placement
         for card in sorted(set(usage.fixed) | {c for (_, c) in placement.placed}):
@@ -158,11 +160,11 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
     if problem:
         return Denied(problem)
     queue = job.queue or keys.DEFAULT_QUEUE
-    info = state.queues.get(queue)
+    info = state.tree.queues.get(queue)
     if info is None or info.quota is None:
         return Allowed("queue unknown or without card quota: Volcano decides")
     groups = _minimum_demand(state, job.annotations.get(keys.CARD_REQUEST), job.tasks, job.min_available)
-    if request.operation == "UPDATE" and request.old_obj and job.uid and state.enqueued(job.uid):
+    if request.operation == "UPDATE" and request.old_obj and job.uid and state.groups.enqueued(job.uid):
         old = workload_record({**request.old_obj, "kind": "Job"})
         was = _minimum_demand(state, old.annotations.get(keys.CARD_REQUEST), old.tasks, old.min_available)
         raised = _raised(was, groups)
@@ -195,8 +197,8 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
             queue=queue,
             card="|".join(named),
         )
-    for ancestor in state.ancestors.get(queue, ()):
-        limit = state.queues[ancestor].quota
+    for ancestor in state.tree.ancestors.get(queue, ()):
+        limit = state.tree.queues[ancestor].quota
         limited = [g for g in groups if limit and all(c in limit for c in g.cards)]
         if not limit or not limited:
             continue

@@ -16,7 +16,8 @@ from dataclasses import replace
 from webhook.core.index.tally import Charge
 from webhook.core.model.cards import CardName
 from webhook.core.model.claims import Devices
-from webhook.core.model.demand import PodDemand
+from webhook.core.model.demand import Demand, PodDemand
+from webhook.core.model.devices import ClaimRecord, ClassRecord, TemplateRecord
 from webhook.core.model.objects import PodRecord
 
 Holder = tuple[str, str, str]  # (queue, pod uid, pod as messages name it)
@@ -48,6 +49,35 @@ class ClaimBook:
         self._fixed: dict[str, PodDemand] = {}  # pod uid -> the demand it is charged for
         # claim key -> (its pod, the model the pod was charged for, the model it was allocated)
         self.off_model: dict[str, tuple[str, str, CardName]] = {}
+
+    # ---- the DRA objects: each answers the pods to charge again -----------------------------
+    def put_class(self, record: ClassRecord) -> set[str]:
+        if self._devices.classes.get(record.name) == record:
+            return set()
+        self._devices.classes[record.name] = record
+        return self.claimants()
+
+    def drop_class(self, name: str) -> set[str]:
+        return self.claimants() if self._devices.classes.pop(name, None) is not None else set()
+
+    def put_claim(self, record: ClaimRecord) -> set[str]:
+        if self._devices.claims.get(record.key) == record:
+            return set()
+        self._devices.claims[record.key] = record
+        return set(self.users(record.key))
+
+    def drop_claim(self, key: str) -> set[str]:
+        return set(self.users(key)) if self._devices.claims.pop(key, None) is not None else set()
+
+    def put_template(self, record: TemplateRecord) -> set[str]:
+        if self._devices.templates.get(record.key) == record:
+            return set()
+        self._devices.templates[record.key] = record
+        return set(self.users(f"template:{record.key}"))
+
+    def drop_template(self, key: str) -> set[str]:
+        found = self._devices.templates.pop(key, None) is not None
+        return set(self.users(f"template:{key}")) if found else set()
 
     # ---- who uses what ----------------------------------------------------------------------
     def join(self, pod: PodRecord) -> None:
@@ -81,9 +111,10 @@ class ClaimBook:
     def fixed(self, uid: str) -> PodDemand | None:
         return self._fixed.get(uid)
 
-    def fix(self, uid: str, demand: PodDemand) -> None:
-        """Pod ``uid`` is charged ``demand`` while it lives, unless fixed already."""
-        self._fixed.setdefault(uid, demand)
+    def fix(self, uid: str, demand: Demand) -> PodDemand | None:
+        """Pod ``uid`` is charged ``demand`` while it lives, unless fixed already: answers what it
+        is charged (None: no card)."""
+        return self._fixed.setdefault(uid, demand) if isinstance(demand, PodDemand) else self._fixed.get(uid)
 
     def admitted(self, uid: str, name: str) -> int | None:
         """The units pod ``uid`` was admitted (or first charged) with for its entry ``name`` from a

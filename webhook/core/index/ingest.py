@@ -179,7 +179,7 @@ def identities(
     if kind == "Node":
         return {f"/{name}": stub("", name) for name in state.nodes if f"/{name}" not in exclude}
     if kind == "Queue":
-        return {f"/{name}": stub("", name) for name in state.queues if f"/{name}" not in exclude}
+        return {f"/{name}": stub("", name) for name in state.tree.queues if f"/{name}" not in exclude}
     if kind == "PodGroup":
         return {key: stub(*key.split("/", 1)) for key in state.podgroups if key not in exclude}
     if kind in DRA_KINDS:
@@ -192,5 +192,5 @@ def identities(
         }[kind]
         return {key: stub(*key.split("/", 1)) for key in names if key not in exclude}
     held_as = objects.record_kind(kind, api_version)
-    kept = (key for (held, key) in state.workloads if held == held_as and key not in exclude)
+    kept = (key for (held, key) in state.workloads.by_key if held == held_as and key not in exclude)
     return {key: stub(*key.split("/", 1)) for key in kept}

@@ -104,23 +104,23 @@ def queue_usage(
 ) -> QueueUsage:
     """The usage of ``queue`` from the state's tallies and in-flight ledger (cost: cards × groups),
     with the pods of ``ahead`` (waiters before the request in its line) counted as "waiting"."""
-    tally = state.tallies.get(queue)
+    tally = state.tree.tallies.get(queue)
     usage = _usage(state, queue, [tally] if tally is not None else [], frozenset((queue,)), exclude_ledger)
     return after(state, usage, ahead) if ahead else usage
 
 
 def after(state: ClusterState, usage: QueueUsage, ahead: Iterable[Waiter]) -> QueueUsage:
     """``usage`` with the pods ``ahead`` still wait for counted, as "waiting"."""
-    waiting = ((w.spec, w.per_pod, state.waiting_pods(w)) for w in ahead)
+    waiting = ((w.spec, w.per_pod, state.waiting.waiting_pods(w)) for w in ahead)
     return usage.adding(((spec, per_pod, pods) for spec, per_pod, pods in waiting if pods > 0), "waiting")
 
 
 def tree_usage(state: ClusterState, queue: str, exclude_ledger: str = "") -> QueueUsage:
     """The usage an ancestor's quota limits: its own and all its descendants' (the subtree tally is
     kept incrementally, so the cost does not grow with the number of pods or of descendants)."""
-    tally = state.subtree.get(queue) or state.tallies.get(queue)
+    tally = state.tree.subtree.get(queue) or state.tree.tallies.get(queue)
     tallies = [tally] if tally is not None else []
-    queues = state.descendants.get(queue) or frozenset((queue,))
+    queues = state.tree.descendants.get(queue) or frozenset((queue,))
     return _usage(state, queue, tallies, queues, exclude_ledger)
 
 
@@ -136,10 +136,10 @@ def tree_has_room(
     the subtree's ``load`` (every flexible pod counted on each alternative): the request's cards can
     take it on top, and no other card is loaded past ``quota``. An ancestor far from its quota, the
     usual case, is then passed without building its usage or searching."""
-    tally = state.subtree.get(queue) or state.tallies.get(queue)
+    tally = state.tree.subtree.get(queue) or state.tree.tallies.get(queue)
     load: Mapping[CardName, int] = tally.load if tally is not None else {}
     if state.ledger:  # in-flight holds: rare enough to fold in the slow way
-        queues = state.descendants.get(queue) or frozenset((queue,))
+        queues = state.tree.descendants.get(queue) or frozenset((queue,))
         merged = Counter(load)
         for (held, size), count in state.ledger.held_in(queues, exclude_ledger).items():
             for card in held.cards:
@@ -158,7 +158,7 @@ def tree_has_room(
 def _usage(
     state: ClusterState, queue: str, tallies: list[Tally], queues: frozenset[str], exclude_ledger: str
 ) -> QueueUsage:
-    info = state.queues.get(queue)
+    info = state.tree.queues.get(queue)
     quota = dict(info.quota or {}) if info is not None else {}
     fixed: dict[CardName, dict[str, int]] = {}
     flex: dict[tuple[str, tuple[CardSpec, int]], int] = {}

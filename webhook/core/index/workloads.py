@@ -43,6 +43,9 @@ class Workloads:
                 self._children[workload.owner.uid].discard(workload.uid)
         return workload
 
+    def get(self, kind: str, namespace: str, name: str) -> WorkloadRecord | None:
+        return self._by_key.get((kind, f"{namespace}/{name}"))
+
     def children(self, uid: str) -> Set[str]:
         return self._children.get(uid, NOTHING)
 
