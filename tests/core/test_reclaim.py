@@ -120,7 +120,7 @@ def test_who_may_give_cards_back() -> None:
         'its queue "training" has priority 80000, not below 80000': gang(
             "p", {"n0": 1}, queue_priority=80000
         ),
-        'a pod of it is marked volcano.sh/preemptable: "false"': gang("f", {"n0": 1}, preemptable=False),
+        "a pod of it is not preemptable (volcano.sh/preemptable)": gang("f", {"n0": 1}, preemptable=False),
     }
     for why, g in cases.items():
         assert why_not(g, H200, "inference", 80000) == why

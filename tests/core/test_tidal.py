@@ -153,7 +153,7 @@ def test_never_another_model_nor_inference_nor_a_protected_or_unreclaimable_one(
     [found] = plans(state)
     assert found.victims is None
     assert found.why == (
-        '1 gang: a pod of it is marked volcano.sh/preemptable: "false"; 1 gang: its queue "high" has'
+        '1 gang: a pod of it is not preemptable (volcano.sh/preemptable); 1 gang: its queue "high" has'
         ' priority 90000, not below 80000; 1 gang: its queue "locked" is not reclaimable; 1 gang: its'
         " service type is inference, not training"
     )
@@ -331,3 +331,43 @@ def test_an_odd_reclaim_mark_is_ignored(text: str) -> None:
 def test_a_reclaim_mark_reads_back_what_was_written() -> None:
     taken = Taken(R4090, 4 * UNIT, "serve", ("uid-a", "uid-b"), 1795651200.5)
     assert objects.reclaim_mark(objects.reclaim_text(taken)) == taken
+
+
+# Go's strconv.ParseBool, as Volcano's GetPodPreemptable reads the mark: anything else is refused,
+# and a refused value makes the pod not preemptable.
+GO_TRUE = ("1", "t", "T", "TRUE", "true", "True")
+GO_FALSE = ("0", "f", "F", "FALSE", "false", "False")
+MARKS = [*GO_TRUE, *GO_FALSE, "yes", "no", "", " true", "tRuE", "2"]
+
+
+@pytest.mark.parametrize("mark", MARKS)
+@pytest.mark.parametrize("where", ["annotation", "label", "label under an annotation saying true"])
+def test_preemptable_is_read_as_volcano_reads_it(mark: str, where: str) -> None:
+    """A training gang one pod of which is marked ``mark`` is a victim only when Volcano would
+    preempt the pod: the annotation first, else the label, each parsed as Go's ParseBool; a value
+    it refuses is not preemptable."""
+    extra: dict[str, Any] = {}
+    if where == "annotation":
+        extra["annotations"] = {"volcano.sh/preemptable": mark}
+    else:
+        extra["labels"] = {"volcano.sh/preemptable": mark}
+    if where.endswith("saying true"):
+        extra["annotations"] = {"volcano.sh/preemptable": "true"}
+    marked = gang("tj", ["n1", "n1", "n2", "n2"])
+    marked[1]["metadata"].setdefault("annotations", {}).update(extra.get("annotations", {}))
+    if "labels" in extra:
+        marked[1]["metadata"].setdefault("labels", {}).update(extra["labels"])
+    state = cluster(*NODES, train_queue(), serve_queue(), *marked, *inference(2))
+    expected = where.endswith("saying true") or mark in GO_TRUE
+    assert victims(state) == ([["ns/tj"]] if expected else [[]]), (mark, where)
+
+
+def test_only_the_live_pods_of_a_victim_are_evicted() -> None:
+    """A finished pod of a training gang holds no card and keeps its logs and exit code: the plan
+    evicts the gang's running pods only."""
+    tj = gang("tj", ["n1", "n1", "n2", "n2", "n1", "n2"])
+    tj[5]["status"]["phase"] = "Succeeded"
+    tj[6]["status"]["phase"] = "Failed"
+    state = cluster(*NODES, train_queue(), serve_queue(), *tj, *inference(2))
+    [found] = plans(state)
+    assert [g.pods for g in found.victims or ()] == [("ns/tj-0", "ns/tj-1", "ns/tj-2", "ns/tj-3")]

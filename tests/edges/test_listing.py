@@ -59,6 +59,15 @@ PODS = [
         annotations={keys.WAITING: '{"since":"2026-11-24T18:00:00.123Z","priority":7}'},
         spec={"schedulingGates": [{"name": "other"}, {"name": keys.GATE}]},
     ),
+    {  # Volcano reads volcano.sh/preemptable from the label when no annotation says it
+        **pod("labelled", H200, 1, phase="Running", node_name="n2"),
+        "metadata": {
+            "name": "labelled",
+            "namespace": "ns",
+            "uid": "u-labelled",
+            "labels": {keys.PREEMPTABLE: "F"},
+        },
+    },
 ]
 # Where the core reads, including fields these pods do not have.
 READ = [
@@ -67,6 +76,8 @@ READ = [
     ("metadata", "uid"),
     ("metadata", "annotations", "volcano.sh/card.name"),
     ("metadata", "labels", "app"),
+    ("metadata", "labels", keys.PREEMPTABLE),
+    ("metadata", "annotations", keys.PREEMPTABLE),
     ("metadata", "ownerReferences", 0, "controller"),
     ("metadata", "ownerReferences", 0, "uid"),
     ("metadata", "deletionTimestamp"),
@@ -120,7 +131,8 @@ def agrees(body: bytes) -> listing.Page | None:
 def test_real_pods_take_the_fast_path_and_give_the_ordinary_records() -> None:
     fast = agrees(page_of(PODS))
     assert fast is not None and fast.version == "7" and len(fast.pods) == len(PODS)
-    going, gated = fast.pods[-2:]
+    going, gated, labelled = fast.pods[-3:]
+    assert labelled.template.annotations == {keys.PREEMPTABLE: "F"}  # the label, as Volcano reads it
     assert gated.waiting == (objects.waiting_mark('{"since":"2026-11-24T18:00:00.123Z"}')[0], 7)  # type: ignore[index]
     assert (
         going.waiting is None

@@ -168,7 +168,11 @@ class PodReader:
                 if shapes.timestamp(m.deletionTimestamp) is not None:
                     return None
                 deadline = objects.deletion_deadline(m.deletionTimestamp, m.deletionGracePeriodSeconds)
-            template = self._template(m.annotations, resources, spec.schedulerName or "", spec.priority)
+            annotations = m.annotations  # volcano.sh/preemptable: the annotation, else the label
+            label = m.labels.get(keys.PREEMPTABLE) if m.labels else None
+            if label is not None and (annotations or {}).get(keys.PREEMPTABLE) is None:
+                annotations = {**(annotations or {}), keys.PREEMPTABLE: label}
+            template = self._template(annotations, resources, spec.schedulerName or "", spec.priority)
             if spec.resourceClaims is not NULL:
                 claiming = self._claiming(template, m.namespace, spec, pod.status or _NO_STATUS)
                 if claiming is None:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterable
 
 from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage
-from webhook.core.model import keys
+from webhook.core.model import keys, objects
 from webhook.core.model.cards import CardName, figure
 from webhook.core.model.objects import moment, reclaim_mark
 from webhook.core.model.reclaim import INFERENCE, Gang, Taken, freed, placeable, victims, why_not
@@ -131,12 +131,12 @@ def _gang(state: ClusterState, key: str, uids: Iterable[str], card: CardName) ->
     pods, priority, preemptable, queue = [], 0, True, ""
     for uid in sorted(uids):
         pod, charge = state.pods.get(uid), state.charged.charge(uid)
-        if pod is None:
+        if pod is None or not pod.is_live:  # a finished pod keeps its logs: never evicted
             continue
         pods.append(pod.key)
         priority = max(priority, pod.priority)
-        preemptable = preemptable and pod.template.annotations.get(keys.PREEMPTABLE) != "false"
-        if charge is None or not pod.is_live:
+        preemptable = preemptable and objects.preemptable(pod.template.annotations.get(keys.PREEMPTABLE))
+        if charge is None:
             continue
         queue = queue or charge.queue
         if charge.bound and charge.card != card:
@@ -145,7 +145,7 @@ def _gang(state: ClusterState, key: str, uids: Iterable[str], card: CardName) ->
             cards[pod.node_name] += charge.count
     group = state.podgroups.get(key)
     if group is not None:
-        preemptable = preemptable and group.annotations.get(keys.PREEMPTABLE) != "false"
+        preemptable = preemptable and objects.preemptable(group.annotations.get(keys.PREEMPTABLE))
         queue = group.queue or queue
     first = next(iter(sorted(uids)))
     return Gang(

@@ -147,6 +147,29 @@ def _meta(obj: Raw) -> Raw:
     return meta if type(meta) is dict or isinstance(meta, Mapping) else {}
 
 
+# Go's strconv.ParseBool, which Volcano reads volcano.sh/preemptable with
+_TRUE, _FALSE = (
+    frozenset({"1", "t", "T", "TRUE", "true", "True"}),
+    frozenset({"0", "f", "F", "FALSE", "false", "False"}),
+)
+
+
+def preemptable(value: str | None) -> bool:
+    """Whether a pod marked ``value`` (its ``volcano.sh/preemptable``; None: unmarked) may be a
+    victim, as Volcano's ``GetPodPreemptable`` reads it: unmarked is preemptable, a value
+    ``ParseBool`` refuses is not."""
+    return value is None or value in _TRUE
+
+
+def with_preemptable(annotations: dict[str, str], labels: Any) -> dict[str, str]:
+    """``annotations`` with ``volcano.sh/preemptable`` as Volcano reads it: the annotation, else
+    the label of that name (kept under the annotation's key: the core reads one value)."""
+    if keys.PREEMPTABLE in annotations or (type(labels) is not dict and not isinstance(labels, Mapping)):
+        return annotations
+    label = labels.get(keys.PREEMPTABLE)
+    return annotations if label is None else {**annotations, keys.PREEMPTABLE: str(label)}
+
+
 def _strings(value: Any) -> dict[str, str]:
     if type(value) is not dict and not isinstance(value, Mapping):
         return {}
@@ -178,7 +201,9 @@ def pod_template_of(template: Raw, namespace: str = "") -> PodTemplate:
     if isinstance(affinity, Mapping):
         terms = tuple(t for t in affinity.get("nodeSelectorTerms") or [] if isinstance(t, Mapping))
     return PodTemplate(
-        annotations=_strings(_meta(template).get("annotations")),
+        annotations=with_preemptable(
+            _strings(_meta(template).get("annotations")), _meta(template).get("labels")
+        ),
         resources=resources_of(spec),
         node_selector=_strings(spec.get("nodeSelector")),
         required_terms=terms,

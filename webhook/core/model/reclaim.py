@@ -30,7 +30,9 @@ class Gang:
     queue_priority: int  # its queue's spec.priority
     reclaimable: bool  # its queue's spec.reclaimable (unset is true)
     service: str  # volcano.sh/service.type, else from its owner kind
-    preemptable: bool  # False when any of its pods says volcano.sh/preemptable: "false"
+    # False when a pod of it (or its PodGroup) is marked volcano.sh/preemptable other than true,
+    # annotation or label, as Volcano reads it (``objects.preemptable``)
+    preemptable: bool
     priority: int  # the highest spec.priority of its pods (their PriorityClass)
     created: float  # the PodGroup's creation time, seconds since the epoch
     card: str  # the model its pods hold
@@ -73,7 +75,7 @@ def why_not(gang: Gang, card: str, queue: str, queue_priority: int) -> str:
     if gang.queue_priority >= queue_priority:
         return f'its queue "{gang.queue}" has priority {gang.queue_priority}, not below {queue_priority}'
     if not gang.preemptable:
-        return 'a pod of it is marked volcano.sh/preemptable: "false"'
+        return "a pod of it is not preemptable (volcano.sh/preemptable)"
     return ""
 
 
