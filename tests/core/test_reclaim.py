@@ -5,9 +5,11 @@ and ranks every subset of gangs itself."""
 from collections.abc import Mapping, Sequence
 from itertools import combinations, product
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from webhook.core.model import reclaim
 from webhook.core.model.reclaim import INFERENCE, TRAINING, Gang, choose, victims, why_not
 
 H200, R4090 = "NVIDIA-H200", "NVIDIA-GeForce-RTX-4090"
@@ -180,3 +182,48 @@ def test_victims_are_whole_gangs_of_the_model_only_the_smallest_set_by_priority_
         assert not fits(after(free, [o for o in chosen if o is not g]), needs)
     assert preference(chosen) == min(preference(s) for s in sets)  # lowest priority first, fewest
     assert list(chosen) == sorted(chosen, key=lambda g: g.rank)  # evicted lowest first
+
+
+def one_card_gangs(count: int) -> list[Gang]:
+    return [gang(f"g{i:03}", {f"n{i:03}": 1}, created=float(i)) for i in range(count)]
+
+
+def test_a_search_too_large_for_its_budget_stops_there_and_answers_the_greedy_set() -> None:
+    """Twenty-two one-card pods and thirty-two one-card gangs, every node full: the smallest set is
+    sought among millions of combinations. Every combination tried spends the budget (those that
+    free too few too), so the search stops at it and the greedy answer comes instead: a set that
+    places the pods, none of it unneeded."""
+    gangs = one_card_gangs(32)
+    free = {f"n{i:03}": 0 for i in range(32)}
+    budget = reclaim.Budget(500)
+    chosen = reclaim.choose(free, [1] * 22, gangs, budget)
+    assert budget.left < 0  # spent: the search stopped at its budget
+    assert chosen is not None and len(chosen) == 22
+    assert fits_by_count(after(free, chosen), [1] * 22)
+    assert all(not fits_by_count(after(free, [o for o in chosen if o is not g]), [1] * 22) for g in chosen)
+
+
+def fits_by_count(nodes: Mapping[str, int], needs: Sequence[int]) -> bool:
+    """One-card pods: they fit when the free cards are as many."""
+    assert set(needs) == {1}
+    return sum(max(n, 0) for n in nodes.values()) >= len(needs)
+
+
+def test_placement_has_no_recursion_depth_and_answers_no_when_it_cannot_settle(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The exact placement search walks without recursion: two thousand pods deep is no deeper for
+    it (the recursive one failed at about a thousand). A question it cannot settle within its
+    budget, asked alone, is answered no: nobody is evicted for pods not known to fit."""
+    monkeypatch.setattr(reclaim, "_first_fit", lambda rooms, pods: False)  # the exact search, alone
+    rooms = {f"n{i}": 3 for i in range(1000)}
+    assert reclaim.placeable(rooms, [2] * 1000 + [1] * 1000)
+    assert not reclaim.placeable(rooms, [2] * 1000 + [1] * 1001)  # one card too many: by the sum
+    tens = {f"n{i}": 10 for i in range(12)}
+    assert not reclaim.placeable(tens, [7] * 13, reclaim.Budget(10**6))  # thirteen 7s, twelve nodes
+    feasible = [7] * 12 + [3] * 12
+    assert reclaim.placeable(tens, feasible, reclaim.Budget(10**6))
+    with pytest.raises(reclaim.Exhausted):
+        reclaim.placeable(tens, feasible, reclaim.Budget(5))
+    monkeypatch.setattr(reclaim, "PLACE_BUDGET", 5)
+    assert not reclaim.placeable(tens, feasible)  # asked alone, unsettled: no

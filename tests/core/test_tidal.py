@@ -79,7 +79,7 @@ NODES = (node("n1", R4090, 2), node("n2", R4090, 2), node("h", H200, 2))
 
 
 def plans(state: ClusterState, leaving: tuple[str, ...] = ()) -> list[tidal.Plan]:
-    return tidal.plan(state, 0.0, lambda uid: True, leaving)
+    return tidal.plan(state, lambda uid: True, leaving)
 
 
 def victims(state: ClusterState, leaving: tuple[str, ...] = ()) -> list[list[str]]:
@@ -302,9 +302,7 @@ def test_victims_are_whole_eligible_gangs_of_the_model_enough_and_none_too_many(
             assert not reclaim.placeable(reclaim.freed(free, rest), wanted), f"{victim.key} was not needed"
     if blocked:
         # One pod more than were served: not even every eligible gang frees enough for it.
-        eligible = [
-            g for g in tidal.gangs(state, R4090, 0.0, ()) if not reclaim.why_not(g, R4090, "serve", 80000)
-        ]
+        eligible = [g for g in tidal.gangs(state, R4090, ()) if not reclaim.why_not(g, R4090, "serve", 80000)]
         fit = (
             len([u for u in range(waiting + 1) if reclaim.placeable(free, [UNIT * n for n in sizes[:u]])]) - 1
         )

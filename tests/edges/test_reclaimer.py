@@ -228,13 +228,13 @@ def test_a_pass_that_fails_is_logged_and_the_next_one_runs(
     state, api = seed_002(*inference(1)), Api()
     calls: list[int] = []
 
-    def plan(*args: Any, **kwargs: Any) -> list[Any]:
+    def problems(*args: Any, **kwargs: Any) -> list[Any]:
         calls.append(1)
         if len(calls) == 1:
             raise KeyError("an object in a shape nobody expected")
         return []
 
-    monkeypatch.setattr(tidal, "plan", plan)
+    monkeypatch.setattr(tidal, "problems", problems)
     reclaimer = Reclaimer(state, api, lambda: True, interval=0.01)  # type: ignore[arg-type]
 
     async def briefly() -> None:
@@ -250,3 +250,35 @@ def test_a_pass_that_fails_is_logged_and_the_next_one_runs(
         asyncio.run(briefly())
     assert len(calls) >= 2
     assert "tidal reclaim: a pass failed" in caplog.text
+
+
+def test_a_replica_that_stops_serving_mid_gang_evicts_no_more_and_a_new_leader_leaves_the_marked_gang() -> (
+    None
+):
+    """Two replicas never evict at once: the one that loses the Lease between two pods of a gang
+    stops there. The gang's mark, written before its first eviction, tells the new leader it is
+    leaving: the new leader plans nothing more from it, and evicts nobody for the same pods."""
+    state, api, clock = seed_002(*inference(2)), Api(), [100.0]
+    serving = [True]
+    evicted_before = api.evict
+
+    async def evict(namespace: str, name: str, dry_run: bool = False) -> str:
+        answer = await evicted_before(namespace, name, dry_run)
+        if not dry_run:
+            serving[0] = False  # the Lease is lost right after the first real eviction
+        return answer
+
+    api.evict = evict  # type: ignore[method-assign]
+    reclaimer = Reclaimer(state, api, lambda: serving[0], after=0.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    run(reclaimer)
+    assert api.evicted == TJ[:1]
+    [(where, mark)] = api.marks
+    assert where == "podgroups/ns/tj" and mark is not None
+    # The new leader's cache shows the mark on the PodGroup, and three pods of it still running.
+    successor = seed_002(*inference(2))
+    group = next(o for o in gang("tj", ["n1", "n1", "n2", "n2"]) if o["kind"] == "PodGroup")
+    group["metadata"]["annotations"] = {keys.RECLAIMED: mark}
+    ingest.upsert(successor, group)
+    fresh = Api()
+    run(Reclaimer(successor, fresh, lambda: True, after=0.0, clock=lambda: clock[0]))  # type: ignore[arg-type]
+    assert fresh.dry == [] and fresh.evicted == []

@@ -96,7 +96,18 @@ class Reclaimer:
         for flight in self.flights.values():
             leaving.add(flight.gang.key)
             leaving.update(flight.gang.pods)
-        for plan in tidal.plan(self.state, now, ready, leaving, set(self._protected)):
+        for key, group in self.state.podgroups.items():  # an earlier leader's reclaim, still held
+            if keys.RECLAIMED in group.annotations and tidal.holding(self.state, key, now) is not None:
+                leaving.add(key)
+        asked = tidal.problems(self.state, ready, leaving, set(self._protected))
+        if not asked:
+            return
+        # The search runs beside the loop that answers reviews and renews the Lease; it reads only
+        # the questions, never the state the cache keeps changing meanwhile.
+        plans = await asyncio.to_thread(tidal.solve_all, asked)
+        for plan in plans:
+            if not self.serving():
+                return  # another replica serves now: it plans afresh
             if plan.victims is None:
                 await self._tell_blocked(plan, now)
             elif plan.mode == "dry-run":
@@ -166,6 +177,9 @@ class Reclaimer:
         self.state.reclaims[gang.key] = taken
         await self._mark(gang.key, reclaim_text(taken))  # first: a new leader holds it too
         for key in gang.pods:
+            if not self.serving():  # another replica serves now; the mark tells it this gang goes
+                log.warning("tidal reclaim: no longer serving mid-gang", extra={"gang": gang.key})
+                return
             namespace, _, name = key.partition("/")
             refused = await self.transport.evict(namespace, name)
             if refused:  # a budget changed since the dry run: the rest still go (the gang restarts whole)

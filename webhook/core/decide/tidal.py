@@ -11,17 +11,29 @@ deleted, gangs evicted by an earlier pass) are never taken twice. Victims come f
 """
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
+from functools import partial
 
 from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage
 from webhook.core.model import keys, objects
 from webhook.core.model.cards import CardName, figure
 from webhook.core.model.objects import moment, reclaim_mark
-from webhook.core.model.reclaim import INFERENCE, Gang, Taken, freed, placeable, victims, why_not
+from webhook.core.model.reclaim import (
+    INFERENCE,
+    SEARCH_BUDGET,
+    Budget,
+    Gang,
+    Taken,
+    freed,
+    placeable,
+    victims,
+    why_not,
+)
 from webhook.core.model.values import value_class
 
 MODES = ("on", "dry-run", "off")
+PASS_BUDGET = 200_000  # search steps of one pass over every model (``reclaim.Budget``)
 
 
 @value_class
@@ -104,7 +116,7 @@ def inside_quota(state: ClusterState, queue: str, card: CardName) -> bool:
     return queue_usage(state, queue).card(card).used <= info.quota[card]
 
 
-def gangs(state: ClusterState, card: CardName, now: float, leaving: Collection[str]) -> list[Gang]:
+def gangs(state: ClusterState, card: CardName, leaving: Collection[str]) -> list[Gang]:
     """The gangs holding bound cards of ``card`` that are not leaving already: a PodGroup's pods
     (or a pod with none, alone). One holding other models too is left out: evicting it whole would
     touch them."""
@@ -177,50 +189,145 @@ def freeing(state: ClusterState, card: CardName, leaving: Collection[str]) -> di
     return nodes
 
 
+@value_class
+class Waiters:
+    """One queue's pods waiting for a model, first in line first, and what each needs."""
+
+    queue: str
+    mode: str
+    priority: int
+    uids: tuple[str, ...]
+    sizes: tuple[int, ...]
+
+
+@value_class
+class Problem:
+    """One model's question, read from the state: everything ``solve`` needs, and nothing it has
+    to ask the state for, so it can be answered off the thread that answers reviews."""
+
+    card: CardName
+    free: Mapping[str, int]  # each node's free cards, those already freeing counted
+    candidates: tuple[Gang, ...]
+    protected: int  # gangs a budget keeps out now
+    queues: tuple[Waiters, ...]  # inside their quota, highest priority first
+
+
+def problems(
+    state: ClusterState,
+    ready: Callable[[str], bool],
+    leaving: Collection[str] = (),
+    excluded: Collection[str] = (),
+) -> list[Problem]:
+    """What to take back now, as questions. ``leaving``: the PodGroups (and pods, namespace/name)
+    already evicted whose pods the cache may still show; ``excluded``: gangs not to take (a budget
+    protects them)."""
+    out: list[Problem] = []
+    for card, queues in sorted(waiting(state, ready).items()):
+        every = gangs(state, card, leaving)
+        candidates = tuple(g for g in every if g.key not in excluded)
+        asked = tuple(
+            Waiters(
+                q,
+                mode_of(state, q),
+                priority_of(state, q),
+                tuple(queues[q]),
+                tuple(_size(state, u) for u in queues[q]),
+            )
+            for q in sorted(queues, key=lambda q: (-priority_of(state, q), q))
+            if inside_quota(state, q, card)
+        )
+        if asked:
+            out.append(
+                Problem(card, freeing(state, card, leaving), candidates, len(every) - len(candidates), asked)
+            )
+    return out
+
+
+def solve(problem: Problem, allowance: Budget | None = None) -> list[Plan]:
+    """The plans of one model: per queue, highest priority first, each after those before it (their
+    pods all count in what must be placed, so cards already freeing are never taken twice), as many
+    of its pods as anything may free, first in line first. Every search spends ``allowance`` (the
+    pass's); once it is spent, the queues left get no plan this pass."""
+    allowance = allowance if allowance is not None else Budget(PASS_BUDGET)
+    plans: list[Plan] = []
+    chosen: list[Gang] = []
+    needs: list[int] = []
+    card, free = problem.card, problem.free
+    for asked in problem.queues:
+        now_free = freed(free, chosen)
+        if placeable(now_free, [*needs, *asked.sizes]):
+            needs += asked.sizes
+            continue
+        others = [g for g in problem.candidates if g not in chosen]
+
+        if allowance.left <= 0:
+            break
+        search = partial(_victims, allowance, now_free, needs, asked, others, card)
+        served, picked = _most(len(asked.uids), search)
+        if served < len(asked.uids):  # the rest: nothing that may be taken frees enough for them
+            why = _nothing(others, card, asked.queue, asked.priority, problem.protected)
+            plans.append(Plan(card, asked.queue, asked.mode, asked.uids[served:], None, why))
+        if picked is not None:
+            needs += asked.sizes[:served]
+            chosen.extend(picked)
+        if picked:
+            plans.append(Plan(card, asked.queue, asked.mode, asked.uids[:served], picked))
+    return plans
+
+
+def _victims(
+    allowance: Budget,
+    free: Mapping[str, int],
+    needs: list[int],
+    asked: Waiters,
+    others: list[Gang],
+    card: CardName,
+    count: int,
+) -> tuple[Gang, ...] | None:
+    """``reclaim.victims`` for the first ``count`` pods of ``asked`` besides ``needs``, its steps
+    taken from ``allowance``."""
+    given = min(SEARCH_BUDGET, max(allowance.left, 0))
+    budget = Budget(given)
+    try:
+        wanted = [*needs, *asked.sizes[:count]]
+        return victims(free, wanted, others, card, asked.queue, asked.priority, budget)
+    finally:
+        allowance.left -= given - max(budget.left, 0)
+
+
+def _most(
+    count: int, search: Callable[[int], tuple[Gang, ...] | None]
+) -> tuple[int, tuple[Gang, ...] | None]:
+    """The most pods, first in line first, that ``search`` finds victims for, and those victims
+    (None: not even the first): by bisection, as helping ``n`` pods helps any fewer."""
+    picked = search(count)
+    if picked is not None:
+        return count, picked
+    low, high, best = 0, count - 1, None
+    while low < high:
+        middle = (low + high + 1) // 2
+        found = search(middle)
+        if found is not None:
+            low, best = middle, found
+        else:
+            high = middle - 1
+    return low, best if low > 0 else None
+
+
 def plan(
     state: ClusterState,
-    now: float,
     ready: Callable[[str], bool],
     leaving: Collection[str] = (),
     excluded: Collection[str] = (),
 ) -> list[Plan]:
-    """What to take back now. ``leaving``: the PodGroups (and pods, namespace/name) already evicted
-    whose pods the cache may still show; ``excluded``: gangs not to take (a budget protects them)."""
-    plans: list[Plan] = []
-    for card, queues in sorted(waiting(state, ready).items()):
-        free = freeing(state, card, leaving)
-        every = gangs(state, card, now, leaving)
-        candidates = [g for g in every if g.key not in excluded]
-        protected = len(every) - len(candidates)
-        chosen: list[Gang] = []
-        needs: list[int] = []
-        for queue in sorted(queues, key=lambda q: (-priority_of(state, q), q)):
-            if not inside_quota(state, queue, card):
-                continue
-            uids = queues[queue]
-            sizes = [_size(state, uid) for uid in uids]
-            mode = mode_of(state, queue)
-            now_free = freed(free, chosen)
-            if placeable(now_free, [*needs, *sizes]):
-                needs += sizes
-                continue
-            priority = priority_of(state, queue)
-            others = [g for g in candidates if g not in chosen]
-            picked, served = None, list(uids)
-            while sizes:  # as many of its pods as anything may free, first in line first
-                picked = victims(now_free, [*needs, *sizes], others, card, queue, priority)
-                if picked is not None:
-                    break
-                sizes, served = sizes[:-1], served[:-1]
-            if len(served) < len(uids):  # the rest: nothing that may be taken frees enough for them
-                why = _nothing(others, card, queue, priority, protected)
-                plans.append(Plan(card, queue, mode, tuple(uids[len(served) :]), None, why))
-            if picked is not None:
-                needs += sizes
-                chosen.extend(picked)
-            if picked:
-                plans.append(Plan(card, queue, mode, tuple(served), picked))
-    return plans
+    """What to take back now: ``problems`` read and solved at once."""
+    return solve_all(problems(state, ready, leaving, excluded))
+
+
+def solve_all(asked: Iterable[Problem]) -> list[Plan]:
+    """Every model's plans, on one pass's budget."""
+    allowance = Budget(PASS_BUDGET)
+    return [found for problem in asked for found in solve(problem, allowance)]
 
 
 def holding(state: ClusterState, group: str, now: float) -> Taken | None:

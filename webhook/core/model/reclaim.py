@@ -11,14 +11,20 @@ queue priority, then the youngest first), then the fewest gangs, then the fewest
 with one gang too many is never chosen.
 """
 
-from collections.abc import Mapping, Sequence
+from bisect import bisect_left, insort
+from collections.abc import Iterator, Mapping, Sequence
 from itertools import combinations
 
 from webhook.core.model.values import value_class
 
 TRAINING = "training"
 INFERENCE = "inference"
-SEARCH_BUDGET = 20_000  # placements tried before the greedy answer is taken instead
+# Steps of search (a combination of gangs tried, a placement step, a hundred nodes read), each some
+# microseconds: what one question may cost before the cheaper answer is taken
+SEARCH_BUDGET = 20_000  # the smallest set of victims, then the greedy answer on its own budget
+GREEDY_BUDGET = 20_000
+PLACE_BUDGET = 20_000  # one placement question asked alone
+NODES_PER_STEP = 100
 
 
 @value_class
@@ -79,28 +85,82 @@ def why_not(gang: Gang, card: str, queue: str, queue_priority: int) -> str:
     return ""
 
 
-def placeable(nodes: Mapping[str, int], needs: Sequence[int]) -> bool:
-    """Whether every pod of ``needs`` (cards, all on one node each) fits the free cards ``nodes``."""
-    free = sorted((n for n in nodes.values() if n > 0), reverse=True)
+class Exhausted(Exception):
+    """The search budget is spent: the caller takes a cheaper answer (or none)."""
+
+
+class Budget:
+    """Steps a search may take: every combination of gangs tried and every placement step counts,
+    so no input makes one pass cost more than ``steps`` of them."""
+
+    def __init__(self, steps: int) -> None:
+        self.left = steps
+
+    def spend(self, steps: int = 1) -> None:
+        self.left -= steps
+        if self.left < 0:
+            raise Exhausted
+
+
+def placeable(nodes: Mapping[str, int], needs: Sequence[int], budget: Budget | None = None) -> bool:
+    """Whether every pod of ``needs`` (cards, all on one node each) fits the free cards ``nodes``.
+
+    First fit decreasing answers most cases at once; otherwise an exact search, without recursion,
+    that remembers the partial placements it found hopeless (nodes with the same rooms are the same
+    choice). Each step spends ``budget`` (``Exhausted`` when it runs out); asked without one, the
+    search has ``PLACE_BUDGET`` steps and a question it cannot settle in them is answered no (no
+    gang is evicted for pods not known to fit)."""
+    if budget is None:
+        try:
+            return placeable(nodes, needs, Budget(PLACE_BUDGET))
+        except Exhausted:
+            return False
     pods = sorted((n for n in needs if n > 0), reverse=True)
-    if sum(pods) > sum(free):
+    if not pods:
+        return True
+    if budget is not None:
+        budget.spend(len(nodes) // NODES_PER_STEP)  # reading the nodes is work too
+    rooms = tuple(sorted((n for n in nodes.values() if n >= pods[-1]), reverse=True))
+    if sum(pods) > sum(rooms) or not rooms or pods[0] > rooms[0]:
         return False
-
-    def fit(index: int) -> bool:
-        if index == len(pods):
+    if _first_fit(rooms, pods):
+        return True
+    hopeless: set[tuple[int, tuple[int, ...]]] = set()
+    stack = [(0, rooms, _after(rooms, pods[0]))]
+    while stack:
+        index, at, choices = stack[-1]
+        taken = next(choices, None)
+        if taken is None:
+            hopeless.add((index, at))
+            stack.pop()
+            continue
+        budget.spend()
+        if index + 1 == len(pods):
             return True
-        tried: set[int] = set()
-        for slot, room in enumerate(free):
-            if room < pods[index] or room in tried:
-                continue
-            tried.add(room)  # nodes with the same room are the same choice
-            free[slot] -= pods[index]
-            if fit(index + 1):
-                return True
-            free[slot] += pods[index]
-        return False
+        if (index + 1, taken) not in hopeless:
+            stack.append((index + 1, taken, _after(taken, pods[index + 1])))
+    return False
 
-    return fit(0)
+
+def _after(rooms: tuple[int, ...], size: int) -> Iterator[tuple[int, ...]]:
+    """The rooms once a pod of ``size`` takes one node: one answer per distinct room it fits."""
+    last = -1
+    for slot, room in enumerate(rooms):
+        if room >= size and room != last:
+            last = room
+            yield tuple(sorted((*rooms[:slot], room - size, *rooms[slot + 1 :]), reverse=True))
+
+
+def _first_fit(rooms: tuple[int, ...], pods: Sequence[int]) -> bool:
+    """Each pod, largest first, on the node with the least room that still fits it."""
+    left = sorted(rooms)
+    for size in pods:
+        slot = bisect_left(left, size)
+        if slot == len(left):
+            return False
+        room = left.pop(slot) - size
+        insort(left, room)
+    return True
 
 
 def freed(free: Mapping[str, int], gangs: Sequence[Gang]) -> dict[str, int]:
@@ -122,31 +182,50 @@ def order_key(gangs: Sequence[Gang]) -> tuple[Rank, int, int, list[Rank]]:
     return (ranks[0], len(gangs), sum(g.total for g in gangs), ranks)
 
 
-def choose(free: Mapping[str, int], needs: Sequence[int], gangs: Sequence[Gang]) -> tuple[Gang, ...] | None:
+def choose(
+    free: Mapping[str, int], needs: Sequence[int], gangs: Sequence[Gang], budget: Budget | None = None
+) -> tuple[Gang, ...] | None:
     """The gangs to evict so that every pod of ``needs`` finds its cards on one node (``free``:
     the nodes of the model and their free cards), smallest by ``order_key``; () when the free
-    cards suffice; None when all the gangs together would not."""
-    if placeable(free, needs):
-        return ()
-    ordered = sorted(gangs, key=lambda g: g.rank)
-    if not placeable(freed(free, ordered), needs):
-        return None
-    wanted, budget = sum(needs), SEARCH_BUDGET
+    cards suffice; None when all the gangs together would not, or when even the cheap answer
+    cannot be had within the budget. Every combination tried and every placement step spends
+    ``budget`` (a fresh one of ``SEARCH_BUDGET`` steps without one); when it runs out, the greedy
+    answer is taken instead, on a budget of its own of ``GREEDY_BUDGET`` steps."""
+    budget = budget if budget is not None else Budget(SEARCH_BUDGET)
+    try:
+        if placeable(free, needs, budget):
+            return ()
+        ordered = sorted(gangs, key=lambda g: g.rank)
+        if not placeable(freed(free, ordered), needs, budget):
+            return None
+        return _smallest(free, needs, ordered, budget)
+    except Exhausted:
+        try:
+            return _greedy(free, needs, sorted(gangs, key=lambda g: g.rank), Budget(GREEDY_BUDGET))
+        except Exhausted:
+            return None
+
+
+def _smallest(
+    free: Mapping[str, int], needs: Sequence[int], ordered: Sequence[Gang], budget: Budget
+) -> tuple[Gang, ...] | None:
+    wanted = sum(needs)
     have = sum(n for n in free.values() if n > 0)
+    lower = 0  # the cards of every gang ranked below ``highest``
     for top, highest in enumerate(ordered):  # the highest-ranked victim, as low as it can be
-        below = ordered[:top]
-        if have + highest.total + sum(g.total for g in below) < wanted:
+        below, lower = ordered[:top], lower + (ordered[top - 1].total if top else 0)
+        budget.spend()
+        if have + highest.total + lower < wanted:
             continue
         for size in range(len(below) + 1):
-            found: list[tuple[Gang, ...]] = [
-                (*others, highest)
-                for others in combinations(below, size)
-                if have + highest.total + sum(g.total for g in others) >= wanted
-            ]
-            budget -= len(found)
-            if budget < 0:
-                return _greedy(free, needs, ordered)
-            fitting = [chosen for chosen in found if placeable(freed(free, chosen), needs)]
+            fitting: list[tuple[Gang, ...]] = []
+            for others in combinations(below, size):
+                budget.spend()  # every combination tried counts, those that free too few too
+                chosen = (*others, highest)
+                if have + sum(g.total for g in chosen) >= wanted and placeable(
+                    freed(free, chosen), needs, budget
+                ):
+                    fitting.append(chosen)
             if fitting:
                 best: tuple[Gang, ...] = min(fitting, key=order_key)
                 return tuple(sorted(best, key=lambda g: g.rank))
@@ -154,23 +233,38 @@ def choose(free: Mapping[str, int], needs: Sequence[int], gangs: Sequence[Gang])
 
 
 def victims(
-    free: Mapping[str, int], needs: Sequence[int], gangs: Sequence[Gang], card: str, queue: str, priority: int
+    free: Mapping[str, int],
+    needs: Sequence[int],
+    gangs: Sequence[Gang],
+    card: str,
+    queue: str,
+    priority: int,
+    budget: Budget | None = None,
 ) -> tuple[Gang, ...] | None:
     """``choose`` among the gangs that may give their cards to pods of ``queue`` (of queue
     ``priority``) waiting for ``card``."""
-    return choose(free, needs, [g for g in gangs if not why_not(g, card, queue, priority)])
+    return choose(free, needs, [g for g in gangs if not why_not(g, card, queue, priority)], budget)
 
 
-def _greedy(free: Mapping[str, int], needs: Sequence[int], ordered: Sequence[Gang]) -> tuple[Gang, ...]:
+def _greedy(
+    free: Mapping[str, int], needs: Sequence[int], ordered: Sequence[Gang], budget: Budget
+) -> tuple[Gang, ...] | None:
     """Too many gangs to search: the lowest-ranked until they fit, then each one not needed
-    dropped, highest first. Minimal (none can go), not always the smallest."""
+    dropped, highest first. Minimal (none can go), not always the smallest; None when even all
+    of them do not fit."""
+    wanted, have = sum(needs), sum(n for n in free.values() if n > 0)
     chosen: list[Gang] = []
     for gang in ordered:
         chosen.append(gang)
-        if placeable(freed(free, chosen), needs):
+        have += gang.total
+        budget.spend()
+        if have >= wanted and placeable(freed(free, chosen), needs, budget):
             break
+    else:
+        return None
     for gang in sorted(chosen, key=lambda g: g.rank, reverse=True):
+        budget.spend()
         rest = [g for g in chosen if g is not gang]
-        if placeable(freed(free, rest), needs):
-            chosen = rest
+        if have - gang.total >= wanted and placeable(freed(free, rest), needs, budget):
+            chosen, have = rest, have - gang.total
     return tuple(sorted(chosen, key=lambda g: g.rank))
