@@ -12,6 +12,7 @@ import pytest
 
 from tests.builders import R4090, cluster, request
 from tests.core.test_tidal import NODES, gang, inference, job_ref, serve_queue, train_queue
+from webhook.cluster import cache
 from webhook.cluster.reclaimer import Reclaimer
 from webhook.core.decide import admission, report, tidal
 from webhook.core.index import ingest
@@ -23,8 +24,12 @@ from webhook.core.model.verdicts import Allowed, Denied
 class Api:
     """Records evictions (dry runs apart) and Events; ``protect``: pods a budget keeps."""
 
-    def __init__(self, protect: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self, protect: frozenset[str] = frozenset(), budgets: list[dict[str, Any]] | None = None
+    ) -> None:
         self.protect = protect
+        self.budgets = budgets or []  # the namespace's PodDisruptionBudgets
+        self.gone: set[str] = set()  # pods (namespace/name) the API server no longer has
         self.dry: list[str] = []
         self.evicted: list[str] = []
         self.events: list[tuple[str, str, str]] = []  # (involved kind/name, reason, message)
@@ -35,6 +40,18 @@ class Api:
     ) -> bool:
         self.marks.append((f"{kind.plural}/{namespace}/{name}", annotations[keys.RECLAIMED]))
         return True
+
+    async def get(self, kind: Any, namespace: str, name: str) -> dict[str, Any] | None:
+        """A running, ready pod labelled with its job's name (``tj-0`` of job ``tj``)."""
+        if f"{namespace}/{name}" in self.gone:
+            return None
+        return {
+            "metadata": {"name": name, "namespace": namespace, "labels": {"job": name.rsplit("-", 1)[0]}},
+            "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
+        }
+
+    async def list_in(self, kind: Any, namespace: str) -> list[dict[str, Any]]:
+        return [b for b in self.budgets if b["metadata"]["namespace"] == namespace]
 
     async def evict(self, namespace: str, name: str, dry_run: bool = False) -> str:
         if name in self.protect:
@@ -282,3 +299,80 @@ def test_a_replica_that_stops_serving_mid_gang_evicts_no_more_and_a_new_leader_l
     fresh = Api()
     run(Reclaimer(successor, fresh, lambda: True, after=0.0, clock=lambda: clock[0]))  # type: ignore[arg-type]
     assert fresh.dry == [] and fresh.evicted == []
+
+
+def budget(name: str, selector: Any, allowed: int, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "ns", "generation": 1},
+        "spec": {"selector": selector, **spec},
+        "status": {"disruptionsAllowed": allowed, "observedGeneration": 1},
+    }
+
+
+def test_a_budget_that_allows_fewer_disruptions_than_the_gang_has_pods_keeps_it_whole() -> None:
+    """A PodDisruptionBudget ``minAvailable: 3`` over the four pods allows one disruption: each
+    pod's eviction alone (and each dry run) would pass, the second real one not. The gang is judged
+    whole against it: not one pod evicted, and the Job is told which budget keeps it."""
+    pdb = budget("train", {"matchLabels": {"job": "tj"}}, 1, minAvailable=3)
+    state, api = seed_002(*inference(1)), Api(budgets=[pdb])
+    run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
+    assert api.evicted == [] and api.marks == []
+    [(_, reason, message)] = [e for e in api.events if e[0] == "Job/tj"]
+    assert reason == "CardQuotaNotReclaimed"
+    assert (
+        "PodDisruptionBudget ns/train (minAvailable 3) allows 1 disruption now; the gang would take 4"
+        in message
+    )
+    # The same budget allowing four: the gang goes, whole.
+    roomy = budget("train", {"matchLabels": {"job": "tj"}}, 4, minAvailable=0)
+    state, api = seed_002(*inference(1)), Api(budgets=[roomy])
+    run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
+    assert api.evicted == TJ
+
+
+def two_gangs() -> ClusterState:
+    """Two 2-pod gangs on full nodes; three inference pods wait: both gangs are needed."""
+    return cluster(
+        *NODES,
+        train_queue(),
+        serve_queue(quota=3),
+        *gang("ta", ["n1", "n1"], created="2026-11-26T00:00:00Z"),
+        *gang("tb", ["n2", "n2"], created="2026-11-26T00:00:01Z"),
+        *inference(3),
+    )
+
+
+def test_every_gang_of_a_plan_is_judged_before_any_is_touched() -> None:
+    """Three pods need both gangs; a budget keeps the second whole. The first is not evicted
+    either: without the second the pods would not all fit, and it would go for nothing."""
+    pdb = budget("keep-tb", {"matchLabels": {"job": "tb"}}, 0, maxUnavailable=0)
+    state, api = two_gangs(), Api(budgets=[pdb])
+    run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
+    assert api.evicted == []
+    state, api = two_gangs(), Api()
+    run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
+    assert sorted(api.evicted) == ["ns/ta-0", "ns/ta-1", "ns/tb-0", "ns/tb-1"]
+
+
+def test_a_begun_gang_is_finished_when_an_eviction_fails_and_the_pass_goes_on() -> None:
+    """The API server fails the second eviction (a 5xx, a throttle): the pass is not ended, the
+    pod is tried again a few seconds later, and the gang ends up evicted whole."""
+    state, api, clock = seed_002(*inference(2)), Api(), [100.0]
+    evict, failures = api.evict, [1]
+
+    async def flaky(namespace: str, name: str, dry_run: bool = False) -> str:
+        if not dry_run and name == "tj-1" and failures:
+            failures.pop()
+            raise cache.Unavailable("/api/v1/namespaces/ns/pods/tj-1/eviction: HTTP 503: busy")
+        return await evict(namespace, name, dry_run)
+
+    api.evict = flaky  # type: ignore[method-assign]
+    reclaimer = Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    run(reclaimer)
+    assert api.evicted == ["ns/tj-0", "ns/tj-2", "ns/tj-3"]
+    clock[0] = 100.5  # before the retry is due: nothing
+    run(reclaimer)
+    assert api.evicted == ["ns/tj-0", "ns/tj-2", "ns/tj-3"]
+    clock[0] = 102.5
+    run(reclaimer)
+    assert api.evicted == ["ns/tj-0", "ns/tj-2", "ns/tj-3", "ns/tj-1"]

@@ -48,6 +48,9 @@ class Kind:
     def object_path(self, namespace: str, name: str) -> str:
         return f"{self._base}/namespaces/{namespace}/{self.plural}/{name}"
 
+    def namespace_path(self, namespace: str) -> str:
+        return f"{self._base}/namespaces/{namespace}/{self.plural}"
+
     @property
     def _base(self) -> str:
         return "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
@@ -105,6 +108,10 @@ class Transport(Protocol):
 
     async def get(self, kind: Kind, namespace: str, name: str) -> Raw | None:
         """One object, or None when it does not exist."""
+
+    async def list_in(self, kind: Kind, namespace: str) -> Sequence[Raw]:
+        """Every object of ``kind`` in ``namespace``, read now (not cached: tidal reclaim's
+        PodDisruptionBudgets, read before a gang is evicted)."""
 
     async def warn_queue(self, queue: str, reason: str, message: str) -> None:
         """Record a Warning Event on a Queue."""

@@ -93,6 +93,26 @@ class KubeTransport:
             raise Unavailable(f"{path}: {exc!r}") from exc
         return body if isinstance(body, dict) else None
 
+    async def list_in(self, kind: Kind, namespace: str) -> list[dict[str, Any]]:
+        path = kind.namespace_path(namespace)
+        try:
+            response = await self.api.call_api(
+                path,
+                "GET",
+                header_params={"Accept": "application/json"},
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=LIST_TIMEOUT),
+            )
+            if response.status != 200:
+                text = (await response.read())[:300].decode(errors="replace")
+                raise Unavailable(f"{path}: HTTP {response.status}: {text}")
+            body = orjson.loads(await response.read())
+        except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as exc:
+            raise Unavailable(f"{path}: {exc!r}") from exc
+        items = body.get("items") if isinstance(body, dict) else None
+        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
     async def dry_run_create(self, collection: str, body: dict[str, Any]) -> tuple[int, str]:
         """POST ``body`` to ``collection`` with ``dryRun=All``: the API server's status and answer."""
         try:

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from webhook.cluster import cache
 from webhook.core.decide import tidal
 from webhook.core.index.state import ClusterState
-from webhook.core.model import keys
+from webhook.core.model import budgets, keys
 from webhook.core.model.cards import amount
 from webhook.core.model.objects import event_targets, reclaim_text
 from webhook.core.model.reclaim import Gang, Taken
@@ -30,12 +30,14 @@ from webhook.core.model.values import value_class
 
 log = logging.getLogger(__name__)
 PODGROUPS = next(k for k in cache.KINDS if k.plural == "podgroups")
+BUDGETS = cache.Kind("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets")  # read, never cached
 RECLAIMED = "CardQuotaReclaimed"
 RECLAIMING = "CardQuotaReclaiming"
 NOT_RECLAIMED = "CardQuotaNotReclaimed"
 PROTECTED_FOR = 60.0  # seconds a gang a PodDisruptionBudget protects is left out
 TELL_EVERY = 60.0  # seconds between two reports of one queue's dry run or blocked reclaim
 HOLD_FOR = 300.0  # seconds at most the cards stay held for the beneficiaries (victims' grace included)
+RETRY_EVERY = 2.0  # seconds between two tries of the pods of a begun gang not evicted yet
 
 
 @value_class
@@ -68,6 +70,8 @@ class Reclaimer:
         self._protected: dict[str, float] = {}  # gang key -> until when a budget keeps it out
         self._told: dict[tuple[str, str], float] = {}  # (queue, card) -> last report
         self._done: list[str] = []  # PodGroups whose hold is over, their marks to remove
+        # gang key -> its pods (namespace/name) not evicted yet, and when to try them again
+        self._rest: dict[str, tuple[list[str], float]] = {}
 
     async def run(self) -> None:
         while True:
@@ -85,6 +89,7 @@ class Reclaimer:
         self._land(now)
         while self._done:  # holds over: their marks go
             await self._mark(self._done.pop(), None)
+        await self._finish(now)
         unbound = self.state.charged.unbound()
         self._seen = {uid: at for uid, at in self._seen.items() if uid in unbound}
         self._protected = {key: until for key, until in self._protected.items() if until > now}
@@ -132,6 +137,9 @@ class Reclaimer:
                         self.on_bound(now - self._seen.pop(uid))
 
     async def _reclaim(self, plan: tidal.Plan, now: float) -> None:
+        """Evict the plan's gangs, each whole: every gang is judged before any is touched, and one
+        that would not go whole leaves the plan undone (the set no longer places its pods); the
+        next pass plans without it."""
         assert plan.victims is not None
         for gang in plan.victims:
             refused = await self._refusal(gang)
@@ -143,8 +151,11 @@ class Reclaimer:
                     f" it is left alone for {PROTECTED_FOR:g} s, none of its pods evicted"
                 )
                 log.warning("tidal reclaim: a gang is protected", extra={"gang": gang.key, "why": refused})
-                await self._gang_event(gang, NOT_RECLAIMED, message, "Warning")
-                continue
+                await self._gang_event(gang.key, NOT_RECLAIMED, message, "Warning")
+                return
+        for gang in plan.victims:
+            if not self.serving():
+                return
             await self._evict(gang, plan, now)
 
     async def _mark(self, key: str, text: str | None) -> None:
@@ -158,12 +169,24 @@ class Reclaimer:
             log.warning("could not write a reclaim mark", extra={"podgroup": key, "error": str(exc)})
 
     async def _refusal(self, gang: Gang) -> str:
-        """Why evicting ``gang`` whole would be refused now (a dry run of each pod), or ""."""
-        for key in gang.pods:
-            namespace, _, name = key.partition("/")
-            refused = await self.transport.evict(namespace, name, dry_run=True)
+        """Why evicting ``gang`` whole would be refused now, or "": its namespace's
+        PodDisruptionBudgets judged for every pod of it at once (each eviction alone would pass
+        where the budget allows one), then a dry run of each pod (anything else the API server
+        would refuse)."""
+        try:
+            namespace = gang.pods[0].partition("/")[0] if gang.pods else ""
+            found = [await self.transport.get(cache.PODS, *key.split("/", 1)) for key in gang.pods]
+            members = [budgets.member(key, pod) for key, pod in zip(gang.pods, found, strict=True) if pod]
+            refused = budgets.refusal(members, await self.transport.list_in(BUDGETS, namespace))
             if refused:
-                return f"evicting pod {key} is refused: {refused}"
+                return refused
+            for key in gang.pods:
+                namespace, _, name = key.partition("/")
+                refused = await self.transport.evict(namespace, name, dry_run=True)
+                if refused:
+                    return f"evicting pod {key} is refused: {refused}"
+        except cache.Unavailable as exc:
+            return f"the API server did not answer for it ({exc})"
         return ""
 
     async def _evict(self, gang: Gang, plan: tidal.Plan, now: float) -> None:
@@ -176,14 +199,9 @@ class Reclaimer:
         taken = Taken(plan.card, gang.total, plan.queue, plan.pods, now + HOLD_FOR)
         self.state.reclaims[gang.key] = taken
         await self._mark(gang.key, reclaim_text(taken))  # first: a new leader holds it too
-        for key in gang.pods:
-            if not self.serving():  # another replica serves now; the mark tells it this gang goes
-                log.warning("tidal reclaim: no longer serving mid-gang", extra={"gang": gang.key})
-                return
-            namespace, _, name = key.partition("/")
-            refused = await self.transport.evict(namespace, name)
-            if refused:  # a budget changed since the dry run: the rest still go (the gang restarts whole)
-                log.warning("tidal reclaim: an eviction was refused", extra={"pod": key, "why": refused})
+        self._rest[gang.key] = (list(gang.pods), now)
+        if not await self._go_on(gang.key, now):
+            return  # another replica serves now; the mark tells it this gang goes
         self.on_reclaim(plan.card, "evicted", gang.total)
         beneficiaries = self._names(plan)
         nodes = ", ".join(sorted(gang.cards))
@@ -192,7 +210,7 @@ class Reclaimer:
             extra={"gang": gang.key, "card": plan.card, "cards": gang.total, "for": beneficiaries},
         )
         await self._gang_event(
-            gang,
+            gang.key,
             RECLAIMED,
             f'{amount(gang.total)} {plan.card} on {nodes} taken back for queue "{plan.queue}"'
             f" (priority {tidal.priority_of(self.state, plan.queue)}), whose pods {beneficiaries} wait for"
@@ -210,6 +228,50 @@ class Reclaimer:
                 f" priority {gang.queue_priority}): its {len(gang.pods)} pods are evicted"
             )
             await self._event(pod.namespace, involved, RECLAIMING, message)
+
+    async def _go_on(self, key: str, now: float) -> bool:
+        """Evict the pods of the begun gang ``key`` not evicted yet, one by one while this replica
+        serves. A pod refused (a budget changed since the judgement, the API server throttling or
+        failing) stays to be tried again in ``RETRY_EVERY`` seconds: a gang whose eviction began
+        is finished, never left half. False when the replica stopped serving."""
+        rest, _ = self._rest.pop(key, ([], now))
+        left: list[str] = []
+        for pod in rest:
+            if not self.serving():
+                log.warning("tidal reclaim: no longer serving mid-gang", extra={"gang": key})
+                return False
+            namespace, _, name = pod.partition("/")
+            try:
+                refused = await self.transport.evict(namespace, name)
+            except cache.Unavailable as exc:
+                refused = str(exc)
+            if refused:
+                log.warning(
+                    "tidal reclaim: an eviction is to be tried again", extra={"pod": pod, "why": refused}
+                )
+                left.append(pod)
+        if left:
+            self._rest[key] = (left, now + RETRY_EVERY)
+        return True
+
+    async def _finish(self, now: float) -> None:
+        """Try again the pods of begun gangs that are still there; report a gang its hold outlived."""
+        if not self._rest:
+            return
+        live = {p.key for p in self.state.pods.values() if p.is_live}
+        for key, (rest, due) in list(self._rest.items()):
+            flight = self.flights.get(key)
+            rest = [pod for pod in rest if pod in live]
+            if flight is None or not rest:
+                del self._rest[key]
+                if flight is None and rest:
+                    message = f"its pods {', '.join(rest)} could not be evicted before the hold ended"
+                    log.warning("tidal reclaim: a gang left partly evicted", extra={"gang": key})
+                    await self._gang_event(key, NOT_RECLAIMED, message, "Warning")
+                continue
+            self._rest[key] = (rest, due)
+            if now >= due:
+                await self._go_on(key, now)
 
     async def _tell_blocked(self, plan: tidal.Plan, now: float) -> None:
         if not self._due(plan, now):
@@ -245,8 +307,8 @@ class Reclaimer:
         names = [self.state.pods[uid].key for uid in plan.pods if uid in self.state.pods]
         return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
 
-    async def _gang_event(self, gang: Gang, reason: str, message: str, kind: str = "Normal") -> None:
-        group = self.state.podgroups.get(gang.key)
+    async def _gang_event(self, key: str, reason: str, message: str, kind: str = "Normal") -> None:
+        group = self.state.podgroups.get(key)
         if group is None:
             return
         for target in event_targets(group):
