@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.builders import R4090, cluster, request
+from tests.builders import H200, R4090, cluster, node, request
 from tests.core.test_tidal import NODES, gang, inference, job_ref, serve_queue, train_queue
 from webhook.cluster import cache
 from webhook.cluster.reclaimer import Reclaimer
@@ -30,6 +30,10 @@ class Api:
         self.protect = protect
         self.budgets = budgets or []  # the namespace's PodDisruptionBudgets
         self.gone: set[str] = set()  # pods (namespace/name) the API server no longer has
+        self.read: list[str] = []  # pods read (namespace/name)
+        self.selector: dict[str, str] = {}  # the inference pods' nodeSelector
+        self.reason = "Unschedulable"  # why the inference pods are not scheduled
+        self.tolerations: list[dict[str, str]] = []  # the inference pods' tolerations
         self.dry: list[str] = []
         self.evicted: list[str] = []
         self.events: list[tuple[str, str, str]] = []  # (involved kind/name, reason, message)
@@ -42,9 +46,21 @@ class Api:
         return True
 
     async def get(self, kind: Any, namespace: str, name: str) -> dict[str, Any] | None:
-        """A running, ready pod labelled with its job's name (``tj-0`` of job ``tj``)."""
+        """A training pod running and ready, labelled with its job's name (``tj-0`` of job ``tj``);
+        an inference pod (``web-*``) Pending, the scheduler having found no node for it
+        (``selector``: their nodeSelector)."""
+        self.read.append(f"{namespace}/{name}")
         if f"{namespace}/{name}" in self.gone:
             return None
+        if name.startswith("web"):
+            return {
+                "metadata": {"name": name, "namespace": namespace},
+                "spec": {"nodeSelector": self.selector, "tolerations": self.tolerations},
+                "status": {
+                    "phase": "Pending",
+                    "conditions": [{"type": "PodScheduled", "status": "False", "reason": self.reason}],
+                },
+            }
         return {
             "metadata": {"name": name, "namespace": namespace, "labels": {"job": name.rsplit("-", 1)[0]}},
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
@@ -376,3 +392,89 @@ def test_a_begun_gang_is_finished_when_an_eviction_fails_and_the_pass_goes_on() 
     clock[0] = 102.5
     run(reclaimer)
     assert api.evicted == ["ns/tj-0", "ns/tj-2", "ns/tj-3", "ns/tj-1"]
+
+
+def blocked_message(api: Api) -> str:
+    return next(
+        m for who, reason, m in api.events if who == "Pod/web-0" and reason == "CardQuotaNotReclaimed"
+    )
+
+
+def test_nobody_is_evicted_for_a_pod_that_waits_for_something_else_than_cards() -> None:
+    """An inference pod whose nodeSelector no node of its model matches, or that waits for its
+    scheduling gate (the scheduler has not looked at it), or that the scheduler has not called
+    unschedulable yet, gets no eviction: the cards would free nothing it can use. The one that
+    waits for a label is told why."""
+    state, api = seed_002(*inference(1)), Api()
+    api.selector = {"zone": "nowhere"}
+    reclaimer = Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0)  # type: ignore[arg-type]
+    run(reclaimer)
+    run(reclaimer)
+    assert api.dry == [] and api.evicted == []
+    assert blocked_message(api) == (
+        f"no card of {R4090} can be taken back for it: no node with {R4090} is one the pods may be"
+        " scheduled on (cordoned, a taint they do not tolerate, or their nodeSelector or required node"
+        " affinity)"
+    )
+    for reason in ("SchedulingGated", ""):
+        state, api = seed_002(*inference(1)), Api()
+        api.reason = reason
+        run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
+        assert api.evicted == [] and api.events == [], reason
+
+
+def tainted(name: str, *taints: dict[str, str], cordoned: bool = False) -> dict[str, Any]:
+    made = node(name, R4090, 2)
+    made["spec"] = {"taints": list(taints), **({"unschedulable": True} if cordoned else {})}
+    return made
+
+
+def test_cards_on_a_cordoned_node_or_one_whose_taint_the_pod_does_not_tolerate_are_not_taken() -> None:
+    """The training gang holds n1 (tainted) and n2 (cordoned, then not): only a gang on a node the
+    pod may use is taken, and a toleration of the taint makes n1 one."""
+    taint = {"key": "gpu", "value": "train", "effect": "NoSchedule"}
+
+    def world(cordoned: bool) -> ClusterState:
+        nodes = (tainted("n1", taint), tainted("n2", cordoned=cordoned), node("h", H200, 2))
+        return cluster(
+            *nodes,
+            train_queue(),
+            serve_queue(),
+            *gang("t1", ["n1", "n1"]),
+            *gang("t2", ["n2", "n2"], created="2026-11-26T00:00:01Z"),
+            *inference(1),
+        )
+
+    state, api = world(cordoned=True), Api()
+    run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
+    assert api.evicted == []
+    assert "no node with NVIDIA-GeForce-RTX-4090 is one the pods may be scheduled on" in blocked_message(api)
+    state, api = world(cordoned=False), Api()
+    run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
+    assert api.evicted == ["ns/t2-0", "ns/t2-1"]  # the younger gang, on the node it may use
+    state, api = world(cordoned=True), Api()
+    api.tolerations = [{"key": "gpu", "operator": "Equal", "value": "train", "effect": "NoSchedule"}]
+    run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
+    assert api.evicted == ["ns/t1-0", "ns/t1-1"]
+
+
+def test_a_pod_the_reclaimed_cards_did_not_help_backs_off() -> None:
+    """The hold ends with the pod still unbound: its reclaim helped nothing, and it takes no more
+    cards for ten minutes, however long it waits."""
+    state, api, clock = seed_002(*inference(2)), Api(), [100.0]
+    reclaimer = Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    run(reclaimer)
+    assert api.evicted == TJ
+    for pod_key in TJ:  # the gang's pods are gone; another training gang takes the cards
+        state.delete_pod(f"uid-{pod_key.replace('/', '-')}")
+    for obj in gang("tj2", ["n1", "n1", "n2", "n2"]):
+        ingest.upsert(state, obj)
+    clock[0] = 100.0 + 301  # the hold is over, web-0 and web-1 never bound
+    run(reclaimer)
+    assert api.evicted == TJ
+    clock[0] = 100.0 + 301 + 599
+    run(reclaimer)
+    assert api.evicted == TJ
+    clock[0] = 100.0 + 301 + 601
+    run(reclaimer)
+    assert api.evicted[4:] == ["ns/tj2-0", "ns/tj2-1", "ns/tj2-2", "ns/tj2-3"]

@@ -17,12 +17,13 @@ a dry run (the cluster's setting or the queue's) only reports, once a minute per
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from webhook.cluster import cache
 from webhook.core.decide import tidal
 from webhook.core.index.state import ClusterState
-from webhook.core.model import budgets, keys
+from webhook.core.model import budgets, keys, placement
 from webhook.core.model.cards import amount
 from webhook.core.model.objects import event_targets, reclaim_text
 from webhook.core.model.reclaim import Gang, Taken
@@ -38,6 +39,9 @@ PROTECTED_FOR = 60.0  # seconds a gang a PodDisruptionBudget protects is left ou
 TELL_EVERY = 60.0  # seconds between two reports of one queue's dry run or blocked reclaim
 HOLD_FOR = 300.0  # seconds at most the cards stay held for the beneficiaries (victims' grace included)
 RETRY_EVERY = 2.0  # seconds between two tries of the pods of a begun gang not evicted yet
+LEARN_EVERY = 10.0  # seconds a waiting pod's object, read from the API server, is trusted
+LEARN_PER_PASS = 25  # waiting pods read from the API server in one pass at most
+BACK_OFF = 600.0  # seconds a pod the cards of a reclaim did not help waits before it may have more
 
 
 @value_class
@@ -72,6 +76,9 @@ class Reclaimer:
         self._done: list[str] = []  # PodGroups whose hold is over, their marks to remove
         # gang key -> its pods (namespace/name) not evicted yet, and when to try them again
         self._rest: dict[str, tuple[list[str], float]] = {}
+        # waiting pod uid -> what the API server shows of it (the cache keeps none of it), until when
+        self._learned: dict[str, tuple[placement.PodPlace, float]] = {}
+        self._back: dict[str, float] = {}  # pod uid -> until when it backs off (a reclaim did not help)
 
     async def run(self) -> None:
         while True:
@@ -94,8 +101,13 @@ class Reclaimer:
         self._seen = {uid: at for uid, at in self._seen.items() if uid in unbound}
         self._protected = {key: until for key, until in self._protected.items() if until > now}
 
+        def waited(uid: str) -> bool:
+            return now - self._seen.setdefault(uid, now) >= self.after and self._back.get(uid, 0.0) <= now
+
+        await self._learn(tidal.waiting(self.state, waited), now)
+
         def ready(uid: str) -> bool:
-            return now - self._seen.setdefault(uid, now) >= self.after
+            return waited(uid) and uid in self._learned and self._learned[uid][0].unschedulable
 
         leaving: set[str] = set()
         for flight in self.flights.values():
@@ -104,7 +116,7 @@ class Reclaimer:
         for key, group in self.state.podgroups.items():  # an earlier leader's reclaim, still held
             if keys.RECLAIMED in group.annotations and tidal.holding(self.state, key, now) is not None:
                 leaving.add(key)
-        asked = tidal.problems(self.state, ready, leaving, set(self._protected))
+        asked = tidal.problems(self.state, ready, leaving, set(self._protected), self._usable)
         if not asked:
             return
         # The search runs beside the loop that answers reviews and renews the Lease; it reads only
@@ -119,6 +131,28 @@ class Reclaimer:
                 await self._tell_dry_run(plan, now)
             else:
                 await self._reclaim(plan, now)
+
+    async def _learn(self, waiting: Mapping[Any, Mapping[str, list[str]]], now: float) -> None:
+        """Read from the API server the waiting pods not read lately (at most ``LEARN_PER_PASS``):
+        whether the scheduler found no node for them, and where they may land."""
+        uids = {uid for queues in waiting.values() for pods in queues.values() for uid in pods}
+        self._learned = {uid: seen for uid, seen in self._learned.items() if uid in uids}
+        due = [uid for uid in sorted(uids) if uid not in self._learned or self._learned[uid][1] <= now]
+        for uid in due[:LEARN_PER_PASS]:
+            pod = self.state.pods.get(uid)
+            if pod is None:
+                continue
+            found = await self.transport.get(cache.PODS, pod.namespace, pod.name)
+            if found is not None:
+                self._learned[uid] = (placement.pod_place(found), now + LEARN_EVERY)
+
+    def _usable(self, uid: str) -> Callable[[str], bool]:
+        """Which nodes the waiting pod ``uid`` may land on, as the scheduler's filters read them."""
+        facts = self.state.nodebook.facts
+        if uid not in self._learned:
+            return lambda node: True
+        place = self._learned[uid][0]
+        return lambda node: (f := facts.get(node)) is None or placement.usable(f, place)
 
     def _land(self, now: float) -> None:
         """Forget the flights whose gangs are gone, and the holds whose pods are bound or gone,
@@ -135,6 +169,12 @@ class Reclaimer:
                     pod = self.state.pods.get(uid)
                     if pod is not None and pod.node_name and uid in self._seen:
                         self.on_bound(now - self._seen.pop(uid))
+                    elif pod is not None and not pod.node_name:  # the cards did not help it: back off
+                        self._back[uid] = now + BACK_OFF
+                        log.warning(
+                            "tidal reclaim: a pod was not bound after a reclaim", extra={"pod": pod.key}
+                        )
+        self._back = {uid: until for uid, until in self._back.items() if until > now}
 
     async def _reclaim(self, plan: tidal.Plan, now: float) -> None:
         """Evict the plan's gangs, each whole: every gang is judged before any is touched, and one

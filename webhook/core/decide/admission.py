@@ -90,8 +90,8 @@ def mutate(
 def _malformed(request: Request) -> Denied | None:
     """A denial naming the field the core cannot read, in the object or the old object."""
     for label, value in (("", request.obj), ("old ", request.old_obj)):
-        if label and not value:
-            continue
+        if (label and not value) or (not label and request.pod is not None):
+            continue  # no old object; a pod read at the entry (``parsed``), its shape checked then
         problem = shapes.problem(request.resource, request.sub_resource, value)
         if problem:
             sub = request.sub_resource

@@ -11,7 +11,7 @@ deleted, gangs evicted by an earlier pass) are never taken twice. Victims come f
 """
 
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from functools import partial
 
 from webhook.core.index.state import ClusterState
@@ -198,6 +198,8 @@ class Waiters:
     priority: int
     uids: tuple[str, ...]
     sizes: tuple[int, ...]
+    # the nodes of the model every one of them may land on; None: every node of the model
+    nodes: frozenset[str] | None = None
 
 
 @value_class
@@ -217,14 +219,18 @@ def problems(
     ready: Callable[[str], bool],
     leaving: Collection[str] = (),
     excluded: Collection[str] = (),
+    usable: Callable[[str], Callable[[str], bool]] | None = None,
 ) -> list[Problem]:
     """What to take back now, as questions. ``leaving``: the PodGroups (and pods, namespace/name)
     already evicted whose pods the cache may still show; ``excluded``: gangs not to take (a budget
-    protects them)."""
+    protects them); ``usable``: for a waiting pod (uid), which nodes it may be scheduled on (its
+    nodeSelector, required affinity and tolerations against the node: ``placement.usable``);
+    without it, every schedulable node."""
     out: list[Problem] = []
     for card, queues in sorted(waiting(state, ready).items()):
         every = gangs(state, card, leaving)
         candidates = tuple(g for g in every if g.key not in excluded)
+        nodes = state.free.nodes_of(card)
         asked = tuple(
             Waiters(
                 q,
@@ -232,6 +238,7 @@ def problems(
                 priority_of(state, q),
                 tuple(queues[q]),
                 tuple(_size(state, u) for u in queues[q]),
+                _where(state, nodes, queues[q], usable),
             )
             for q in sorted(queues, key=lambda q: (-priority_of(state, q), q))
             if inside_quota(state, q, card)
@@ -241,6 +248,22 @@ def problems(
                 Problem(card, freeing(state, card, leaving), candidates, len(every) - len(candidates), asked)
             )
     return out
+
+
+def _where(
+    state: ClusterState,
+    nodes: Mapping[str, int],
+    uids: Sequence[str],
+    usable: Callable[[str], Callable[[str], bool]] | None,
+) -> frozenset[str] | None:
+    """The nodes of the model every pod of ``uids`` may land on; None when that is all of them."""
+    facts = state.nodebook.facts
+    where = {n for n in nodes if (f := facts.get(n)) is None or f.schedulable}
+    if usable is not None:
+        for uid in uids:
+            fits = usable(uid)
+            where = {n for n in where if fits(n)}
+    return None if len(where) == len(nodes) else frozenset(where)
 
 
 def solve(problem: Problem, allowance: Budget | None = None) -> list[Plan]:
@@ -255,20 +278,24 @@ def solve(problem: Problem, allowance: Budget | None = None) -> list[Plan]:
     card, free = problem.card, problem.free
     for asked in problem.queues:
         now_free = freed(free, chosen)
-        if placeable(now_free, [*needs, *asked.sizes]):
+        before = needs if asked.nodes is None else []  # see ``_victims``
+        if asked.nodes is None and placeable(now_free, [*needs, *asked.sizes]):
             needs += asked.sizes
+            continue
+        if asked.nodes is not None and placeable(_only(now_free, asked.nodes), asked.sizes):
             continue
         others = [g for g in problem.candidates if g not in chosen]
 
         if allowance.left <= 0:
             break
-        search = partial(_victims, allowance, now_free, needs, asked, others, card)
+        search = partial(_victims, allowance, now_free, before, asked, others, card)
         served, picked = _most(len(asked.uids), search)
         if served < len(asked.uids):  # the rest: nothing that may be taken frees enough for them
-            why = _nothing(others, card, asked.queue, asked.priority, problem.protected)
+            why = _nothing(others, card, asked.queue, asked.priority, problem.protected, asked.nodes)
             plans.append(Plan(card, asked.queue, asked.mode, asked.uids[served:], None, why))
         if picked is not None:
-            needs += asked.sizes[:served]
+            if asked.nodes is None:
+                needs += asked.sizes[:served]
             chosen.extend(picked)
         if picked:
             plans.append(Plan(card, asked.queue, asked.mode, asked.uids[:served], picked))
@@ -285,14 +312,21 @@ def _victims(
     count: int,
 ) -> tuple[Gang, ...] | None:
     """``reclaim.victims`` for the first ``count`` pods of ``asked`` besides ``needs``, its steps
-    taken from ``allowance``."""
+    taken from ``allowance``. Pods that may land only on some nodes (``asked.nodes``) are placed
+    there alone: the pods of the queues before them (placed anywhere) are not counted against those
+    nodes, nor are those pods counted for later queues, so such a queue may get fewer victims than
+    it needs this pass, never more (it is asked again the next)."""
     given = min(SEARCH_BUDGET, max(allowance.left, 0))
     budget = Budget(given)
     try:
         wanted = [*needs, *asked.sizes[:count]]
-        return victims(free, wanted, others, card, asked.queue, asked.priority, budget)
+        return victims(free, wanted, others, card, asked.queue, asked.priority, budget, asked.nodes)
     finally:
         allowance.left -= given - max(budget.left, 0)
+
+
+def _only(free: Mapping[str, int], nodes: Collection[str]) -> dict[str, int]:
+    return {node: n for node, n in free.items() if node in nodes}
 
 
 def _most(
@@ -373,9 +407,30 @@ def _size(state: ClusterState, uid: str) -> int:
     return charge.count if charge is not None else 0
 
 
-def _nothing(others: list[Gang], card: CardName, queue: str, priority: int, protected: int = 0) -> str:
+def _nothing(
+    others: list[Gang],
+    card: CardName,
+    queue: str,
+    priority: int,
+    protected: int = 0,
+    nodes: frozenset[str] | None = None,
+) -> str:
     """Why no gang frees the cards: each reason, with how many gangs it keeps out."""
-    reasons = Counter(why_not(g, card, queue, priority) or "together they free too few" for g in others)
+    if nodes is not None and not nodes:
+        return (
+            f"no node with {card} is one the pods may be scheduled on (cordoned, a taint they do not"
+            " tolerate, or their nodeSelector or required node affinity)"
+        )
+    reasons = Counter(
+        why_not(g, card, queue, priority)
+        or (
+            "it holds no card on a node the pods may be scheduled on"
+            if nodes is not None and not nodes & set(g.cards)
+            else ""
+        )
+        or "together they free too few"
+        for g in others
+    )
     if protected:
         reasons["a PodDisruptionBudget forbids evicting it now"] += protected
     if not reasons:

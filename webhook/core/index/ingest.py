@@ -9,7 +9,7 @@ from collections.abc import Container, Mapping
 from typing import Any
 
 from webhook.core.index.state import ClusterState
-from webhook.core.model import devices, nodes, objects, shapes
+from webhook.core.model import devices, nodes, objects, placement, shapes
 
 WORKLOAD_KINDS = frozenset({"Deployment", "StatefulSet", "ReplicaSet"})
 RESOURCES = {
@@ -143,7 +143,8 @@ def _apply(state: ClusterState, where: str, obj: Mapping[str, Any]) -> None:
         state.upsert_node(
             nodes.discover_node_cards(
                 str(meta.get("name", "")), meta.get("labels") or {}, status.get("allocatable") or {}
-            )
+            ),
+            placement.node_facts(obj),
         )
     elif where == "Queue":
         state.upsert_queue(objects.queue_record(obj))

@@ -9,6 +9,7 @@ from webhook.core.model.cards import CardName
 from webhook.core.model.devices import SliceRecord
 from webhook.core.model.inventory import Inventory
 from webhook.core.model.nodes import NodeCards, with_devices
+from webhook.core.model.placement import NodeFacts
 
 
 class NodeBook:
@@ -17,6 +18,7 @@ class NodeBook:
         self.free = FreeCards()  # free cards per node and model, for the multi-card assignment
         self._inventory, self._default = inventory, default_resource
         self._labelled: dict[str, NodeCards] = {}  # each node's cards from its labels (SPEC §3)
+        self.facts: dict[str, NodeFacts] = {}  # what decides which pods may land on it (tidal reclaim)
 
     def put(self, cards: NodeCards) -> set[CardName] | None:
         """Add or replace a node's cards as its labels give them; None when nothing changes, else
@@ -31,6 +33,7 @@ class NodeBook:
 
     def drop(self, name: str) -> set[CardName] | None:
         self._labelled.pop(name, None)
+        self.facts.pop(name, None)
         if self.cards.pop(name, None) is None:
             return None
         self.free.delete_node(name)

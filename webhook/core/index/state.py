@@ -36,6 +36,7 @@ from webhook.core.model.objects import (
     QueueRecord,
     WorkloadRecord,
 )
+from webhook.core.model.placement import NodeFacts
 from webhook.core.model.policy import Policy
 from webhook.core.model.reclaim import Taken
 
@@ -99,7 +100,9 @@ class ClusterState:
         self.tree.delete(name)
 
     # ---- nodes and their ResourceSlices (``nodebook``) --------------------------------------
-    def upsert_node(self, cards: NodeCards) -> None:
+    def upsert_node(self, cards: NodeCards, facts: NodeFacts | None = None) -> None:
+        if facts is not None:
+            self.nodebook.facts[cards.node] = facts
         self._after_node_change(cards.node, self.nodebook.put(cards))
 
     def delete_node(self, name: str) -> None:

@@ -12,7 +12,8 @@ with one gang too many is never chosen.
 """
 
 from bisect import bisect_left, insort
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
+from dataclasses import replace
 from itertools import combinations
 
 from webhook.core.model.values import value_class
@@ -44,6 +45,7 @@ class Gang:
     card: str  # the model its pods hold
     cards: Mapping[str, int]  # node -> cards of the model its pods hold there
     pods: tuple[str, ...]  # every pod of it, namespace/name
+    whole: int | None = None  # its cards on every node, when ``cards`` keeps only some (``within``)
 
     @property
     def rank(self) -> "Rank":
@@ -179,7 +181,7 @@ def order_key(gangs: Sequence[Gang]) -> tuple[Rank, int, int, list[Rank]]:
     """How two (non-empty) victim sets compare, smaller first: their highest rank, how many gangs,
     how many cards, then their ranks from the highest down."""
     ranks = sorted((g.rank for g in gangs), reverse=True)
-    return (ranks[0], len(gangs), sum(g.total for g in gangs), ranks)
+    return (ranks[0], len(gangs), sum(g.total if g.whole is None else g.whole for g in gangs), ranks)
 
 
 def choose(
@@ -240,10 +242,29 @@ def victims(
     queue: str,
     priority: int,
     budget: Budget | None = None,
+    nodes: Collection[str] | None = None,
 ) -> tuple[Gang, ...] | None:
     """``choose`` among the gangs that may give their cards to pods of ``queue`` (of queue
-    ``priority``) waiting for ``card``."""
-    return choose(free, needs, [g for g in gangs if not why_not(g, card, queue, priority)], budget)
+    ``priority``) waiting for ``card``; ``nodes``: the only nodes those pods may land on (the free
+    cards and the cards a gang frees elsewhere help nobody)."""
+    allowed = [g for g in gangs if not why_not(g, card, queue, priority)]
+    if nodes is None:
+        return choose(free, needs, allowed, budget)
+    near = {k: n for k, n in free.items() if k in nodes}
+    kept = [w for g in allowed if (w := within(g, nodes)) is not None]
+    chosen = choose(near, needs, kept, budget)
+    if chosen is None:
+        return None
+    by_key = {g.key: g for g in allowed}
+    return tuple(by_key[g.key] for g in chosen)
+
+
+def within(gang: Gang, nodes: Collection[str]) -> Gang | None:
+    """``gang`` as far as ``nodes`` are concerned: its cards there (None when it has none)."""
+    cards = {node: n for node, n in gang.cards.items() if node in nodes}
+    if not cards:
+        return None
+    return gang if len(cards) == len(gang.cards) else replace(gang, cards=cards, whole=gang.total)
 
 
 def _greedy(
