@@ -87,12 +87,13 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## bench: pod creates and scale-ups through the local API server with and without the webhooks, then the server under wrk next to a floor handler (1k/10k/100k pods), the decision core alone, a pod create against the commit before, the multi-card check, the first sync, the enqueue gate with 100 Volcano Jobs waiting, a review forwarded by a standby against a direct one and the Lease's API load, and how long a refused or held workload stays down after its cards free with the waiting line (deny and wait mode) and without (real scheduler), an inference scale-up against training holding every card with tidal reclaim and with each partner alone, and a DRA pod's decision next to a device-plugin pod's, the bytes kept per claim and slice device and the first sync of 10,000 claims
+## bench: pod creates and scale-ups through the local API server with and without the webhooks, then the server under wrk next to a floor handler (1k/10k/100k pods) and a device-plugin pod create through it against the commit before DRA, the decision core alone, a pod create against the commit before, the multi-card check, the first sync, the enqueue gate with 100 Volcano Jobs waiting, a review forwarded by a standby against a direct one and the Lease's API load, and how long a refused or held workload stays down after its cards free with the waiting line (deny and wait mode) and without (real scheduler), an inference scale-up against training holding every card with tidal reclaim and with each partner alone, and a DRA pod's decision next to a device-plugin pod's, the bytes kept per claim and slice device and the first sync of 10,000 claims
 bench: $(STAMP) e2e-bin
 	$(BIN)/python -m tests.bench.apiserver
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; } || \
 		{ echo "make bench needs wrk (Debian package wrk)"; exit 1; }
 	$(BIN)/python -m tests.bench.serve
+	$(BIN)/python -m tests.bench.serve --reference cc74f51 --pods 1000,100000 --rounds 10 --seconds 2 --connections 1
 	$(BIN)/python -m tests.bench.decide
 	$(BIN)/python -m tests.bench.admit
 	$(BIN)/python -m tests.bench.feasibility

@@ -15,6 +15,8 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,11 +59,18 @@ print(json.dumps({"mutate": mutations, "validate": validations}))
 """
 
 
-def _worktree(rev: str, into: Path) -> Path:
-    subprocess.run(
-        ["git", "worktree", "add", "--detach", str(into), rev], cwd=ROOT, check=True, capture_output=True
-    )
-    return into
+@contextmanager
+def worktree(rev: str) -> Iterator[Path]:
+    """``rev`` checked out into a temporary git worktree, removed on the way out."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp) / "reference"
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", str(tree), rev], cwd=ROOT, check=True, capture_output=True
+        )
+        try:
+            yield tree
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
 
 
 def _run(tree: Path, pods: int, repeat: int) -> dict[str, list[float]]:
@@ -88,30 +97,24 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--repeat", type=int, default=2000)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        reference = _worktree(args.reference, Path(tmp) / "reference")
-        try:
-            print(
-                f"reference: {args.reference}; {args.rounds} rounds of {args.repeat} pod creates, turn by turn"
-            )
-            print(
-                f"{'pods':>8} {'step':>9} {'median us':>10} {'ref':>8} {'ratio':>6} {'p99 us':>8} {'ref':>8} {'ratio':>6}"
-            )
-            for pods in (int(n) for n in args.pods.split(",")):
-                mine: dict[str, list[float]] = {"mutate": [], "validate": []}
-                theirs: dict[str, list[float]] = {"mutate": [], "validate": []}
-                for round_ in range(args.rounds):
-                    sides = [(ROOT, mine), (reference, theirs)]
-                    for tree, into in sides if round_ % 2 else reversed(sides):
-                        for step, samples in _run(tree, pods, args.repeat).items():
-                            into[step] += samples
-                for step in ("mutate", "validate"):
-                    (m50, m99), (r50, r99) = _stats(mine[step]), _stats(theirs[step])
-                    print(
-                        f"{pods:>8} {step:>9} {m50:>10.1f} {r50:>8.1f} {m50 / r50:>6.2f} {m99:>8.1f} {r99:>8.1f} {m99 / r99:>6.2f}"
-                    )
-        finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(reference)], cwd=ROOT, check=False)
+    with worktree(args.reference) as reference:
+        print(f"reference: {args.reference}; {args.rounds} rounds of {args.repeat} pod creates, turn by turn")
+        print(
+            f"{'pods':>8} {'step':>9} {'median us':>10} {'ref':>8} {'ratio':>6} {'p99 us':>8} {'ref':>8} {'ratio':>6}"
+        )
+        for pods in (int(n) for n in args.pods.split(",")):
+            mine: dict[str, list[float]] = {"mutate": [], "validate": []}
+            theirs: dict[str, list[float]] = {"mutate": [], "validate": []}
+            for round_ in range(args.rounds):
+                sides = [(ROOT, mine), (reference, theirs)]
+                for tree, into in sides if round_ % 2 else reversed(sides):
+                    for step, samples in _run(tree, pods, args.repeat).items():
+                        into[step] += samples
+            for step in ("mutate", "validate"):
+                (m50, m99), (r50, r99) = _stats(mine[step]), _stats(theirs[step])
+                print(
+                    f"{pods:>8} {step:>9} {m50:>10.1f} {r50:>8.1f} {m50 / r50:>6.2f} {m99:>8.1f} {r99:>8.1f} {m99 / r99:>6.2f}"
+                )
 
 
 if __name__ == "__main__":

@@ -9,10 +9,21 @@ snapshot of each size, and at the smallest size the webhook on the standard asyn
 server is then measured at 1 and at 16 connections, ``rounds`` times, interleaved, so that the
 machine's noise falls on all of them alike; the table shows the median of each figure. Also
 printed: each server's RSS, its time to ready, and bytes per cached pod (tests/bench/memory.py).
+
+    python -m tests.bench.serve --reference REV [--pods ...] [--seconds 5] [--rounds 3] [--connections 1,16]
+
+(make bench: ``--reference cc74f51 --pods 1000,100000 --rounds 10 --seconds 2 --connections 1``)
+instead times one card pod create (a device-plugin pod of one H200, validation and mutation apart) on the
+server of commit REV, checked out into a temporary git worktree (tests/bench/admit.py), and on the
+current one, both serving the same snapshot; each wrk run goes to one of them, the two taking turns
+(each going first in alternate rounds). Printed: the median over the rounds of each side's p50 and
+p99, and of the server's CPU time per review (user and system, from /proc: less swayed than latency
+by the machine's other load), and the current/reference ratios.
 """
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -26,6 +37,7 @@ from typing import Any
 import httpx
 
 from tests.bench import memory, synthetic
+from tests.bench.admit import worktree
 from tests.builders import H200, pod
 from tests.edges.serving import client_context, free_port
 from webhook.tools import devcerts
@@ -69,8 +81,17 @@ def _scale(replicas: int) -> dict[str, Any]:
     return {"apiVersion": "autoscaling/v1", "kind": "Scale", "metadata": meta, "spec": {"replicas": replicas}}
 
 
-def reviews() -> list[tuple[str, dict[str, Any]]]:
+PODS = ("", "v1", "Pod", "pods")
+STEPS = ("validate", "mutate")  # a pod create, timed each on its own (the API server mutates first)
+
+
+def pod_create() -> dict[str, Any]:
+    """The AdmissionReview of a device-plugin card pod's create: one H200 in queue q7."""
     new_pod = pod("bench-new", H200, 1, queue_name="q7", namespace="bench", phase=None)
+    return _admission("bench-pod", PODS, operation="CREATE", object=new_pod)
+
+
+def reviews() -> list[tuple[str, dict[str, Any]]]:
     owner = {
         "apiVersion": "apps/v1",
         "kind": "ReplicaSet",
@@ -84,11 +105,10 @@ def reviews() -> list[tuple[str, dict[str, Any]]]:
         "metadata": {"name": "chat-rs", "namespace": "bench", "ownerReferences": [owner]},
         "spec": {"minMember": 1, "queue": "q7"},
     }
-    pods = ("", "v1", "Pod", "pods")
     scale = ("autoscaling", "v1", "Scale", "deployments")
     groups = ("scheduling.volcano.sh", "v1beta1", "PodGroup", "podgroups")
     return [
-        ("/validate", _admission("bench-pod", pods, operation="CREATE", object=new_pod)),
+        ("/validate", pod_create()),
         (
             "/validate",
             _admission(
@@ -119,9 +139,10 @@ def _admission(uid: str, what: tuple[str, str, str, str], **fields: Any) -> dict
     )
 
 
-def lua_script(path: Path) -> Path:
+def lua_script(path: Path, requests: list[tuple[str, dict[str, Any]]] | None = None) -> Path:
+    """wrk sends ``requests`` (default: the realistic mix) in turn."""
     lines = ["local requests = {}"]
-    for i, (target, body) in enumerate(reviews(), start=1):
+    for i, (target, body) in enumerate(reviews() if requests is None else requests, start=1):
         text = json.dumps(body)
         lines.append(
             f'requests[{i}] = wrk.format("POST", "{target}", {{["Host"] = "127.0.0.1", ["Content-Type"] = "application/json"}}, [==[{text}]==])'
@@ -155,8 +176,10 @@ def wrk(url: str, connections: int, seconds: int, script: Path) -> Figures:
     return Figures(rps, latency("50"), latency("99"), failed)
 
 
-def start(command: list[str], url: str, certs: Path, log: Path) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+def start(command: list[str], url: str, certs: Path, log: Path, tree: Path = ROOT) -> subprocess.Popen[bytes]:
+    """``command`` run in ``tree``, importing its ``webhook``, and ready."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.Popen(command, cwd=tree, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 600
     with httpx.Client(verify=client_context(certs), timeout=5) as client:
         while time.monotonic() < deadline:
@@ -169,6 +192,12 @@ def start(command: list[str], url: str, certs: Path, log: Path) -> subprocess.Po
                 pass
             time.sleep(0.2)
     raise SystemExit(f"not ready in time: {command}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU time the process has used."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def rss_mib(pid: int) -> float:
@@ -186,10 +215,10 @@ class Server:
     ready_s: float
 
 
-def launch(name: str, command: list[str], port: int, certs: Path) -> Server:
+def launch(name: str, command: list[str], port: int, certs: Path, tree: Path = ROOT) -> Server:
     url = f"https://127.0.0.1:{port}"
     started = time.monotonic()
-    proc = start(command, url, certs, WORK / f"{name.replace(' ', '-').replace(',', '')}.log")
+    proc = start(command, url, certs, WORK / f"{name.replace(' ', '-').replace(',', '')}.log", tree)
     return Server(name, url, proc, time.monotonic() - started)
 
 
@@ -219,11 +248,16 @@ def main() -> None:
     parser.add_argument("--connections", default="1,16", type=lambda s: [int(n) for n in s.split(",")])
     parser.add_argument("--seconds", type=int, default=5, help="length of one wrk run")
     parser.add_argument("--rounds", type=int, default=3, help="runs per server and connection count")
+    parser.add_argument("--reference", help="instead: a pod create on this commit's server against today's")
     args = parser.parse_args()
     if shutil.which("wrk") is None:
         raise SystemExit("wrk is not installed: apt-get install wrk (make bench does it)")
     WORK.mkdir(parents=True, exist_ok=True)
     certs = devcerts.ensure_dev_certs(WORK / "certs")
+    if args.reference:
+        with worktree(args.reference) as reference:
+            against(reference, args, certs)
+        return
     script = lua_script(WORK / "reviews.lua")
     servers: list[Server] = []
     try:
@@ -253,6 +287,81 @@ def main() -> None:
             server.proc.wait(timeout=60)
     for pods in (min(args.pods), max(args.pods)):
         print(f"bytes per cached pod at {pods:,} pods: {memory.bytes_per_pod(pods):.0f}")
+
+
+def against(reference: Path, args: argparse.Namespace, certs: Path) -> None:
+    """The pod create on the reference's server and the current one, same snapshot, turn by turn."""
+    steps = {step: lua_script(WORK / f"pod-{step}.lua", [(f"/{step}", pod_create())]) for step in STEPS}
+    print(
+        f"reference: {args.reference}; {args.rounds} rounds of {args.seconds} s per side, step and"
+        " connection count, turn by turn; p50 and p99 in ms, medians over the rounds"
+    )
+    print(
+        "| pods | step | connections | p50 | reference | ratio | p99 | reference | ratio"
+        " | CPU µs per review | reference | ratio | errors |"
+    )
+    print("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    notes = []
+    for pods in args.pods:
+        snapshot = synthetic.write_snapshot(WORK / "snapshots", pods)
+        items = {"apiVersion": "v1", "kind": "List", "items": workloads()}
+        (snapshot / "workloads.json").write_text(json.dumps(items))
+        sides: list[Server] = []
+        try:
+            for name, tree in ((f"current {pods}", ROOT), (f"reference {pods}", reference)):
+                port = free_port()
+                sides.append(launch(name, serve_command(snapshot, certs, port), port, certs, tree))
+            answers = [_answers(server, certs) for server in sides]
+            if answers[0] != answers[1]:
+                print(f"the answers differ: {answers[0]} against {answers[1]}")
+            for server in sides:
+                for script in steps.values():
+                    wrk(server.url, 1, 2, script)  # warm up
+            runs: dict[tuple[str, str, int], list[Figures]] = {}
+            cpu: dict[tuple[str, str, int], list[float]] = {}
+            for round_ in range(args.rounds):
+                for step, script in steps.items():
+                    for connections in args.connections:
+                        for server in sides if round_ % 2 == 0 else reversed(sides):
+                            used = cpu_seconds(server.proc.pid)
+                            figures = wrk(server.url, connections, args.seconds, script)
+                            used = cpu_seconds(server.proc.pid) - used
+                            runs.setdefault((server.name, step, connections), []).append(figures)
+                            per_review = used / (figures.rps * args.seconds) * 1e6
+                            cpu.setdefault((server.name, step, connections), []).append(per_review)
+            notes += [
+                f"{s.name} pods: RSS {rss_mib(s.proc.pid):.0f} MiB, ready in {s.ready_s:.1f} s" for s in sides
+            ]
+        finally:
+            for server in sides:
+                server.proc.terminate()
+                server.proc.wait(timeout=60)
+        for step in STEPS:
+            for connections in args.connections:
+                mine, theirs = (runs[(server.name, step, connections)] for server in sides)
+                m50, r50 = (statistics.median(f.p50_ms for f in side) for side in (mine, theirs))
+                m99, r99 = (statistics.median(f.p99_ms for f in side) for side in (mine, theirs))
+                mcpu, rcpu = (statistics.median(cpu[(server.name, step, connections)]) for server in sides)
+                errors = sum(f.errors for f in mine + theirs)
+                print(
+                    f"| {pods:,} | {step} | {connections} | {m50:.3f} | {r50:.3f} | {m50 / r50:.2f}"
+                    f" | {m99:.3f} | {r99:.3f} | {m99 / r99:.2f} | {mcpu:.0f} | {rcpu:.0f} | {mcpu / rcpu:.2f}"
+                    f" | {errors} |",
+                    flush=True,
+                )
+    print("\n".join(notes))
+
+
+def _answers(server: Server, certs: Path) -> list[dict[str, Any]]:
+    """Each side must allow the pod and patch it at the mutation: both do a pod create's work."""
+    answers = []
+    with httpx.Client(verify=client_context(certs), timeout=5) as client:
+        for step in STEPS:
+            response = client.post(f"{server.url}/{step}", json=pod_create()).json()["response"]
+            if not response["allowed"] or (step == "mutate") != ("patch" in response):
+                raise SystemExit(f"{server.name} /{step} answered {response}")
+            answers.append(response)
+    return answers
 
 
 def report(servers: list[Server], args: argparse.Namespace, script: Path) -> None:
