@@ -13,7 +13,7 @@ import pytest
 from tests.builders import H200, R4090, cluster, node, request
 from tests.core.test_tidal import NODES, gang, inference, job_ref, serve_queue, train_queue
 from webhook.cluster import cache
-from webhook.cluster.reclaimer import Reclaimer
+from webhook.cluster.reclaimer import InProcess, Reclaimer
 from webhook.core.decide import admission, report, tidal
 from webhook.core.index import ingest
 from webhook.core.index.state import ClusterState
@@ -478,3 +478,31 @@ def test_a_pod_the_reclaimed_cards_did_not_help_backs_off() -> None:
     clock[0] = 100.0 + 301 + 601
     run(reclaimer)
     assert api.evicted[4:] == ["ns/tj2-0", "ns/tj2-1", "ns/tj2-2", "ns/tj2-3"]
+
+
+def test_the_serving_replicas_solver_answers_in_a_process_of_its_own_as_in_this_one() -> None:
+    """The questions go to a spawned process and come back as the plans solved here; a worker
+    that died is reported as the API server's unavailability is (the pass is retried), and a new
+    one is started for the next pass."""
+    state = seed_002(*inference(2))
+    asked = tidal.problems(state, lambda uid: True)
+
+    async def twice() -> tuple[list[tidal.Plan], list[tidal.Plan]]:
+        solver = InProcess()
+        try:
+            first = await solver(asked)
+            pool = solver._pool
+            assert pool is not None
+            for worker in list(pool._processes.values()):  # the worker dies between two passes
+                worker.kill()
+                worker.join()
+            with pytest.raises(cache.Unavailable, match="the reclaim solver's process died"):
+                await solver(asked)
+            again = await solver(asked)
+            return first, again
+        finally:
+            solver.close()
+
+    first, again = asyncio.run(twice())
+    assert first == again == tidal.solve_all(asked)
+    assert [g.key for p in first for g in p.victims or ()] == ["ns/tj"]

@@ -16,8 +16,11 @@ a dry run (the cluster's setting or the queue's) only reports, once a minute per
 
 import asyncio
 import logging
+import multiprocessing
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from typing import Any
 
 from webhook.cluster import cache
@@ -44,6 +47,39 @@ LEARN_PER_PASS = 25  # waiting pods read from the API server in one pass at most
 BACK_OFF = 600.0  # seconds a pod the cards of a reclaim did not help waits before it may have more
 
 
+Solve = Callable[[list[tidal.Problem]], Awaitable[list[tidal.Plan]]]
+
+
+async def in_thread(asked: list[tidal.Problem]) -> list[tidal.Plan]:
+    """Solve a pass's questions in a worker thread: off the loop, but sharing the interpreter's
+    lock with it (reviews wait up to its switch interval meanwhile)."""
+    return await asyncio.to_thread(tidal.solve_all, asked)
+
+
+class InProcess:
+    """Solve a pass's questions in a process of its own, started at the first pass (spawned: it
+    shares nothing with the serving process but the questions it is sent, and never the lock
+    the loop that answers reviews and renews the Lease runs under). A worker that died is started
+    again at the next pass."""
+
+    def __init__(self) -> None:
+        self._pool: ProcessPoolExecutor | None = None
+
+    async def __call__(self, asked: list[tidal.Problem]) -> list[tidal.Plan]:
+        if self._pool is None:
+            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+        try:
+            return await asyncio.get_running_loop().run_in_executor(self._pool, tidal.solve_all, asked)
+        except BrokenProcessPool as exc:
+            self._pool = None
+            raise cache.Unavailable(f"the reclaim solver's process died: {exc}") from exc
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+
 @value_class
 class Flight:
     """A gang being evicted: its pods (namespace/name) leave, its cards go to ``plan``'s pods."""
@@ -65,10 +101,11 @@ class Reclaimer:
         clock: Callable[[], float] = time.time,
         on_reclaim: Callable[[str, str, int], None] = lambda card, outcome, cards: None,
         on_bound: Callable[[float], None] = lambda seconds: None,
+        solve: Solve = in_thread,
     ) -> None:
         self.state, self.transport, self.serving = state, transport, serving
         self.interval, self.after, self.clock = interval, after, clock
-        self.on_reclaim, self.on_bound = on_reclaim, on_bound
+        self.on_reclaim, self.on_bound, self.solve = on_reclaim, on_bound, solve
         self.flights: dict[str, Flight] = {}  # gang key -> its eviction
         self._seen: dict[str, float] = {}  # pod uid -> first seen waiting for cards no node had free
         self._protected: dict[str, float] = {}  # gang key -> until when a budget keeps it out
@@ -121,7 +158,7 @@ class Reclaimer:
             return
         # The search runs beside the loop that answers reviews and renews the Lease; it reads only
         # the questions, never the state the cache keeps changing meanwhile.
-        plans = await asyncio.to_thread(tidal.solve_all, asked)
+        plans = await self.solve(asked)
         for plan in plans:
             if not self.serving():
                 return  # another replica serves now: it plans afresh

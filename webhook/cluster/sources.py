@@ -15,7 +15,7 @@ from typing import Any, Protocol
 from webhook.cluster import cache, snapshot
 from webhook.cluster.caller import LineCaller
 from webhook.cluster.lease import LeaderElector, PodLabelClient, ServingLabel
-from webhook.cluster.reclaimer import Reclaimer
+from webhook.cluster.reclaimer import InProcess, Reclaimer
 from webhook.core.decide import report
 from webhook.core.index.line import Waiter
 from webhook.core.index.state import ClusterState
@@ -255,6 +255,7 @@ class LiveSource:
             cache.Informer(kind, self._state, transport) for kind in cache.watched(self._state.policy)
         ]
         tasks: list[asyncio.Task[None]] = []
+        closing: list[Callable[[], None]] = []
         if self.elect is not None:
             self.elector = self.elect(transport)
             self.elector.on_won = self._won.set
@@ -286,6 +287,8 @@ class LiveSource:
                 )
                 tasks.append(asyncio.create_task(caller.run(), name="line caller"))
             if self.reclaim_after is not None:
+                solver = InProcess()
+                closing.append(solver.close)
                 reclaimer = Reclaimer(
                     self._state,
                     transport,
@@ -293,6 +296,7 @@ class LiveSource:
                     after=self.reclaim_after,
                     on_reclaim=self.on_reclaim,
                     on_bound=self.on_bound,
+                    solve=solver,
                 )
                 tasks.append(asyncio.create_task(reclaimer.run(), name="tidal reclaim"))
             await asyncio.gather(*tasks)
@@ -300,6 +304,8 @@ class LiveSource:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
+            for done in closing:
+                done()
             close = getattr(transport, "close", None)
             if close is not None:
                 await close()
