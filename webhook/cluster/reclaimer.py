@@ -141,7 +141,8 @@ class Reclaimer:
         def waited(uid: str) -> bool:
             return now - self._seen.setdefault(uid, now) >= self.after and self._back.get(uid, 0.0) <= now
 
-        await self._learn(tidal.waiting(self.state, waited), now)
+        asking = tidal.waiting(self.state, waited)
+        await self._learn(asking, now)
 
         def ready(uid: str) -> bool:
             return waited(uid) and uid in self._learned and self._learned[uid][0].unschedulable
@@ -153,7 +154,7 @@ class Reclaimer:
         for key, group in self.state.podgroups.items():  # an earlier leader's reclaim, still held
             if keys.RECLAIMED in group.annotations and tidal.holding(self.state, key, now) is not None:
                 leaving.add(key)
-        asked = tidal.problems(self.state, ready, leaving, set(self._protected), self._usable)
+        asked = tidal.problems(self.state, ready, leaving, set(self._protected), self._usable, asking)
         if not asked:
             return
         # The search runs beside the loop that answers reviews and renews the Lease; it reads only

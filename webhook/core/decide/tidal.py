@@ -95,14 +95,25 @@ def service_of(state: ClusterState, uid: str) -> str:
 def waiting(state: ClusterState, ready: Callable[[str], bool]) -> dict[CardName, dict[str, list[str]]]:
     """Per model and queue, the pods that may take back cards now (oldest uid order is kept stable)."""
     out: dict[CardName, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
+    modes: dict[str, str] = {}  # per queue, and service type per PodGroup: read once a pass
+    services: dict[str, str] = {}
     for uid in sorted(state.charged.unbound()):
         charge = state.charged.charge(uid)
         if charge is None or charge.card is None or not ready(uid):
             continue
         pod = state.pods.get(uid)
-        if pod is None or not pod.is_live or mode_of(state, charge.queue) == "off":
+        if pod is None or not pod.is_live:
             continue
-        if service_of(state, uid) != INFERENCE:
+        if (mode := modes.get(charge.queue)) is None:
+            mode = modes[charge.queue] = mode_of(state, charge.queue)
+        if mode == "off":
+            continue
+        group = f"{pod.namespace}/{pod.group_name}" if pod.group_name else ""
+        if group:
+            service = services.get(group) or services.setdefault(group, service_of(state, uid))
+        else:
+            service = service_of(state, uid)
+        if service != INFERENCE:
             continue
         out[charge.card][charge.queue].append(uid)
     return out
@@ -220,14 +231,23 @@ def problems(
     leaving: Collection[str] = (),
     excluded: Collection[str] = (),
     usable: Callable[[str], Callable[[str], bool]] | None = None,
+    asking: Mapping[CardName, Mapping[str, list[str]]] | None = None,
 ) -> list[Problem]:
     """What to take back now, as questions. ``leaving``: the PodGroups (and pods, namespace/name)
     already evicted whose pods the cache may still show; ``excluded``: gangs not to take (a budget
     protects them); ``usable``: for a waiting pod (uid), which nodes it may be scheduled on (its
     nodeSelector, required affinity and tolerations against the node: ``placement.usable``);
-    without it, every schedulable node."""
+    without it, every schedulable node; ``asking``: ``waiting``'s answer, read already (then
+    ``ready`` only filters it)."""
     out: list[Problem] = []
-    for card, queues in sorted(waiting(state, ready).items()):
+    if asking is None:
+        asking = waiting(state, ready)
+    else:
+        asking = {c: {q: [u for u in us if ready(u)] for q, us in qs.items()} for c, qs in asking.items()}
+    for card, queues in sorted(asking.items()):
+        queues = {q: us for q, us in queues.items() if us}
+        if not queues:
+            continue
         every = gangs(state, card, leaving)
         candidates = tuple(g for g in every if g.key not in excluded)
         nodes = state.free.nodes_of(card)

@@ -7,7 +7,7 @@ offline answer and the live one agree.
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import field, replace
+from dataclasses import field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -227,12 +227,14 @@ def _timestamp(value: Any) -> float | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
-def pod_record(obj: Raw, template: PodTemplate | None = None) -> PodRecord:
-    """``template``: the pod's own, read already (``pod_template_of(obj)``)."""
+def pod_record(obj: Raw, template: PodTemplate | None = None, namespace: str = "") -> PodRecord:
+    """``template``: the pod's own, read already (``pod_template_of(obj)``); ``namespace``: where
+    it is when the object names none or ``default`` (a review's)."""
     meta, spec = _meta(obj), obj.get("spec") or {}
+    named = str(meta.get("namespace") or "default")
     return PodRecord(
         uid=str(meta.get("uid") or f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"),
-        namespace=str(meta.get("namespace") or "default"),
+        namespace=(namespace or named) if named == "default" else named,
         name=str(meta.get("name") or meta.get("generateName") or ""),
         template=template or pod_template_of(obj),
         node_name=str(spec.get("nodeName") or ""),
@@ -265,10 +267,7 @@ def event_targets(group: PodGroupRecord) -> list[dict[str, str]]:
 def reviewed_pod(obj: Raw, namespace: str) -> PodRecord:
     """The pod of a review: its record, in the request's namespace when the object names none (a
     create by a controller sends the object without it)."""
-    pod = pod_record(obj)
-    if not pod.namespace or pod.namespace == "default":
-        pod = replace(pod, namespace=namespace or pod.namespace)
-    return pod
+    return pod_record(obj, namespace=namespace)
 
 
 BEHIND: tuple[float, int] = (math.inf, -(2**31))  # the place of a gated pod whose mark is unreadable

@@ -125,6 +125,8 @@ def placeable(nodes: Mapping[str, int], needs: Sequence[int], budget: Budget | N
     rooms = tuple(sorted((n for n in nodes.values() if n >= pods[-1]), reverse=True))
     if sum(pods) > sum(rooms) or not rooms or pods[0] > rooms[0]:
         return False
+    if pods[0] == pods[-1]:  # pods of one size (one card each, most often): counting decides
+        return sum(room // pods[0] for room in rooms) >= len(pods)
     if _first_fit(rooms, pods):
         return True
     hopeless: set[tuple[int, tuple[int, ...]]] = set()
@@ -215,14 +217,15 @@ def _smallest(
     have = sum(n for n in free.values() if n > 0)
     lower = 0  # the cards of every gang ranked below ``highest``
     for top, highest in enumerate(ordered):  # the highest-ranked victim, as low as it can be
-        below, lower = ordered[:top], lower + (ordered[top - 1].total if top else 0)
+        lower += ordered[top - 1].total if top else 0
         budget.spend()
         if have + highest.total + lower < wanted:
             continue
+        below = ordered[:top]
         for size in range(len(below) + 1):
             fitting: list[tuple[Gang, ...]] = []
             for others in combinations(below, size):
-                budget.spend()  # every combination tried counts, those that free too few too
+                budget.spend(size + 1)  # every combination tried counts, those that free too few too
                 chosen = (*others, highest)
                 if have + sum(g.total for g in chosen) >= wanted and placeable(
                     freed(free, chosen), needs, budget
@@ -285,7 +288,9 @@ def _greedy(
         return None
     for gang in sorted(chosen, key=lambda g: g.rank, reverse=True):
         budget.spend()
+        if have - gang.total < wanted:
+            continue  # without it, too few cards in all
         rest = [g for g in chosen if g is not gang]
-        if have - gang.total >= wanted and placeable(freed(free, rest), needs, budget):
+        if placeable(freed(free, rest), needs, budget):
             chosen, have = rest, have - gang.total
     return tuple(sorted(chosen, key=lambda g: g.rank))
