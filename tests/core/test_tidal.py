@@ -369,3 +369,21 @@ def test_only_the_live_pods_of_a_victim_are_evicted() -> None:
     state = cluster(*NODES, train_queue(), serve_queue(), *tj, *inference(2))
     [found] = plans(state)
     assert [g.pods for g in found.victims or ()] == [("ns/tj-0", "ns/tj-1", "ns/tj-2", "ns/tj-3")]
+
+
+def test_a_training_job_annotated_inference_takes_nothing_from_others_training() -> None:
+    """The service-type annotation is the tenant's to write: a Volcano Job's pods whose PodGroup says
+    ``volcano.sh/service.type: inference`` wait like any training and evict nobody; the same pods
+    of a Deployment's ReplicaSet (the operator's table says inference) do."""
+    job = job_ref("sneaky")
+    group = podgroup("sneaky", "Inqueue", queue_name="serve", owner_ref=job)
+    group["metadata"].setdefault("annotations", {})["volcano.sh/service.type"] = "inference"
+    waiting = [pod(f"sneaky-{i}", R4090, queue_name="serve", group="sneaky", owner=job) for i in range(2)]
+    state = cluster(
+        *NODES, train_queue(), serve_queue(), *gang("tj", ["n1", "n1", "n2", "n2"]), group, *waiting
+    )
+    assert victims(state) == []
+    state = cluster(
+        *NODES, train_queue(), serve_queue(), *gang("tj", ["n1", "n1", "n2", "n2"]), *inference(2)
+    )
+    assert victims(state) == [["ns/tj"]]

@@ -74,14 +74,15 @@ def reclaimable(state: ClusterState, queue: str) -> bool:
     return info.record.reclaimable if said not in ("true", "false") else said == "true"
 
 
-def service_of(state: ClusterState, uid: str) -> str:
+def service_of(state: ClusterState, uid: str, said_counts: bool = True) -> str:
     """A pod's service type: its PodGroup's volcano.sh/service.type, else its PodGroup's owner kind
-    (the pod's own for a pod with no PodGroup) by the service-type table."""
+    (the pod's own for a pod with no PodGroup) by the service-type table. ``said_counts`` False:
+    by the owner kind alone (the annotation is the tenant's to write)."""
     pod = state.pods[uid]
     group = state.podgroups.get(f"{pod.namespace}/{pod.group_name}") if pod.group_name else None
     if group is not None:
         said = group.annotations.get(keys.SERVICE_TYPE)
-        if said:
+        if said and said_counts:
             return said
         owner = group.owner
     else:
@@ -110,13 +111,22 @@ def waiting(state: ClusterState, ready: Callable[[str], bool]) -> dict[CardName,
             continue
         group = f"{pod.namespace}/{pod.group_name}" if pod.group_name else ""
         if group:
-            service = services.get(group) or services.setdefault(group, service_of(state, uid))
+            service = services.get(group) or services.setdefault(group, _beneficiary(state, uid))
         else:
-            service = service_of(state, uid)
+            service = _beneficiary(state, uid)
         if service != INFERENCE:
             continue
         out[charge.card][charge.queue].append(uid)
     return out
+
+
+def _beneficiary(state: ClusterState, uid: str) -> str:
+    """A waiting pod's service type as far as taking cards back goes: inference only when both its
+    annotation (if any) and its owner's kind say so. The annotation is the tenant's to write; the
+    kinds are the operator's table (``--service-types``), so a training job annotated inference
+    takes nothing from others' training."""
+    said = service_of(state, uid)
+    return said if said != INFERENCE else service_of(state, uid, said_counts=False)
 
 
 def inside_quota(state: ClusterState, queue: str, card: CardName) -> bool:
