@@ -1,7 +1,6 @@
 """The two entry points every front (CLI, server) calls: ``validate`` and ``mutate``, and
 ``admit`` to record what was really admitted. Routing by resource lives here and nowhere else."""
 
-from dataclasses import replace
 
 from webhook.core.decide import claiming, decisions, enqueue, patches, scaling, writes
 from webhook.core.index.state import ClusterState
@@ -26,7 +25,7 @@ def parsed(request: Request) -> Request:
         return request
     if request.operation not in ("CREATE", "UPDATE") or shapes.problem("pods", "", request.obj):
         return request
-    return replace(request, pod=reviewed_pod(request.obj, request.namespace))
+    return request.with_pod(reviewed_pod(request.obj, request.namespace))
 
 
 def validate(state: ClusterState, request: Request, now: float) -> Decision:
