@@ -6,9 +6,11 @@ Used by the pytest fixtures (``tests/e2e/conftest.py``) and by ``make cluster`` 
 """
 
 import base64
+import datetime
 import http.client
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -30,6 +32,16 @@ from tests.e2e.pki import ensure_pki
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+CHART = ROOT / "charts" / "card-quota-webhook"
+# The chart's identity every webhook process runs as: its ServiceAccount, ClusterRole, Roles and
+# bindings, rendered for the release operations.md installs ("card-quota" in namespace "card-quota").
+RELEASE = "card-quota"
+IDENTITY_TEMPLATES = ("templates/serviceaccount.yaml", "templates/rbac.yaml")
+TOKEN_DURATION = "8760h"  # outlives any test session and a long-lived `make cluster`
+# How the API server words an RBAC refusal ("... is forbidden: User "system:serviceaccount:..."
+# cannot patch resource "podgroups" in API group ..."); a write to a terminating namespace is
+# also a 403, but worded otherwise.
+RBAC_REFUSAL = re.compile(r"cannot [a-z]+ resource")
 CONTROLLERS = (
     "deployment-controller,replicaset-controller,job-controller,horizontal-pod-autoscaler-controller,"
     "garbage-collector-controller,namespace-controller,disruption-controller,"  # PDB status: evictions
@@ -164,7 +176,13 @@ class ControlPlane:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[Any] = []
         self.api_port = free_port()
-        self.kubeconfig = workdir / "kubeconfig"
+        self.kubeconfig = workdir / "kubeconfig"  # cluster-admin: the tests' own kubectl calls
+        # The chart's ServiceAccount: every webhook process the tests start runs as it (``identity``).
+        self.release_namespace, self.webhook_account = RELEASE, RELEASE
+        self.webhook_kubeconfig = workdir / "kubeconfig-webhook"
+        # When the API server was down or starting again (restart_apiserver), in time.time(): it
+        # serves before its RBAC authorizer has read the roles, and refuses everyone meanwhile.
+        self.restarts: list[tuple[float, float]] = []
         self.reader = Reader(self.api_port, self.certs)
         self._reaping: list[tuple[str, list[str]]] = []  # (namespace, its queues), see reap_queues
         self._reaper: threading.Thread | None = None
@@ -227,6 +245,7 @@ class ControlPlane:
             self.apply_file(HERE / "manifests" / "volcano-crds.yaml")
         else:  # the real CRDs, before the scheduler starts (it dies on a missing informer type)
             self.kubectl("apply", "--server-side", "-f", str(self.volcano / "crds"))
+        self.identity()
         self.apply(*gpu_nodes())
         wait_for("kwok to mark the GPU nodes Ready", self._nodes_ready, timeout=60)
         wait_for(
@@ -350,28 +369,63 @@ class ControlPlane:
         def b64(name: str) -> str:
             return base64.b64encode((self.certs / name).read_bytes()).decode()
 
+        user = {"client-certificate-data": b64("admin.crt"), "client-key-data": b64("admin.key")}
+        self._kubeconfig(self.kubeconfig, "admin", user)
+
+    def _kubeconfig(self, path: Path, name: str, user: dict[str, str]) -> Path:
+        """A kubeconfig for this API server (its CA) as ``user``, its only and current context."""
+        ca = base64.b64encode((self.certs / "ca.crt").read_bytes()).decode()
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [
                 {
                     "name": "cardquota-e2e",
-                    "cluster": {"server": self.server, "certificate-authority-data": b64("ca.crt")},
+                    "cluster": {"server": self.server, "certificate-authority-data": ca},
                 }
             ],
-            "users": [
-                {
-                    "name": "admin",
-                    "user": {
-                        "client-certificate-data": b64("admin.crt"),
-                        "client-key-data": b64("admin.key"),
-                    },
-                }
-            ],
-            "contexts": [{"name": "cardquota-e2e", "context": {"cluster": "cardquota-e2e", "user": "admin"}}],
+            "users": [{"name": name, "user": user}],
+            "contexts": [{"name": "cardquota-e2e", "context": {"cluster": "cardquota-e2e", "user": name}}],
             "current-context": "cardquota-e2e",
         }
-        self.kubeconfig.write_text(yaml.safe_dump(config))
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    def token_kubeconfig(self, namespace: str, account: str, path: Path, duration: str = "1h") -> Path:
+        """A kubeconfig that authenticates as the ServiceAccount ``namespace/account`` with a token
+        from the TokenRequest API (what a pod's projected token gives it)."""
+        token = self.kubectl("create", "token", account, "-n", namespace, f"--duration={duration}")
+        return self._kubeconfig(path, account, {"token": token.stdout.strip()})
+
+    def render_identity(
+        self, *flags: str, templates: Sequence[str] = IDENTITY_TEMPLATES
+    ) -> list[dict[str, Any]]:
+        """The chart's ServiceAccount and RBAC (or other ``templates``) as ``helm template`` renders
+        them for ``RELEASE`` in ``release_namespace`` (``flags``: extra values)."""
+        shown = [arg for template in templates for arg in ("--show-only", template)]
+        args = ["template", RELEASE, str(CHART), "-n", self.release_namespace, *shown, *flags]
+        done = subprocess.run([str(self.bin / "helm"), *args], capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            raise RuntimeError(f"helm template failed: {done.stderr.strip()}")
+        return [doc for doc in yaml.safe_load_all(done.stdout) if doc]
+
+    def identity(self) -> None:
+        """Install the chart's own identity, once per plane: its release namespace, ServiceAccount,
+        ClusterRole, Roles and bindings as the chart renders them, and ``webhook_kubeconfig`` with
+        a token of that ServiceAccount. Every webhook process the tests start runs with it, so a
+        right the chart lacks fails where the product needs it; the tests' kubectl stays admin."""
+        objects = self.render_identity()
+        (account,) = [o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"]
+        self.webhook_account = account
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.release_namespace}}
+        listed = {"apiVersion": "v1", "kind": "List", "items": [namespace, *objects]}
+        self.kubectl("apply", "-f", "-", stdin=json.dumps(listed))
+        self.token_kubeconfig(self.release_namespace, account, self.webhook_kubeconfig, TOKEN_DURATION)
+
+    @property
+    def webhook_user(self) -> str:
+        """The user name the API server gives the webhook (what its ``matchConditions`` name)."""
+        return f"system:serviceaccount:{self.release_namespace}:{self.webhook_account}"
 
     @property
     def server(self) -> str:
@@ -400,10 +454,29 @@ class ControlPlane:
     def restart_apiserver(self) -> None:
         """Stop kube-apiserver and start it again on the same port and etcd: watches break."""
         proc = self.procs["kube-apiserver"]
+        down = time.time()
         os.killpg(proc.pid, signal.SIGKILL)  # a crash: long watches get no goodbye
         proc.wait(timeout=30)
         self._apiserver()
         wait_for("kube-apiserver /readyz after a restart", self._ready, timeout=120)
+        self.restarts.append((down, time.time()))
+
+    def assert_no_rbac_refusal(self, log: str) -> None:
+        """Fail when a webhook's ``log`` shows the API server refusing it a right (it runs as the
+        chart's ServiceAccount): the webhook logs such a write and goes on, so nothing else would
+        fail. Refusals while the API server was starting again (``restarts``, and a second after
+        it was ready) are the API server's, not the chart's."""
+
+        def starting(line: str) -> bool:
+            try:
+                stamp = json.loads(line)["time"]
+                at = datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+            except (ValueError, KeyError, TypeError):
+                return False
+            return any(down <= at <= ready + 1.0 for down, ready in self.restarts)
+
+        refused = [line for line in log.splitlines() if RBAC_REFUSAL.search(line) and not starting(line)]
+        assert not refused, "the chart's RBAC refused the webhook:\n" + "\n".join(refused[:5])
 
     def reap_queues(self, namespace: str, queues: list[str]) -> None:
         """Delete ``queues`` (in that order) once ``namespace`` is gone, in the background: the real
@@ -509,7 +582,8 @@ def up() -> None:
         else f"\nNo Volcano scheduler runs: {no_volcano(partner)}."
     )
     print(
-        f"\nThe control plane and the webhook are up (logs in {plane.logs}).\n\n"
+        f"\nThe control plane and the webhook are up (logs in {plane.logs}); the webhook runs as the"
+        f" chart's ServiceAccount {plane.release_namespace}/{plane.webhook_account}, with its RBAC.\n\n"
         f"  export KUBECONFIG={plane.kubeconfig}\n"
         f"  export PATH={plane.bin}:$PATH    # kubectl and helm matching this control plane\n\n"
         "Three things to try:\n\n"
@@ -527,7 +601,7 @@ def _serve_webhook(plane: ControlPlane) -> subprocess.Popen[bytes]:
     certs = devcerts.ensure_dev_certs(STATE / "webhook-certs")
     port = free_port()
     log = open(plane.logs / "cardquota.log", "ab")  # noqa: SIM115 - the process outlives this call
-    command = [sys.executable, "-m", "webhook", "serve", "--kubeconfig", str(plane.kubeconfig)]
+    command = [sys.executable, "-m", "webhook", "serve", "--kubeconfig", str(plane.webhook_kubeconfig)]
     command += ["--cert-dir", str(certs), "--host", "127.0.0.1", "--port", str(port), "--drain-seconds", "0"]
     proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=ROOT)
     context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
@@ -544,7 +618,9 @@ def _serve_webhook(plane: ControlPlane) -> subprocess.Popen[bytes]:
             return False
 
     wait_for("the webhook's cache to sync", ready, timeout=60)
-    plane.apply(*configurations(f"https://127.0.0.1:{port}", certs / "ca.crt", None))
+    plane.apply(
+        *configurations(f"https://127.0.0.1:{port}", certs / "ca.crt", None, identity=plane.webhook_user)
+    )
     return proc
 
 

@@ -112,12 +112,13 @@ def card_quota(control_plane: ControlPlane, namespace: str) -> Iterator[Callable
 
 @contextlib.contextmanager
 def serving_webhook(plane: ControlPlane, tmp: Path, *extra: str) -> Iterator[Process]:
-    """The webhook on ``plane``'s live cache, registered by URL for the test namespaces; its log
-    beside the plane's (a failed test's report carries them all)."""
-    flags = ("--kubeconfig", str(plane.kubeconfig), "--drain-seconds", "0", *extra)
+    """The webhook on ``plane``'s live cache, run as the chart's ServiceAccount and registered by URL
+    for the test namespaces; its log beside the plane's (a failed test's report carries them all).
+    It fails when the API server refused it a right."""
+    flags = ("--kubeconfig", str(plane.webhook_kubeconfig), "--drain-seconds", "0", *extra)
     prefix = f"cardquota-e2e-{uuid.uuid4().hex[:6]}"
     process = Process(tmp / "certs", plane.logs / f"{prefix}.log", *flags, cluster=None)
-    registered = configurations(process.url, process.certs / "ca.crt", SELECTOR, prefix)
+    registered = configurations(process.url, process.certs / "ca.crt", SELECTOR, prefix, plane.webhook_user)
     try:
         process.wait_ready(timeout=60)
         plane.apply(*registered)
@@ -135,6 +136,7 @@ def serving_webhook(plane: ControlPlane, tmp: Path, *extra: str) -> Iterator[Pro
 
         wait_for("the API server to call the webhook", answers, timeout=30)
         yield process
+        plane.assert_no_rbac_refusal(process.log())
     finally:
         for config in registered:
             plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)

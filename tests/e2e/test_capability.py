@@ -21,10 +21,17 @@ CHECKED = {"cardquota-e2e-cpu-check": "on"}  # namespaces sent to this module's 
 def checked_namespace(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A namespace whose pods and workloads go to a webhook run with ``--cpu-memory-check``."""
     tmp: Path = tmp_path_factory.mktemp("cpu-check")
-    flags = ("--kubeconfig", str(control_plane.kubeconfig), "--drain-seconds", "0", "--cpu-memory-check")
+    flags = (
+        "--kubeconfig",
+        str(control_plane.webhook_kubeconfig),
+        "--drain-seconds",
+        "0",
+        "--cpu-memory-check",
+    )
     process = Process(tmp / "certs", tmp / "server.log", *flags, cluster=None)
+    prefix = f"cq-cpu-{uuid.uuid4().hex[:6]}"
     registered = configurations(
-        process.url, process.certs / "ca.crt", CHECKED, f"cq-cpu-{uuid.uuid4().hex[:6]}"
+        process.url, process.certs / "ca.crt", CHECKED, prefix, control_plane.webhook_user
     )
     name = f"e2e-cpu-{uuid.uuid4().hex[:6]}"
     probe_queue = f"probe-{name}"  # a queue without a capability: the check refuses any CPU in it
@@ -46,6 +53,7 @@ def checked_namespace(control_plane: ControlPlane, tmp_path_factory: pytest.Temp
 
         wait_for("the API server to call the checking webhook", answers, timeout=30)
         yield name
+        control_plane.assert_no_rbac_refusal(process.log())
     finally:
         for config in registered:
             control_plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)

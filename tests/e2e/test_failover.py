@@ -304,8 +304,8 @@ class Fleet:
 
     def start(self) -> Process:
         self.made += 1
-        flags = ("--kubeconfig", str(self.plane.kubeconfig), "--drain-seconds", "2", "--leader-elect")
-        flags += ("--lease-name", self.lease, "--lease-namespace", "default")
+        flags = ("--kubeconfig", str(self.plane.webhook_kubeconfig), "--drain-seconds", "2", "--leader-elect")
+        flags += ("--lease-name", self.lease, "--lease-namespace", self.plane.release_namespace)
         process = Process(self.tmp / "certs", self.tmp / f"replica-{self.made}.log", *flags, cluster=None)
         self.replicas.append(process)
         return process
@@ -338,6 +338,8 @@ def fleet(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Fleet]:
     made = Fleet(control_plane, tmp_path)
     try:
         yield made
+        for process in made.replicas + made.gone:
+            control_plane.assert_no_rbac_refusal(process.log())
     finally:
         made.stop()
 
@@ -364,7 +366,8 @@ def test_upgrades_kills_and_api_server_restarts_under_load_lose_no_review_at_an_
 
     wait_for("three ready replicas", all_ready, timeout=60)
     balancer = Balancer(fleet.replicas)  # reads the list as it changes
-    registered = configurations(balancer.url, fleet.replicas[0].certs / "ca.crt", SELECTOR, f"cq-{namespace}")
+    ca = fleet.replicas[0].certs / "ca.crt"
+    registered = configurations(balancer.url, ca, SELECTOR, f"cq-{namespace}", control_plane.webhook_user)
     report: list[str] = []
     faults: list[tuple[str, int, int]] = []  # each fault's window: (what, refused, answered)
     unexplained: list[str] = []  # kills with more failed reviews than were sent to the dead leader

@@ -22,11 +22,13 @@ Quota = Callable[[dict[str, int]], str]
 @pytest.fixture(scope="module")
 def live(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Process]:
     tmp = tmp_path_factory.mktemp("live")
-    flags = ("--kubeconfig", str(control_plane.kubeconfig), "--drain-seconds", "0", "--audit-seconds", "1")
+    flags = ("--kubeconfig", str(control_plane.webhook_kubeconfig), "--drain-seconds", "0")
+    flags += ("--audit-seconds", "1")
     process = Process(tmp / "certs", tmp / "server.log", *flags, cluster=None)
     try:
         process.wait_ready(timeout=60)
         yield process
+        control_plane.assert_no_rbac_refusal(process.log())
     finally:
         process.stop()
 

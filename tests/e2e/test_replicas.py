@@ -30,13 +30,15 @@ TRANSPORT_ERRORS = (": EOF", "connection reset by peer", "connection refused", "
 @pytest.fixture
 def replicas(control_plane: ControlPlane, tmp_path: Path) -> Iterator[list[Process]]:
     lease = f"cardquota-e2e-{int(time.time() * 1000) % 100000}"
-    flags = ("--kubeconfig", str(control_plane.kubeconfig), "--drain-seconds", "0", "--leader-elect")
-    flags += ("--lease-name", lease, "--lease-namespace", "default")
+    flags = ("--kubeconfig", str(control_plane.webhook_kubeconfig), "--drain-seconds", "0", "--leader-elect")
+    flags += ("--lease-name", lease, "--lease-namespace", control_plane.release_namespace)
     started = [
         Process(tmp_path / "certs", tmp_path / f"replica-{i}.log", *flags, cluster=None) for i in range(3)
     ]
     try:
         yield started
+        for process in started:
+            control_plane.assert_no_rbac_refusal(process.log())
     finally:
         for process in started:
             process.stop()
@@ -166,7 +168,9 @@ def behind_balancer(plane: ControlPlane, replicas: list[Process], namespace: str
     """The replicas behind a readiness-aware balancer, registered for the test namespaces."""
     wait_for("one ready replica", lambda: [p for p in replicas if ready(p)], timeout=60)
     balancer = Balancer(replicas)
-    registered = configurations(balancer.url, replicas[0].certs / "ca.crt", SELECTOR, f"cq-{namespace}")
+    registered = configurations(
+        balancer.url, replicas[0].certs / "ca.crt", SELECTOR, f"cq-{namespace}", plane.webhook_user
+    )
     try:
         plane.apply(*registered)
         yield balancer
@@ -317,11 +321,14 @@ def the_one_serving(plane: ControlPlane, replicas: list[Process], timeout: float
 def test_with_a_pod_label_every_replica_is_ready_the_leader_is_labelled_and_a_sigterm_hands_over_in_seconds(
     control_plane: ControlPlane, namespace: str, tmp_path: Path
 ) -> None:
-    """What the chart runs: the Service selects the pod labelled serving=true, the PDB sees 3 ready."""
+    """What the chart runs: the Service selects the pod labelled serving=true, the PDB sees 3 ready.
+    As installed, the replicas' pods and their Lease are in the release namespace, where the chart's
+    Role lets its ServiceAccount label its own pod."""
     label = "cardquota.volcano.sh/serving"
-    names = [f"replica-{i}" for i in range(3)]
+    release = control_plane.release_namespace
+    names = [f"replica-{i}-{namespace}" for i in range(3)]
     for name in names:
-        stale = {label: "true"} if name == "replica-2" else {}  # left by an earlier run of that pod
+        stale = {label: "true"} if name == names[2] else {}  # left by an earlier run of that pod
         control_plane.apply(
             {
                 "apiVersion": "v1",
@@ -329,24 +336,28 @@ def test_with_a_pod_label_every_replica_is_ready_the_leader_is_labelled_and_a_si
                 "metadata": {"name": name, "labels": {"app": "cardquota", **stale}},
                 "spec": {"nodeName": "rtx4090-0", "containers": [{"name": "c", "image": "i"}]},
             },
-            namespace=namespace,
+            namespace=release,
         )
-    flags = ("--kubeconfig", str(control_plane.kubeconfig), "--drain-seconds", "1", "--leader-elect")
-    flags += ("--label-leader-pod", "--lease-name", "cardquota", "--lease-namespace", namespace)
+    flags = ("--kubeconfig", str(control_plane.webhook_kubeconfig), "--drain-seconds", "1", "--leader-elect")
+    flags += ("--label-leader-pod", "--lease-name", f"cardquota-{namespace}", "--lease-namespace", release)
     started = [
         Process(
             tmp_path / "certs",
             tmp_path / f"{name}.log",
             *flags,
             cluster=None,
-            env={"POD_NAME": name, "POD_NAMESPACE": namespace},
+            env={"POD_NAME": name, "POD_NAMESPACE": release},
         )
         for name in names
     ]
 
     def labelled() -> set[str]:
-        pods = control_plane.get("pods", namespace=namespace)["items"]
-        return {p["metadata"]["name"] for p in pods if p["metadata"].get("labels", {}).get(label) == "true"}
+        pods = control_plane.get("pods", namespace=release)["items"]
+        return {
+            p["metadata"]["name"]
+            for p in pods
+            if p["metadata"]["name"] in names and p["metadata"].get("labels", {}).get(label) == "true"
+        }
 
     try:
         wait_for("every replica ready", lambda: all(ready(p) for p in started), timeout=60)
@@ -366,9 +377,14 @@ def test_with_a_pod_label_every_replica_is_ready_the_leader_is_labelled_and_a_si
         assert gap < 3, gap  # the next round of a standby and its barrier, not the Lease's duration
         print(f"graceful handover: {gap:.2f} s")
         assert leader.proc.wait(timeout=30) == 0
+        for process in started:
+            control_plane.assert_no_rbac_refusal(process.log())
     finally:
         for process in started:
             process.stop()
+        control_plane.kubectl("delete", "pods", "-n", release, *names, "--wait=false", check=False)
+        lease = f"lease/cardquota-{namespace}"
+        control_plane.kubectl("delete", "-n", release, lease, "--ignore-not-found", check=False)
 
 
 def test_a_leader_killed_while_a_workload_waits_leaves_the_line_to_the_next_one_which_calls_it_once(

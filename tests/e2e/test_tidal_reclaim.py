@@ -27,6 +27,7 @@ NODES = ("l40s-0", "l40s-1")
 GRACE = 3  # seconds a training pod takes to stop (kwok's delayed delete)
 BOUND_WITHIN = GRACE + 5.0
 BACK_WITHIN = 2.0
+RECLAIMED = "cardquota.volcano.sh/reclaimed"  # the hold mark on a victim's PodGroup
 
 
 @pytest.fixture(scope="module", params=["fork", "stock"])
@@ -136,6 +137,13 @@ class Seed002:
         template["spec"]["priorityClassName"] = "tidal-high"
         self.plane.apply(deployment_of(name, replicas, template), namespace=self.ns)
 
+    def reclaim_marks(self) -> set[str]:
+        """The PodGroups carrying tidal reclaim's hold mark (written by the webhook's account)."""
+        groups = self.plane.get("podgroups", namespace=self.ns)["items"]
+        return {
+            g["metadata"]["name"] for g in groups if RECLAIMED in (g["metadata"].get("annotations") or {})
+        }
+
     def events(self, reason: str) -> list[dict[str, Any]]:
         return [e for e in self.plane.get("events", namespace=self.ns)["items"] if e.get("reason") == reason]
 
@@ -175,12 +183,22 @@ def test_inference_takes_back_a_whole_training_job_on_two_nodes_and_training_ret
 
     seed.inference("web", 1)
     seed.plane.apply(hpa("web", 2, 2), namespace=seed.ns)
-    first = seconds_until(lambda: len(seed.running("web-")) >= 1, timeout=60)
+    marked: set[str] = set()  # the PodGroups seen with the hold mark while web waited
+
+    def web_bound(count: int) -> bool:
+        marked.update(seed.reclaim_marks())
+        return len(seed.running("web-")) >= count
+
+    first = seconds_until(lambda: web_bound(1), timeout=60)
     assert first <= BOUND_WITHIN, f"the first inference pod took {first:.1f} s to be bound"
     wait_for("the HPA to scale web to 2", lambda: len(seed.pods("web-")) == 2, timeout=60)
-    second = seconds_until(lambda: len(seed.running("web-")) == 2, timeout=60)
+    second = seconds_until(lambda: web_bound(2), timeout=60)
     web = uids(seed.running("web-"))
     assert second <= BOUND_WITHIN, f"the HPA's pod took {second:.1f} s to be bound"
+    # The hold was written on the victim's PodGroup (a new leader would hold the cards too), for as
+    # long as web waited: written before the evictions, and at least the victims' grace period.
+    assert marked and all(name.startswith("train-") for name in marked), marked
+    wait_for("the hold mark to go once web is bound", lambda: not seed.reclaim_marks(), timeout=15)
 
     # The job went whole, nothing else did, and it is held back while web is bound.
     assert not [p for p in seed.running("train-") if p["metadata"]["uid"] in held], "half-evicted"
@@ -230,9 +248,10 @@ def test_a_budget_that_forbids_the_eviction_is_reported_and_nothing_is_half_evic
     )
     seed.inference("web", 1)
     refused = wait_for("the refusal to be reported", lambda: seed.events("CardQuotaNotReclaimed"), timeout=30)
+    budget_named = f"PodDisruptionBudget {seed.ns}/train "  # the gang judged whole against it
     assert any(
-        "disruption budget" in e["message"] and "none of its pods evicted" in e["message"] for e in refused
-    )
+        budget_named in e["message"] and "none of its pods evicted" in e["message"] for e in refused
+    ), [e["message"] for e in refused]
     time.sleep(GRACE + 2)  # what an eviction would have started has had time to show
     assert uids(seed.running("train-")) == held, "a pod of the protected job was evicted"
     assert not seed.running("web-")
