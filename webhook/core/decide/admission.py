@@ -1,7 +1,6 @@
 """The two entry points every front (CLI, server) calls: ``validate`` and ``mutate``, and
 ``admit`` to record what was really admitted. Routing by resource lives here and nowhere else."""
 
-
 from webhook.core.decide import claiming, decisions, enqueue, patches, scaling, writes
 from webhook.core.index.state import ClusterState
 from webhook.core.model import shapes
