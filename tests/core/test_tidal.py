@@ -387,3 +387,30 @@ def test_a_training_job_annotated_inference_takes_nothing_from_others_training()
         *NODES, train_queue(), serve_queue(), *gang("tj", ["n1", "n1", "n2", "n2"]), *inference(2)
     )
     assert victims(state) == [["ns/tj"]]
+
+
+def test_a_pod_with_no_podgroup_is_never_a_victim() -> None:
+    """A training pod the cache knows no PodGroup of (bare, or its group not seen) holds its cards:
+    nothing could hold them for the pods they would be taken for (its controller re-creates it at
+    once), so nothing is evicted and the waiting pods are told there is no gang."""
+    bare = [
+        pod(f"bare-{i}", R4090, 2, node_name=n, phase="Running", queue_name="train", owner=job_ref("bare"))
+        for i, n in enumerate(["n1", "n2"])
+    ]
+    state = cluster(*NODES, train_queue(), serve_queue(), *bare, *inference(2))
+    [found] = plans(state)
+    assert found.victims is None and found.why == f"no running pod holds {R4090}"
+
+
+def test_a_pod_whose_parent_queue_is_over_its_quota_takes_nothing() -> None:
+    """SPEC §5e: the beneficiary's queue inside its quota, and every ancestor's that names the model.
+    ``serve`` has room for its 2 pods, but its parent ``org`` (quota 1, which ``serve`` uses
+    alone) would be over it: nothing is taken. With the parent's quota at 2, the gang goes."""
+    for parent_quota, expected in ((1, []), (2, [["ns/tj"]])):
+        org = queue("org", json.dumps({R4090: parent_quota, H200: 8}), priority=80000, reclaimable=False)
+        serve = serve_queue()
+        serve["spec"]["parent"] = "org"
+        state = cluster(
+            *NODES, train_queue(), org, serve, *gang("tj", ["n1", "n1", "n2", "n2"]), *inference(2)
+        )
+        assert victims(state) == expected, parent_quota

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from functools import partial
 
 from webhook.core.index.state import ClusterState
-from webhook.core.index.usage import queue_usage
+from webhook.core.index.usage import queue_usage, tree_usage
 from webhook.core.model import keys, objects
 from webhook.core.model.cards import CardName, figure
 from webhook.core.model.objects import moment, reclaim_mark
@@ -130,29 +130,37 @@ def _beneficiary(state: ClusterState, uid: str) -> str:
 
 
 def inside_quota(state: ClusterState, queue: str, card: CardName) -> bool:
-    """Whether the queue's use of ``card``, every pod counted, is within its quota."""
+    """Whether the queue's use of ``card``, every pod counted, is within its quota, and its whole
+    subtree's within each ancestor's quota that names ``card`` (SPEC §5e)."""
     info = state.tree.queues.get(queue)
     if info is None or info.quota is None or card not in info.quota:
         return False
-    return queue_usage(state, queue).card(card).used <= info.quota[card]
+    if queue_usage(state, queue).card(card).used > info.quota[card]:
+        return False
+    for ancestor in state.tree.ancestors.get(queue, ()):
+        quota = state.tree.queues[ancestor].quota
+        if quota and card in quota and tree_usage(state, ancestor).card(card).used > quota[card]:
+            return False
+    return True
 
 
 def gangs(state: ClusterState, card: CardName, leaving: Collection[str]) -> list[Gang]:
-    """The gangs holding bound cards of ``card`` that are not leaving already: a PodGroup's pods
-    (or a pod with none, alone). One holding other models too is left out: evicting it whole would
-    touch them."""
+    """The gangs holding bound cards of ``card`` that are not leaving already: a PodGroup's pods.
+    A pod with no PodGroup the cache knows is never a victim (nothing would hold its cards for the
+    pods they are taken for: its controller would re-create it at once), nor a gang holding other
+    models too (evicting it whole would touch them)."""
     members: dict[str, set[str]] = defaultdict(set)
     for node in state.free.nodes_of(card):
         for uid in state.charged.on_node(node):
             charge, pod = state.charged.charge(uid), state.pods.get(uid)
             if charge is None or pod is None or charge.card != card or not charge.bound:
                 continue
-            key = charge.group or pod.key
-            if key not in leaving and pod.is_live:
+            key = charge.group
+            if key and key in state.podgroups and key not in leaving and pod.is_live:
                 members[key].add(uid)
     found: list[Gang] = []
     for key, held in members.items():
-        uids = set(state.charged.in_group(key)) | held if key in state.podgroups else held
+        uids = set(state.charged.in_group(key)) | held
         gang = _gang(state, key, uids, card)
         if gang is not None:
             found.append(gang)
