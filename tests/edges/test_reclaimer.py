@@ -312,9 +312,13 @@ def test_a_replica_that_stops_serving_mid_gang_evicts_no_more_and_a_new_leader_l
     group = next(o for o in gang("tj", ["n1", "n1", "n2", "n2"]) if o["kind"] == "PodGroup")
     group["metadata"]["annotations"] = {keys.RECLAIMED: mark}
     ingest.upsert(successor, group)
+    successor.delete_pod("uid-ns-tj-0")  # the evicted pod is gone from its cache
     fresh = Api()
-    run(Reclaimer(successor, fresh, lambda: True, after=0.0, clock=lambda: clock[0]))  # type: ignore[arg-type]
-    assert fresh.dry == [] and fresh.evicted == []
+    leader = Reclaimer(successor, fresh, lambda: True, after=0.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    run(leader)  # it adopts the reclaim its mark tells of: plans nothing new from it
+    clock[0] += 0.5
+    run(leader)  # and finishes it: the three pods still running are evicted, nothing else
+    assert fresh.dry == [] and fresh.evicted == TJ[1:]
 
 
 def budget(name: str, selector: Any, allowed: int, **spec: Any) -> dict[str, Any]:

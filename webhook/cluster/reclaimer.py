@@ -116,6 +116,7 @@ class Reclaimer:
         # waiting pod uid -> what the API server shows of it (the cache keeps none of it), until when
         self._learned: dict[str, tuple[placement.PodPlace, float]] = {}
         self._back: dict[str, float] = {}  # pod uid -> until when it backs off (a reclaim did not help)
+        self._adopted: set[str] = set()  # PodGroups an earlier leader's marks hold, their gangs finished here
 
     async def run(self) -> None:
         while True:
@@ -133,6 +134,7 @@ class Reclaimer:
         self._land(now)
         while self._done:  # holds over: their marks go
             await self._mark(self._done.pop(), None)
+        self._adopted = {k for k in self._adopted if tidal.holding(self.state, k, now) is not None}
         await self._finish(now)
         unbound = self.state.charged.unbound()
         self._seen = {uid: at for uid, at in self._seen.items() if uid in unbound}
@@ -154,6 +156,8 @@ class Reclaimer:
         for key, group in self.state.podgroups.items():  # an earlier leader's reclaim, still held
             if keys.RECLAIMED in group.annotations and tidal.holding(self.state, key, now) is not None:
                 leaving.add(key)
+                if key not in self.flights and key not in self._adopted:
+                    self._adopt(key, now)
         asked = tidal.problems(self.state, ready, leaving, set(self._protected), self._usable, asking)
         if not asked:
             return
@@ -332,17 +336,34 @@ class Reclaimer:
             self._rest[key] = (left, now + RETRY_EVERY)
         return True
 
+    def _adopt(self, key: str, now: float) -> None:
+        """An earlier leader's reclaim, its mark on PodGroup ``key``: its gang's eviction began, so
+        this replica finishes it (the pods of it still live), and holds what it took."""
+        self._adopted.add(key)
+        rest = sorted(
+            pod.key
+            for uid in self.state.charged.in_group(key)
+            if (pod := self.state.pods.get(uid)) is not None and pod.is_live
+        )
+        if rest:
+            log.info(
+                "tidal reclaim: finishing an earlier leader's reclaim", extra={"gang": key, "pods": rest}
+            )
+            self._rest[key] = (rest, now)
+
     async def _finish(self, now: float) -> None:
         """Try again the pods of begun gangs that are still there; report a gang its hold outlived."""
         if not self._rest:
             return
         live = {p.key for p in self.state.pods.values() if p.is_live}
         for key, (rest, due) in list(self._rest.items()):
-            flight = self.flights.get(key)
+            ours = key in self.flights or (
+                key in self._adopted and tidal.holding(self.state, key, now) is not None
+            )
             rest = [pod for pod in rest if pod in live]
-            if flight is None or not rest:
+            if not ours or not rest:
                 del self._rest[key]
-                if flight is None and rest:
+                if not ours and rest:
                     message = f"its pods {', '.join(rest)} could not be evicted before the hold ended"
                     log.warning("tidal reclaim: a gang left partly evicted", extra={"gang": key})
                     await self._gang_event(key, NOT_RECLAIMED, message, "Warning")
