@@ -510,3 +510,16 @@ def test_the_serving_replicas_solver_answers_in_a_process_of_its_own_as_in_this_
     first, again = asyncio.run(twice())
     assert first == again == tidal.solve_all(asked)
     assert [g.key for p in first for g in p.victims or ()] == ["ns/tj"]
+
+
+def test_a_queue_no_other_queue_can_give_to_costs_the_api_server_nothing() -> None:
+    """Pods of the only queue (or of one no reclaimable lower-priority queue could give cards to)
+    wait for cards as anywhere: none is read from the API server and nothing is solved for them."""
+    state, api = cluster(*NODES, serve_queue(), *inference(2)), Api()
+    reclaimer = Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0)  # type: ignore[arg-type]
+    run(reclaimer)
+    run(reclaimer)
+    assert api.read == [] and api.events == [] and api.evicted == []
+    state, api = seed_002(*inference(2)), Api()  # a training queue of lower priority: read
+    run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
+    assert "ns/web-0" in api.read and "ns/web-1" in api.read

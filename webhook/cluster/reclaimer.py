@@ -144,6 +144,10 @@ class Reclaimer:
             return now - self._seen.setdefault(uid, now) >= self.after and self._back.get(uid, 0.0) <= now
 
         asking = tidal.waiting(self.state, waited)
+        asking = {
+            card: {q: pods for q, pods in queues.items() if tidal.may_take(self.state, q)}
+            for card, queues in asking.items()
+        }
         await self._learn(asking, now)
 
         def ready(uid: str) -> bool:

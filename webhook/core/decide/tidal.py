@@ -129,6 +129,16 @@ def _beneficiary(state: ClusterState, uid: str) -> str:
     return said if said != INFERENCE else service_of(state, uid, said_counts=False)
 
 
+def may_take(state: ClusterState, queue: str) -> bool:
+    """Whether any other queue could give cards back to ``queue``'s pods: reclaimable and of lower
+    priority. When none is, nothing of its waiting pods is read or solved (no API reads, no search)."""
+    priority = priority_of(state, queue)
+    return any(
+        name != queue and info.record.priority < priority and reclaimable(state, name)
+        for name, info in state.tree.queues.items()
+    )
+
+
 def inside_quota(state: ClusterState, queue: str, card: CardName) -> bool:
     """Whether the queue's use of ``card``, every pod counted, is within its quota, and its whole
     subtree's within each ancestor's quota that names ``card`` (SPEC §5e)."""
