@@ -73,28 +73,17 @@ class KubeTransport:
         return response
 
     async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
-        path = kind.object_path(namespace, name)
-        try:
-            response = await self.api.call_api(
-                path,
-                "GET",
-                header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"],
-                _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=LIST_TIMEOUT),
-            )
-            if response.status == 404:
-                response.release()
-                return None
-            if response.status != 200:
-                raise Unavailable(f"{path}: HTTP {response.status}")
-            body = orjson.loads(await response.read())
-        except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as exc:
-            raise Unavailable(f"{path}: {exc!r}") from exc
+        body = await self._read(kind.object_path(namespace, name), missing_ok=True)
         return body if isinstance(body, dict) else None
 
     async def list_in(self, kind: Kind, namespace: str) -> list[dict[str, Any]]:
-        path = kind.namespace_path(namespace)
+        body = await self._read(kind.namespace_path(namespace))
+        items = body.get("items") if isinstance(body, dict) else None
+        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+
+    async def _read(self, path: str, missing_ok: bool = False) -> Any:
+        """GET ``path`` as JSON; None when it does not exist and ``missing_ok``; ``Unavailable``
+        when the API server cannot answer."""
         try:
             response = await self.api.call_api(
                 path,
@@ -104,14 +93,15 @@ class KubeTransport:
                 _preload_content=False,
                 _request_timeout=aiohttp.ClientTimeout(total=LIST_TIMEOUT),
             )
+            if response.status == 404 and missing_ok:
+                response.release()
+                return None
             if response.status != 200:
                 text = (await response.read())[:300].decode(errors="replace")
                 raise Unavailable(f"{path}: HTTP {response.status}: {text}")
-            body = orjson.loads(await response.read())
+            return orjson.loads(await response.read())
         except (aiohttp.ClientError, TimeoutError, OSError, orjson.JSONDecodeError) as exc:
             raise Unavailable(f"{path}: {exc!r}") from exc
-        items = body.get("items") if isinstance(body, dict) else None
-        return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
     async def dry_run_create(self, collection: str, body: dict[str, Any]) -> tuple[int, str]:
         """POST ``body`` to ``collection`` with ``dryRun=All``: the API server's status and answer."""
