@@ -292,3 +292,22 @@ def test_a_waiter_its_quota_can_no_longer_hold_is_told_why_it_left_and_not_count
         ' quota of queue "q"'
     )
     assert not state.line.line("q") and waited == []
+
+
+def test_a_waiter_that_came_and_went_between_two_passes_is_reported_served() -> None:
+    """Refused, then served by its controller's own retry before the caller's next pass: the
+    wait-time histogram still counts it (the refusal and the retry can be milliseconds apart)."""
+    waited: list[tuple[str, float]] = []
+    state = waiting_state(free=False)
+    caller = LineCaller(
+        state,
+        Api(),  # type: ignore[arg-type]
+        lambda: True,
+        clock=lambda: 100.5,
+        on_served=lambda w, s: waited.append((w.what, s)),
+    )
+    state.upsert_pod(pod_record(pod("web-0", owner=owner("ReplicaSet", "web", "uid-rs-web"))))
+    assert not state.line.line("q")
+    run(caller)
+    run(caller)
+    assert waited == [("replicaset ns/web", 0.5)]

@@ -58,6 +58,7 @@ class LineCaller:
                 await self.once()
             else:
                 self._standing = {}
+                self.state.waiting.departed()  # the serving replica reports them
 
     async def once(self) -> None:
         now = self.clock()
@@ -75,13 +76,16 @@ class LineCaller:
     def _served(self, now: float) -> None:
         """Report each waiter that left the line since the last pass with its workload still
         there: it has its pods, whether called or served by its controller's own retry (or it
-        wants no more). A deleted workload was not served."""
+        wants no more), even if it came and went between two passes. A deleted workload was not
+        served, nor one that left because its quota can never hold it."""
+        departed = self.state.waiting.departed()
+        if departed:
+            groups = {g.uid for g in self.state.podgroups.values()}
+            for waiter in departed:
+                key = waiter.key
+                if key in self.state.workloads.by_uid or key in self.state.pods or key in groups:
+                    self.on_served(waiter, max(0.0, now - waiter.since))
         standing = {waiter.key: waiter for waiter in self.state.line}
-        groups = {g.uid for g in self.state.podgroups.values()} if self._standing else set()
-        for key, waiter in self._standing.items():
-            there = key in self.state.workloads.by_uid or key in self.state.pods or key in groups
-            if key not in standing and there:
-                self.on_served(waiter, max(0.0, now - waiter.since))
         self._new = [w for k, w in standing.items() if w.pod and k not in self._standing]
         self._standing = standing
 

@@ -19,6 +19,8 @@ from webhook.core.model.demand import Demand, PodDemand
 from webhook.core.model.ledger import Ledger
 from webhook.core.model.objects import PodRecord, PodTemplate, WorkloadRecord
 
+LEFT_BOUND = 100_000  # departures kept between two passes of the caller (it takes them every second)
+
 
 def scale_key(workload: WorkloadRecord) -> str:
     """The ledger key of a workload's scale-up: the pods admitted for it and not seen yet."""
@@ -47,6 +49,9 @@ class Waiting:
         # Owner uid -> (name, expiry) of the last pod a mutation put under our gate: until the cache
         # sees it, a second create of the same workload must not be gated as well.
         self._gating: dict[str, tuple[str, float]] = {}
+        # Waiters that left the line with what they waited for (or wanting no more), until the
+        # caller takes them: every departure counts, not only those a caller's pass saw standing.
+        self._left: dict[str, Waiter] = {}
 
     def wait(self, uid: str, since: float, priority: int, group: str = "") -> None:
         """The workload ``uid``, whose controller was just refused a pod, or the PodGroup ``uid``
@@ -68,6 +73,17 @@ class Waiting:
         else:
             self._refused.served(waiter.key)
             self._group_keys.pop(waiter.key, None)
+
+    def departed(self) -> list[Waiter]:
+        """The waiters that left the line served since the last call and are not back in it."""
+        left, self._left = self._left, {}
+        return [waiter for key, waiter in left.items() if self.line.get(key) is None]
+
+    def _leave(self, key: str) -> Waiter | None:
+        waiter = self.line.remove(key)
+        if waiter is not None and len(self._left) < LEFT_BOUND:
+            self._left[key] = waiter
+        return waiter
 
     def unfit_in(self, queue: str) -> list[str]:
         """The gated pods that left ``queue``'s line as never fitting (its quota changed)."""
@@ -121,7 +137,7 @@ class Waiting:
 
     def pod_out(self, pod: PodRecord) -> None:
         """``pod`` is taken out of the index (to change, or to leave)."""
-        if (waiter := self.line.remove(pod.uid)) is not None and waiter.pod:
+        if (waiter := self._leave(pod.uid)) is not None and waiter.pod:
             self._groups.gate(pod, waiter, -1)
         self._unfit.pop(pod.uid, None)
         if pod.owner is not None and pod.owner.uid in self._refused:
@@ -141,6 +157,7 @@ class Waiting:
         self._refused.forget(uid)
         self._group_keys.pop(uid, None)
         self.line.remove(uid)
+        self._left.pop(uid, None)
 
     def rewait(self, uid: str, leaving: str = "") -> None:
         """Bring a refused workload's place up to date; it leaves the line once it has every pod it
@@ -165,6 +182,6 @@ class Waiting:
         if waiter is None:
             self._refused.served(uid)
             self._group_keys.pop(uid, None)
-            self.line.remove(uid)
+            self._leave(uid)
         else:
             self.line.put(waiter)
