@@ -2,6 +2,7 @@
 gate, charged nothing, and released by the line the moment its cards free, in order; only the
 webhook removes the gate."""
 
+import copy
 from typing import Any
 
 import jsonpatch
@@ -49,15 +50,22 @@ def rs_pod(
 
 
 def create(
-    state: ClusterState, obj: dict[str, Any], now: float, seen: bool = True
+    state: ClusterState, obj: dict[str, Any], now: float, seen: bool = True, generated: bool = False
 ) -> tuple[Allowed | Denied, dict[str, Any]]:
     """What the API server does with a pod create: mutate, validate the mutated pod, record, and
-    (admitted; ``seen``) the cache sees it."""
+    (admitted; ``seen``) the cache sees it. ``generated``: the pod is named by ``generateName``, as
+    a controller's pods are: the mutation sees no name, the validation the one generated."""
+    name = obj["metadata"]["name"]
+    if generated:
+        obj = copy.deepcopy(obj)
+        del obj["metadata"]["name"]
+        obj["metadata"]["generateName"] = name.rsplit("-", 1)[0] + "-"
     review = request(obj)
     mutation = admission.mutate(state, review, now=now)
     admission.admit(state, review, mutation, now)
     assert isinstance(mutation, Allowed), mutation
     made = jsonpatch.apply_patch(obj, [dict(op) for op in mutation.patch])
+    made["metadata"]["name"] = name
     review = request(made)
     decision = admission.validate(state, review, now)
     admission.admit(state, review, decision, now)
@@ -312,24 +320,28 @@ def test_a_volcano_workload_holds_one_gated_pod_and_none_once_its_podgroup_is_en
     assert held(state, plain, 13.0)["spec"]["schedulingGates"] == [{"name": keys.GATE}]  # not Volcano's
 
 
-def test_a_second_pod_created_before_the_cache_sees_the_first_gated_one_is_not_gated_too() -> None:
+@pytest.mark.parametrize("generated", [False, True], ids=["named", "generateName"])
+def test_a_second_pod_created_before_the_cache_sees_the_first_gated_one_is_not_gated_too(
+    generated: bool,
+) -> None:
     """A ReplicaSet creates its pods back to back: the second can be mutated before the cache has
     seen the first arrive under the gate. It is refused all the same (its controller waits in the
-    line), not gated beside it; once the first is seen, or the mark expires, the rule is the cache's."""
+    line), not gated beside it; once the first is seen, or the mark expires, the rule is the cache's.
+    A controller's pods are named by ``generateName``: the mutation sees none of their names."""
     ref = owner("ReplicaSet", "web", "uid-web")
     rs = replicaset_obj("web", 3, "web")
     rs["metadata"]["uid"] = "uid-web"
     state = full(rs, podgroup("pg-web", "Pending", f'{{"{H200}": 1}}', owner_ref=ref))
     volcano = {"schedulerName": "volcano"}
-    decision, first = create(state, rs_pod("web-0", spec=volcano), 10.0, seen=False)
+    decision, first = create(state, rs_pod("web-0", spec=volcano), 10.0, seen=False, generated=generated)
     assert isinstance(decision, Allowed) and first["spec"]["schedulingGates"] == [{"name": keys.GATE}]
-    decision, second = create(state, rs_pod("web-1", spec=volcano), 10.01, seen=False)
+    decision, second = create(state, rs_pod("web-1", spec=volcano), 10.01, seen=False, generated=generated)
     assert isinstance(decision, Denied) and "schedulingGates" not in second["spec"], decision
     state.upsert_pod(pod_record(first))  # seen now: the cache's count takes over
-    decision, again = create(state, rs_pod("web-1", spec=volcano), 11.0)
+    decision, again = create(state, rs_pod("web-1", spec=volcano), 11.0, generated=generated)
     assert isinstance(decision, Denied) and "schedulingGates" not in again["spec"]
     state.delete_pod(first["metadata"]["uid"])  # the first is gone: a pod of it may wait again
-    decision, third = create(state, rs_pod("web-2", spec=volcano), 12.0)
+    decision, third = create(state, rs_pod("web-2", spec=volcano), 12.0, generated=generated)
     assert isinstance(decision, Allowed) and third["spec"]["schedulingGates"] == [{"name": keys.GATE}]
 
 

@@ -303,7 +303,7 @@ def _one_gated_already(state: ClusterState, pod: PodRecord) -> bool:
     return (
         state.groups.enqueued(owner)
         or state.groups.unenqueued_pods(owner) > 0
-        or state.waiting.gated_in_flight(owner, pod.name)
+        or state.waiting.gated_in_flight(owner, pod.own_name)
     )
 
 

@@ -60,7 +60,7 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
             "waits in its queue's line under our scheduling gate",
             patch=tuple(ops),
             card=demand.spec.text,
-            gated=(record.owner.uid, record.name) if record.owner is not None else None,
+            gated=(record.owner.uid, record.own_name) if record.owner is not None else None,
         )
     if demand.spec.is_multi:
         record = pod_record(pod, template)

@@ -105,14 +105,16 @@ class Waiting:
         return max(0, waiter.pods - (entry.pods if entry is not None else 0))
 
     def gating(self, owner_uid: str, name: str, until: float) -> None:
-        """A mutation put pod ``name`` of ``owner_uid`` under our gate, not seen yet."""
+        """A mutation put pod ``name`` of ``owner_uid`` under our gate, not seen yet (``name`` is
+        empty for a pod named by ``generateName``: the mutation runs before the name is made)."""
         self._gating[owner_uid] = (name, until)
 
     def gated_in_flight(self, owner_uid: str, name: str) -> bool:
         """Whether a mutation put another pod of ``owner_uid`` under our gate that the cache has not
-        seen arrive yet (two creates of a ReplicaSet can be mutated before the first is seen)."""
+        seen arrive yet (two creates of a ReplicaSet can be mutated before the first is seen). A
+        mutation of a pod with no name yet cannot be the gated one's again: that one has the gate."""
         mark = self._gating.get(owner_uid)
-        return mark is not None and mark[0] != name
+        return mark is not None and (not name or mark[0] != name)
 
     def expire(self, now: float) -> None:
         if self._gating:
@@ -121,7 +123,9 @@ class Waiting:
     # ---- what the cache sees ------------------------------------------------------------
     def seen(self, pod: PodRecord) -> None:
         """``pod`` is in the cache: if it is the one a mutation gated, the cache's count takes over."""
-        if self._gating and pod.owner is not None and self._gating.get(pod.owner.uid, ("",))[0] == pod.name:
+        if not self._gating or pod.owner is None or (mark := self._gating.get(pod.owner.uid)) is None:
+            return
+        if mark[0] == pod.name or (not mark[0] and pod.waiting is not None):
             del self._gating[pod.owner.uid]
 
     def pod_in(self, pod: PodRecord, queue: str) -> None:

@@ -60,10 +60,16 @@ class PodRecord:
     # Held under our scheduling gate (wait mode): its place ``(since, priority)`` from its waiting
     # mark (behind everyone when the mark is unreadable); None for a pod that is not ours to release.
     waiting: tuple[float, int] | None = None
+    generated: bool = False  # no name yet, only ``generateName``: a create being mutated
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def own_name(self) -> str:
+        """Its name, empty while only its ``generateName`` is known."""
+        return "" if self.generated else self.name
 
     @property
     def priority(self) -> int:
@@ -244,6 +250,7 @@ def pod_record(obj: Raw, template: PodTemplate | None = None, namespace: str = "
         ),
         owner=controller_of(obj),
         waiting=pod_waiting(spec.get("schedulingGates"), meta.get("annotations")),
+        generated=not meta.get("name"),
     )
 
 
