@@ -96,7 +96,12 @@ class Tenant:
         """Every pod bound (``gated_too``: but those held under our gate), no model over the quota,
         every assigned pod on its own model."""
         pods = [p for p in self.pods() if not (gated_too and gated(p))]
-        assert all(p["spec"].get("nodeName") for p in pods), "pods left Pending"
+        pending = [
+            (p["metadata"]["name"], p["metadata"]["annotations"].get("volcano.sh/card.name"))
+            for p in pods
+            if not p["spec"].get("nodeName")
+        ]
+        assert not pending, f"pods left Pending: {pending}; bound: {sorted(self.use().items())}"
         use = self.use()
         over = {card: n for card, n in use.items() if n > self.quota.get(card, 0)}
         assert not over, f"over quota {self.quota}: {dict(use)}"

@@ -304,12 +304,32 @@ def fits(room: dict[str, int], ahead: list[Demand], request: Demand) -> bool:
     return place(0)
 
 
+def admitted(room: dict[str, int], ahead: list[Demand], spec: str, per_pod: int, pods: int) -> int:
+    """How many of ``pods`` new pods of ``spec`` the webhook admits now, one by one (SPEC §5b,
+    §5c): the mutation gives an ``A|B`` pod the first of its models the quota has room for, the line
+    aside, and the validation checks that one model after what waits ahead; a pod given no model is
+    checked on all of them. So a pod goes first on a model no waiter ahead of it can use."""
+    free, placed = dict(room), []
+    for n in range(pods):
+        cards = spec.split("|")
+        chosen = next((c for c in cards if free.get(c, 0) >= per_pod), None) if len(cards) > 1 else None
+        one = chosen or spec
+        if not fits(free, [*ahead, *placed], Demand(one, per_pod, 1)):
+            return n
+        if "|" in one:
+            placed.append(Demand(one, per_pod, 1))
+        else:
+            free[one] -= per_pod
+    return pods
+
+
 @dataclass
 class Workload:
     spec: str
     per_pod: int
     replicas: int
     arrived: int  # the op that made it: waiters stand in that order (all at priority 0)
+    admitted: int = 0  # pods admitted at its create or last scale: they come without the line
 
 
 class Soak:
@@ -370,11 +390,20 @@ class Soak:
                 return "moving"
             if name not in waiting and any(gated(p) for p in mine):
                 return "moving"
+            if len([p for p in mine if not gated(p)]) < min(w.admitted, w.replicas):
+                return "moving"  # pods admitted at its create or scale-up, not made yet
         if any(len(self._of(name, pods)) != w.replicas for name, w in self.jobs.items()):
             return "moving"
         known = [*self.deployments, *self.jobs]
         if any(not any(p["metadata"]["name"].startswith(f"{n}-") for n in known) for p in pods):
             return "moving"  # pods of a deleted workload still going
+        # An enqueued PodGroup of a deleted workload still reserves its cards, for the webhook and
+        # the scheduler alike, until the garbage collector removes it (seconds after its pods).
+        owners = [
+            r.get("name", "") for g in self._groups() for r in g["metadata"].get("ownerReferences") or []
+        ]
+        if any(not any(owner == n or owner.startswith(f"{n}-") for n in known) for owner in owners):
+            return "moving"
         room, line = self.room(pods), self.waiting(pods)
         for index, (_, demand) in enumerate(line):
             ahead = [d for _, d in line[:index]]
@@ -422,7 +451,7 @@ class Soak:
         holds = max(n for n in range(5) if fits(self.t.quota, [], Demand(spec, per_pod, n)))
         pods = self.t.pods()
         room, ahead = self.room(pods), self.ahead(pods)
-        fit = max(n for n in range(holds + 1) if fits(room, ahead, Demand(spec, per_pod, n)))
+        fit = admitted(room, ahead, spec, per_pod, holds)
         if self.t.mode == "wait":
             # Wait mode leaves the line to the squeeze: with waiters here an `A|B` pod was once
             # admitted with no model (its cards freed between its mutation, which found no room,
@@ -435,7 +464,7 @@ class Soak:
             replicas = self.rng.randint(0, holds)
         fit = min(fit, replicas)
         self.t.plane.apply(flex_deployment(name, replicas, spec, self.t.queue, per_pod), namespace=self.t.ns)
-        self.deployments[name] = Workload(spec, per_pod, replicas, len(self.log))
+        self.deployments[name] = Workload(spec, per_pod, replicas, len(self.log), fit)
         self.log.append(f"create {name} {spec} x{per_pod} replicas {replicas}: {fit} fit now")
 
     def scale(self, name: str) -> None:
@@ -457,7 +486,7 @@ class Soak:
             f"{self.log[-1]} but the test's count says fits={fit}: {done.stderr}"
         )
         if done.returncode == 0:
-            w.replicas = target
+            w.replicas, w.admitted = target, target if target > w.replicas else min(w.admitted, target)
             self.short.pop(name, None)  # what it gets now comes from its own scale, not the line
 
     def delete(self, name: str) -> None:
@@ -501,9 +530,12 @@ class Soak:
         self.t.plane.kubectl("delete", "-n", self.t.ns, f"jobs.batch.volcano.sh/{name}", check=False)
         wait_for(f"job {name} to go", lambda: self._group(name) is None, timeout=60)
 
+    def _groups(self) -> list[dict[str, Any]]:
+        return list(self.t.plane.get("podgroups", namespace=self.t.ns)["items"])
+
     def _group(self, job: str) -> str | None:
         """The phase of ``job``'s PodGroup ("Pending" until the scheduler writes one), None without one."""
-        for group in self.t.plane.get("podgroups", namespace=self.t.ns)["items"]:
+        for group in self._groups():
             if any(r.get("name") == job for r in group["metadata"].get("ownerReferences") or []):
                 return str((group.get("status") or {}).get("phase") or "Pending")
         return None
@@ -539,7 +571,7 @@ class Soak:
         hog, waiter = f"d{len(self.log)}", f"d{len(self.log) + 1}"
         if room > 0:
             self.t.plane.apply(flex_deployment(hog, room, card, self.t.queue), namespace=self.t.ns)
-            self.deployments[hog] = Workload(card, 1, room, len(self.log))
+            self.deployments[hog] = Workload(card, 1, room, len(self.log), room)
             self.log.append(f"create {hog} {card} x1 replicas {room}: {room} fit now")
             self.settle()
         self.t.plane.apply(flex_deployment(waiter, 1, card, self.t.queue), namespace=self.t.ns)
