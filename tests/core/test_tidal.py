@@ -1,6 +1,7 @@
 """Tidal reclaim planned from the cache (SPEC §5e, decisions.md §26): who waits for cards of their
 model that no node has free, and which whole training gangs give them back."""
 
+import copy
 import json
 from typing import Any
 
@@ -8,12 +9,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.builders import H200, R4090, cluster, node, owner, pod, podgroup, queue
-from webhook.core.decide import tidal
+from tests.builders import H200, R4090, cluster, node, owner, pod, podgroup, queue, request
+from webhook.core.decide import admission, tidal
 from webhook.core.index.state import ClusterState
-from webhook.core.model import objects, reclaim
+from webhook.core.model import keys, objects, reclaim
 from webhook.core.model.cards import UNIT
 from webhook.core.model.reclaim import Taken
+from webhook.core.model.verdicts import Allowed, Decision, Denied
 
 RS = owner("ReplicaSet", "web-1", "uid-rs-web-1")
 
@@ -414,3 +416,66 @@ def test_a_pod_whose_parent_queue_is_over_its_quota_takes_nothing() -> None:
             *NODES, train_queue(), org, serve, *gang("tj", ["n1", "n1", "n2", "n2"]), *inference(2)
         )
         assert victims(state) == expected, parent_quota
+
+
+def _admit(state: ClusterState, obj: dict[str, Any], now: float) -> Decision:
+    return admission.validate(state, request(obj), now)
+
+
+def _enqueue(state: ClusterState, obj: dict[str, Any], now: float) -> Decision:
+    new = copy.deepcopy(obj)
+    new["status"]["phase"] = "Inqueue"
+    review = request(new, resource="podgroups", operation="UPDATE", old=obj, group="scheduling.volcano.sh")
+    return admission.validate(state, review, now)
+
+
+@pytest.mark.parametrize("held_by", ["this replica", "the mark an earlier leader wrote"])
+def test_while_freed_cards_are_held_no_queue_below_starts_anything_of_that_model(held_by: str) -> None:
+    """Cards of R4090 taken back from train for serve (80000) are held while serve's two pods wait:
+    batch (10000, a third queue) may neither create a pod of R4090 nor have a PodGroup asking it
+    enqueued; H200, a queue above serve, and the time after serve's
+    pods are bound are not held."""
+    now = 1795651200.0
+    taken = Taken(R4090, 4 * UNIT, "serve", ("uid-ns-web-0", "uid-ns-web-1"), now + 300)
+    tj = podgroup("tj", "Pending", queue_name="train", owner_ref=job_ref("tj"))
+    if held_by == "this replica":
+        marked = []
+    else:
+        tj["metadata"]["annotations"] = {keys.RECLAIMED: objects.reclaim_text(taken)}
+        marked = [tj]
+    state = cluster(
+        *NODES,
+        train_queue(),
+        serve_queue(),
+        queue("batch", json.dumps({R4090: 4, H200: 4}), priority=10000),
+        queue("vip", json.dumps({R4090: 4}), priority=90000),
+        *inference(2),
+        *marked,
+    )
+    if held_by == "this replica":
+        state.reclaims["ns/tj"] = taken
+    later = pod("later", R4090, queue_name="batch")
+    refused = _admit(state, later, now + 3)
+    assert isinstance(refused, Denied)
+    assert refused.message == (
+        'pod ns/later of queue "batch" waits for NVIDIA-GeForce-RTX-4090: 4 were taken back for queue'
+        ' "serve", of higher priority (tidal reclaim), and are held while the 2 pods they were taken'
+        " for wait to be bound (297 s at most); its controller creates it again after that"
+    )
+    job = podgroup("bj", "Pending", json.dumps({R4090: 2}), queue_name="batch", owner_ref=job_ref("bj"))
+    state.upsert_podgroup(objects.podgroup_record(job))
+    enqueued = _enqueue(state, job, now + 3)
+    assert isinstance(enqueued, Denied) and enqueued.message.startswith(
+        'podgroup ns/bj (volcano job ns/bj) of queue "batch" waits for NVIDIA-GeForce-RTX-4090'
+    ), enqueued
+    assert enqueued.message.endswith("it stays Pending, then is enqueued as its quota allows")
+    assert isinstance(_admit(state, pod("other", H200, queue_name="batch"), now + 3), Allowed)
+    assert isinstance(_admit(state, pod("above", R4090, queue_name="vip"), now + 3), Allowed)
+    for name in ("web-0", "web-1"):  # serve's pods bound: the hold is over
+        state.upsert_pod(
+            objects.pod_record(
+                pod(name, R4090, node_name="n1", phase="Running", queue_name="serve", group="web", owner=RS)
+            )
+        )
+    assert isinstance(_admit(state, later, now + 4), Allowed)
+    assert isinstance(_enqueue(state, job, now + 4), Allowed)

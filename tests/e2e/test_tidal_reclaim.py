@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.agreement import R4090, card_template, long_job
-from tests.e2e.cluster import SHUTDOWN, ControlPlane, wait_for
+from tests.e2e.cluster import SHUTDOWN, ControlPlane, holds_for, wait_for
 from tests.e2e.conftest import partner_plane
 from tests.e2e.objects import SELECTOR, card_queue, deployment_of, hpa
 from tests.edges.serving import Process
@@ -132,9 +132,11 @@ class Seed002:
         template["spec"]["priorityClassName"] = "tidal-low"
         self.plane.apply(job, namespace=self.ns)
 
-    def inference(self, name: str, replicas: int, queue: str = "") -> None:
+    def inference(self, name: str, replicas: int, queue: str = "", **spec: Any) -> None:
+        """``spec``: more of the pods' spec (a nodeSelector, tolerations)."""
         template = card_template(L40S, queue or self.serve)
         template["spec"]["priorityClassName"] = "tidal-high"
+        template["spec"].update(spec)
         self.plane.apply(deployment_of(name, replicas, template), namespace=self.ns)
 
     def reclaim_marks(self) -> set[str]:
@@ -276,6 +278,85 @@ def test_two_inference_workloads_racing_for_the_same_training_each_card_is_taken
         for e in seed.events("CardQuotaReclaimed")
     )
     assert len(told) == len(set(told)) == 4, told
+
+
+def test_the_freed_cards_are_held_from_a_third_lower_priority_queue_until_inference_is_bound(
+    seed: Seed002,
+) -> None:
+    """Two 2-pod training jobs hold every L40S; web (2 pods) takes one back. A third queue's job
+    (lower priority than web's queue, its pods as high a PriorityClass as web's), made the moment
+    the reclaim begins, asks for exactly the cards it frees: it is not enqueued (none of its pods
+    is even made) before web's two pods are bound, and it is told why."""
+    batch = f"batch-{seed.ns}"
+    seed.queue(batch, {L40S: 2}, 10000, True)
+    seed.training("a", 2)
+    wait_for("job a to be bound", lambda: len(seed.running("a-")) == 2, timeout=90)
+    seed.training("b", 2)
+    wait_for("job b to be bound", lambda: len(seed.running("b-")) == 2, timeout=90)
+    seed.inference("web", 2)
+    wait_for("the reclaim to begin (its hold mark)", seed.reclaim_marks, timeout=30, every=0.1)
+    job = long_job("third", 2, L40S, batch)
+    job["spec"]["tasks"][0]["template"]["spec"]["priorityClassName"] = "tidal-high"
+    seed.plane.apply(job, namespace=seed.ns)
+    early: list[str] = []
+
+    def web_bound() -> bool:
+        web, third = len(seed.running("web-")), seed.pods("third-")
+        if third and web < 2:
+            early.extend(p["metadata"]["name"] for p in third)
+        return web == 2
+
+    wait_for("web's pods to be bound", web_bound, timeout=60, every=0.1)
+    assert not early, f"pods of queue {batch} made for the freed cards before web's were bound: {early}"
+    told = [e["message"] for e in seed.events("CardQuotaEnqueueRefused")]
+    assert any(f'of queue "{batch}" waits for {L40S}' in m and f'queue "{seed.serve}"' in m for m in told), (
+        told
+    )
+
+
+TAINT = "dedicated=training:NoSchedule"
+NOTHING_FOR = 60.0  # seconds nothing may be evicted for pods the freed cards could not serve
+
+
+def test_inference_pods_no_freed_card_could_serve_evict_nothing_and_are_told_why(seed: Seed002) -> None:
+    """One inference pod asks for a node label no L40S node has, another does not tolerate the
+    taint on them both; both inside their quota while training holds every card. Evicting the
+    training would free nothing either could use: for a minute nothing is evicted, and each is
+    told why (its CardQuotaNotReclaimed Event)."""
+    for node in NODES:
+        seed.plane.kubectl("taint", "nodes", node, TAINT, "--overwrite")
+    try:
+        job = long_job("train", 4, L40S, seed.train)
+        template = job["spec"]["tasks"][0]["template"]
+        template["spec"]["priorityClassName"] = "tidal-low"
+        template["spec"]["tolerations"] = [{"key": "dedicated", "operator": "Exists", "effect": "NoSchedule"}]
+        seed.plane.apply(job, namespace=seed.ns)
+        wait_for("the training job to hold every L40S", lambda: len(seed.running("train-")) == 4, timeout=90)
+        held = uids(seed.running("train-"))
+        tolerates = [{"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoSchedule"}]
+        seed.inference("labelled", 1, nodeSelector={"pool": "inference"}, tolerations=tolerates)
+        seed.inference("untolerated", 1)
+
+        def told(prefix: str) -> bool:
+            names = {p["metadata"]["name"] for p in seed.pods(prefix)}
+            return any(
+                e["involvedObject"]["name"] in names
+                and "no node with NVIDIA-L40S is one the pods may be scheduled on" in e["message"]
+                for e in seed.events("CardQuotaNotReclaimed")
+            )
+
+        wait_for("both inference pods to be told why", lambda: told("labelled-") and told("untolerated-"), 30)
+        holds_for(
+            "the training job untouched",
+            lambda: uids(seed.running("train-")) == held and not seed.events("CardQuotaReclaimed"),
+            NOTHING_FOR,
+            every=1.0,
+        )
+        assert not seed.running("labelled-") and not seed.running("untolerated-")
+        assert not seed.reclaim_marks()
+    finally:
+        for node in NODES:
+            seed.plane.kubectl("taint", "nodes", node, f"{TAINT}-", check=False)
 
 
 SOAK_OPS = int(os.environ.get("CARDQUOTA_TIDAL_SOAK_OPS", "8"))

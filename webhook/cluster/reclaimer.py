@@ -39,7 +39,7 @@ RECLAIMED = "CardQuotaReclaimed"
 RECLAIMING = "CardQuotaReclaiming"
 NOT_RECLAIMED = "CardQuotaNotReclaimed"
 PROTECTED_FOR = 60.0  # seconds a gang a PodDisruptionBudget protects is left out
-TELL_EVERY = 60.0  # seconds between two reports of one queue's dry run or blocked reclaim
+TELL_EVERY = 60.0  # seconds between two reports to one pod of a dry run or a blocked reclaim
 HOLD_FOR = 300.0  # seconds at most the cards stay held for the beneficiaries (victims' grace included)
 RETRY_EVERY = 2.0  # seconds between two tries of the pods of a begun gang not evicted yet
 LEARN_EVERY = 10.0  # seconds a waiting pod's object, read from the API server, is trusted
@@ -109,7 +109,7 @@ class Reclaimer:
         self.flights: dict[str, Flight] = {}  # gang key -> its eviction
         self._seen: dict[str, float] = {}  # pod uid -> first seen waiting for cards no node had free
         self._protected: dict[str, float] = {}  # gang key -> until when a budget keeps it out
-        self._told: dict[tuple[str, str], float] = {}  # (queue, card) -> last report
+        self._told: dict[tuple[str, str], float] = {}  # (pod uid, card) -> its last report
         self._done: list[str] = []  # PodGroups whose hold is over, their marks to remove
         # gang key -> its pods (namespace/name) not evicted yet, and when to try them again
         self._rest: dict[str, tuple[list[str], float]] = {}
@@ -377,34 +377,38 @@ class Reclaimer:
                 await self._go_on(key, now)
 
     async def _tell_blocked(self, plan: tidal.Plan, now: float) -> None:
-        if not self._due(plan, now):
+        due = self._due(plan, now)
+        if not due:
             return
         self.on_reclaim(plan.card, "nothing to take", 0)
         message = f"no card of {plan.card} can be taken back for it: {plan.why}"
-        for uid in plan.pods:
+        for uid in due:
             pod = self.state.pods.get(uid)
             if pod is not None:
                 involved = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
                 await self._event(pod.namespace, involved, NOT_RECLAIMED, message)
 
     async def _tell_dry_run(self, plan: tidal.Plan, now: float) -> None:
-        if not self._due(plan, now):
+        due = self._due(plan, now)
+        if not due:
             return
         self.on_reclaim(plan.card, "dry run", plan.cards)
         victims = ", ".join(f"{_what(g)} ({amount(g.total)} {plan.card})" for g in plan.victims or ())
         log.info("tidal reclaim (dry run): would evict", extra={"queue": plan.queue, "victims": victims})
-        for uid in plan.pods:
+        for uid in due:
             pod = self.state.pods.get(uid)
             if pod is not None:
                 involved = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
                 await self._event(pod.namespace, involved, RECLAIMING, f"dry run: would take back {victims}")
 
-    def _due(self, plan: tidal.Plan, now: float) -> bool:
-        key = (plan.queue, plan.card)
-        if now - self._told.get(key, -TELL_EVERY) < TELL_EVERY:
-            return False
-        self._told[key] = now
-        return True
+    def _due(self, plan: tidal.Plan, now: float) -> list[str]:
+        """The pods of ``plan`` to tell now: each at most once a minute, a newcomer at once."""
+        if len(self._told) > len(self.state.pods):  # the pods gone are forgotten
+            self._told = {k: at for k, at in self._told.items() if now - at < TELL_EVERY}
+        due = [uid for uid in plan.pods if now - self._told.get((uid, plan.card), -TELL_EVERY) >= TELL_EVERY]
+        for uid in due:
+            self._told[(uid, plan.card)] = now
+        return due
 
     def _names(self, plan: tidal.Plan) -> str:
         names = [self.state.pods[uid].key for uid in plan.pods if uid in self.state.pods]

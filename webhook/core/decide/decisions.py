@@ -66,6 +66,10 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         return Denied(message, queue=queue, card=demand.spec.text)
     if pod.waiting is not None:
         return _gated(state, pod, queue, demand, what)
+    if (guard := tidal.guarding(state, queue, demand.spec.cards, now)) is not None:
+        then = "its controller creates it again after that"
+        message = messages.held_for_reclaim(what, queue, guard, tidal.unbound(state, guard), now, then)
+        return Denied(message, queue=queue, card=demand.spec.text)
     # A pod the mutation assigned a model: its assignment is held in the ledger until now.
     taken = state.ledger.assignment(queue, demand.spec.cards[0], demand.count) if demand.origin else ""
     release = (taken,) if taken else ()

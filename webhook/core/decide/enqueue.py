@@ -55,6 +55,16 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
         return Allowed("its pods hold every card it asks for")
     queue = group.queue or keys.DEFAULT_QUEUE
     what = describe(group)
+    guard = tidal.guarding(state, queue, {card for spec in rest for card in spec.cards}, now)
+    if guard is not None:
+        then = "it stays Pending, then is enqueued as its quota allows"
+        return Denied(
+            messages.held_for_reclaim(what, queue, guard, tidal.unbound(state, guard), now, then),
+            queue=queue,
+            card=guard.card,
+            cause=ENQUEUE,
+            podgroup=group.key,
+        )
     waiter = state.line.get(group.uid)
     ahead = state.line.ahead(queue, waiter.place if waiter else line.place_of(0, now, group.uid))
     usage = queue_usage(state, queue, exclude_ledger=enqueue_key(group.uid, 0), ahead=ahead)

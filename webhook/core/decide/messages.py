@@ -155,6 +155,18 @@ def reclaimed(what: str, taken: Taken, waiting: int, now: float, then: str) -> s
     )
 
 
+def held_for_reclaim(what: str, queue: str, taken: Taken, waiting: int, now: float, then: str) -> str:
+    """Why new demand of a queue of lower priority waits: tidal reclaim took cards of its model back
+    for ``taken.queue``, and they are held while ``waiting`` of the pods they went to are unbound."""
+    pods = f"{waiting} pod{'s' if waiting != 1 else ''}"
+    return (
+        f'{what} of queue "{queue}" waits for {taken.card}: {amount(taken.cards)} were taken back for'
+        f' queue "{taken.queue}", of higher priority (tidal reclaim), and are held while the {pods}'
+        f" they were taken for wait{'s' if waiting == 1 else ''} to be bound"
+        f" ({max(0, int(taken.until - now))} s at most); {then}"
+    )
+
+
 def unassigned_covered(what: str, spec: CardSpec) -> str:
     """A multi-card pod its PodGroup's reservation covers that reached validation with no model
     (its mutation did not see the reservation yet, or did not run)."""

@@ -423,13 +423,31 @@ def holding(state: ClusterState, group: str, now: float) -> Taken | None:
     return taken if any(uid in state.charged.unbound() for uid in taken.for_pods) else None
 
 
+def guarding(state: ClusterState, queue: str, cards: Iterable[CardName], now: float) -> Taken | None:
+    """A reclaim whose freed cards of one of ``cards`` are held for a queue of higher priority than
+    ``queue`` while the pods they were taken for wait unbound: ``queue``'s new demand of that model
+    waits too (SPEC §5e), so no third queue's job is enqueued onto them. None on the common path
+    (no reclaim held) without a look at anything else."""
+    if not state.reclaims and not state.groups.marked:
+        return None
+    wanted, priority = set(cards), priority_of(state, queue)
+    for key in sorted(set(state.reclaims) | state.groups.marked):
+        taken = holding(state, key, now)
+        if (
+            taken is not None
+            and taken.card in wanted
+            and taken.queue != queue
+            and priority_of(state, taken.queue) > priority
+        ):
+            return taken
+    return None
+
+
 def in_progress(state: ClusterState, now: float) -> list[dict[str, object]]:
     """The reclaims whose cards are still held: each evicted PodGroup, what it gave back, for which
     queue, and how many of those pods still wait unbound."""
     out: list[dict[str, object]] = []
-    for key in sorted(
-        set(state.reclaims) | {k for k, g in state.podgroups.items() if keys.RECLAIMED in g.annotations}
-    ):
+    for key in sorted(set(state.reclaims) | state.groups.marked):
         taken = holding(state, key, now)
         if taken is not None:
             out.append(

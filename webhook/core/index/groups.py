@@ -47,6 +47,7 @@ class PodGroups:
         self._pods, self._charged, self._ledger, self._refreshed = pods, charged, ledger, refreshed
         self._owners: defaultdict[str, set[str]] = defaultdict(set)  # owner uid -> PodGroup keys
         self._gated: defaultdict[str, Counter[CardSpec]] = defaultdict(Counter)
+        self.marked: set[str] = set()  # keys of the groups carrying a tidal reclaim's hold mark
 
     def put(self, group: PodGroupRecord) -> bool:
         """Add or replace ``group``; True when its queue is new or moved (its pods' charges move)."""
@@ -58,6 +59,10 @@ class PodGroups:
         self.by_key[group.key] = group
         if group.owner is not None:
             self._owners[group.owner.uid].add(group.key)
+        if keys.RECLAIMED in group.annotations:
+            self.marked.add(group.key)
+        else:
+            self.marked.discard(group.key)
         if group.phase in RESERVING_PHASES and (old is None or old.phase not in RESERVING_PHASES):
             self._settle_enqueue(group.uid)  # its reservation counts from now on
         self.refresh(group.key)
@@ -80,6 +85,7 @@ class PodGroups:
             return None
         if group.owner is not None:
             self._owners[group.owner.uid].discard(key)
+        self.marked.discard(key)
         self._settle_enqueue(group.uid)
         self.refresh(key)
         return group
