@@ -426,12 +426,13 @@ def holding(state: ClusterState, group: str, now: float) -> Taken | None:
 def guarding(state: ClusterState, queue: str, cards: Iterable[CardName], now: float) -> Taken | None:
     """A reclaim whose freed cards of one of ``cards`` are held for a queue of higher priority than
     ``queue`` while the pods they were taken for wait unbound: ``queue``'s new demand of that model
-    waits too (SPEC §5e), so no third queue's job is enqueued onto them. None on the common path
-    (no reclaim held) without a look at anything else."""
-    if not state.reclaims and not state.groups.marked:
+    waits too (SPEC §5e), so no third queue's job is enqueued onto them. Only the holds this replica
+    made count: a mark on a PodGroup is anyone's to write, and would hold only that group. None on
+    the common path (no reclaim held) without a look at anything else."""
+    if not state.reclaims:
         return None
     wanted, priority = set(cards), priority_of(state, queue)
-    for key in sorted(set(state.reclaims) | state.groups.marked):
+    for key in sorted(state.reclaims):
         taken = holding(state, key, now)
         if (
             taken is not None
