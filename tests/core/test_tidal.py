@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.builders import H200, R4090, cluster, node, owner, pod, podgroup, queue, request
+from tests.builders import H200, R4090, cluster, node, owner, pod, podgroup, queue, request, template, vcjob
 from webhook.core.decide import admission, tidal
 from webhook.core.index.state import ClusterState
 from webhook.core.model import keys, objects, reclaim
@@ -483,3 +483,58 @@ def test_while_freed_cards_are_held_no_queue_below_starts_anything_of_that_model
         )
     assert isinstance(_admit(state, later, now + 4), Allowed)
     assert isinstance(_enqueue(state, job, now + 4), Allowed)
+
+
+ABORT = {"event": "PodEvicted", "action": "AbortJob"}
+
+
+@pytest.mark.parametrize(
+    ("policies", "task_policies", "status", "why"),
+    [
+        ([], [], {}, ""),  # no policy: the job controller recreates the pods (SyncJob)
+        ([{"event": "PodFailed", "action": "AbortJob"}], [], {}, ""),
+        ([{"event": "PodEvicted", "action": "RestartJob"}], [], {"retryCount": 2}, ""),
+        ([ABORT], [], {}, "its Volcano Job's policy ends it when a pod is evicted (PodEvicted: AbortJob)"),
+        ([{"events": ["*"], "action": "TerminateJob"}], [], {}, "(PodEvicted: TerminateJob)"),
+        ([], [{"event": "PodEvicted", "action": "CompleteJob"}], {}, "(PodEvicted: CompleteJob)"),
+        (
+            [{"event": "PodEvicted", "action": "RestartJob"}],
+            [],
+            {"retryCount": 3},
+            "its Volcano Job has no retries left (RestartJob on PodEvicted: 3 of 3 used)",
+        ),
+    ],
+)
+def test_a_job_an_eviction_would_end_is_never_a_victim(
+    policies: list[dict[str, Any]], task_policies: list[dict[str, Any]], status: dict[str, Any], why: str
+) -> None:
+    """A Volcano Job whose policy aborts, terminates or completes it when a pod is evicted, or that
+    restarts with no retries left (maxRetry 3 when unset), would not come back after a reclaim:
+    it is never a victim, and the waiting pods are told why. Any other job is."""
+    job = vcjob("tj", [(4, template(R4090, queue_name="train"))], policies=policies, queue="train")
+    job["spec"]["tasks"][0]["policies"] = task_policies
+    job["status"] = status
+    state = cluster(
+        *NODES, train_queue(), serve_queue(), *gang("tj", ["n1", "n1", "n2", "n2"]), job, *inference(2)
+    )
+    [found] = plans(state)
+    if not why:
+        assert [g.key for g in found.victims or ()] == ["ns/tj"]
+    else:
+        assert found.victims is None and why in found.why, found.why
+
+
+_KEYS = st.sampled_from(["policies", "tasks", "event", "events", "action", "maxRetry", "retryCount", "x"])
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=12) | st.sampled_from(["PodEvicted", "*"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=4),
+    max_leaves=25,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(_KEYS, _JSON, max_size=4), _JSON)
+def test_a_volcano_jobs_policies_in_any_shape_are_read_without_error(
+    spec: dict[str, Any], status: Any
+) -> None:
+    assert isinstance(objects.evicted_ends(spec, status), str)

@@ -199,7 +199,9 @@ def _gang(state: ClusterState, key: str, uids: Iterable[str], card: CardName) ->
         preemptable = preemptable and objects.preemptable(group.annotations.get(keys.PREEMPTABLE))
         queue = group.queue or queue
     first = next(iter(sorted(uids)))
+    owner = state.workloads.by_uid.get(group.owner.uid) if group is not None and group.owner else None
     return Gang(
+        ends=owner.evicted_ends if owner is not None else "",
         key=key,
         queue=queue,
         queue_priority=priority_of(state, queue),

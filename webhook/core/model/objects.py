@@ -113,10 +113,41 @@ class WorkloadRecord:
     queue: str = ""
     min_available: int = 0
     waiting: tuple[float, int] | None = None  # (since, priority) from our mark, in the waiting line
+    # A Volcano Job that an eviction of its pods would end rather than restart: why ("" if none)
+    evicted_ends: str = ""
 
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+ENDING_ACTIONS = frozenset({"AbortJob", "TerminateJob", "CompleteJob"})  # what a job never comes back from
+RESTART_ACTIONS = frozenset({"RestartJob", "RestartTask", "RestartPod"})  # each spends one of maxRetry
+VOLCANO_MAX_RETRY = 3  # a Volcano Job's maxRetry when unset
+
+
+def evicted_ends(spec: Raw, status: Raw) -> str:
+    """Why evicting a pod of this Volcano Job would end it, as its job controller reads its
+    policies (job-level, then each task's: an event ``PodEvicted`` or ``*``); "" when it would
+    recreate the pod (no such policy: ``SyncJob``), or restart with retries left."""
+    policies = [p for p in _items(spec.get("policies")) if isinstance(p, Mapping)]
+    for task in _items(spec.get("tasks")):
+        if isinstance(task, Mapping):
+            policies.extend(p for p in _items(task.get("policies")) if isinstance(p, Mapping))
+    for policy in policies:
+        listed = policy.get("events")
+        events: list[Any] = listed if isinstance(listed, list) else [policy.get("event")]
+        if not any(e in ("PodEvicted", "*") for e in events):
+            continue
+        action = str(policy.get("action") or "")
+        if action in ENDING_ACTIONS:
+            return f"its Volcano Job's policy ends it when a pod is evicted (PodEvicted: {action})"
+        if action in RESTART_ACTIONS:
+            most = _int(spec.get("maxRetry"), VOLCANO_MAX_RETRY) or VOLCANO_MAX_RETRY
+            spent = _int(status.get("retryCount"), 0) if isinstance(status, Mapping) else 0
+            if spent >= most:
+                return f"its Volcano Job has no retries left ({action} on PodEvicted: {spent} of {most} used)"
+    return ""
 
 
 @value_class
@@ -296,6 +327,11 @@ def deletion_deadline(timestamp: Any, grace: Any) -> float | None:
     return None if deletion is None else deletion + float(grace or 0)
 
 
+def _items(value: Any) -> list[Any]:
+    """A list as written, else nothing (an object in an odd shape is read as having none)."""
+    return value if type(value) is list else []
+
+
 def _int(value: Any, default: int = 0) -> int:
     try:
         return int(value)
@@ -361,6 +397,9 @@ def workload_record(obj: Raw) -> WorkloadRecord:
         queue=str(spec.get("queue") or ""),
         min_available=_int(spec.get("minAvailable"), 0),
         waiting=waiting_mark(annotations.get(keys.WAITING)),
+        evicted_ends=evicted_ends(spec, obj.get("status") or {})
+        if kind == "Job" and isinstance(spec, Mapping)
+        else "",
     )
 
 

@@ -46,6 +46,7 @@ class Gang:
     cards: Mapping[str, int]  # node -> cards of the model its pods hold there
     pods: tuple[str, ...]  # every pod of it, namespace/name
     whole: int | None = None  # its cards on every node, when ``cards`` keeps only some (``within``)
+    ends: str = ""  # why an eviction would end its job rather than restart it ("" if it would not)
 
     @property
     def rank(self) -> "Rank":
@@ -84,6 +85,8 @@ def why_not(gang: Gang, card: str, queue: str, queue_priority: int) -> str:
         return f'its queue "{gang.queue}" has priority {gang.queue_priority}, not below {queue_priority}'
     if not gang.preemptable:
         return "a pod of it is not preemptable (volcano.sh/preemptable)"
+    if gang.ends:
+        return gang.ends
     return ""
 
 
