@@ -538,3 +538,19 @@ def test_a_volcano_jobs_policies_in_any_shape_are_read_without_error(
     spec: dict[str, Any], status: Any
 ) -> None:
     assert isinstance(objects.evicted_ends(spec, status), str)
+
+
+def test_a_hold_is_the_podgroups_it_was_taken_from_not_a_new_one_of_that_name() -> None:
+    """The hold on a victim's PodGroup is keyed by its uid: a job deleted and made again under the
+    same name (a new PodGroup) is not held back by the old one's reclaim."""
+    now = 1795651200.0
+    state = cluster(*NODES, train_queue(), serve_queue(), *inference(2))
+    old = podgroup("tj", "Pending", queue_name="train", owner_ref=job_ref("tj"))
+    state.upsert_podgroup(objects.podgroup_record(old))
+    state.reclaims["ns/tj"] = Taken(R4090, 4 * UNIT, "serve", ("uid-ns-web-0",), now + 300, "uid-pg-tj")
+    assert tidal.holding(state, "ns/tj", now) is not None
+    again = copy.deepcopy(old)
+    again["metadata"]["uid"] = "uid-pg-tj-again"
+    state.delete_podgroup("ns/tj")
+    state.upsert_podgroup(objects.podgroup_record(again))
+    assert tidal.holding(state, "ns/tj", now) is None

@@ -12,6 +12,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,8 @@ from tests.e2e.agreement import R4090, card_template, long_job
 from tests.e2e.cluster import SHUTDOWN, ControlPlane, holds_for, wait_for
 from tests.e2e.conftest import partner_plane
 from tests.e2e.objects import SELECTOR, card_queue, deployment_of, hpa
+from tests.e2e.registration import configurations
+from tests.e2e.test_replicas import serving
 from tests.edges.serving import Process
 
 L40S = "NVIDIA-L40S"  # a model only this module's nodes have: two nodes of 2 cards
@@ -238,7 +241,8 @@ def test_a_budget_that_forbids_the_eviction_is_reported_and_nothing_is_half_evic
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",
         "metadata": {"name": "train"},
-        "spec": {"minAvailable": 4, "selector": {"matchLabels": {"volcano.sh/job-name": "train"}}},
+        # One disruption allowed: each pod's eviction alone would pass, the gang's does not.
+        "spec": {"minAvailable": 3, "selector": {"matchLabels": {"volcano.sh/job-name": "train"}}},
     }
     seed.plane.apply(budget, namespace=seed.ns)
     wait_for(
@@ -254,8 +258,8 @@ def test_a_budget_that_forbids_the_eviction_is_reported_and_nothing_is_half_evic
     assert any(
         budget_named in e["message"] and "none of its pods evicted" in e["message"] for e in refused
     ), [e["message"] for e in refused]
-    time.sleep(GRACE + 2)  # what an eviction would have started has had time to show
-    assert uids(seed.running("train-")) == held, "a pod of the protected job was evicted"
+    # What an eviction would have started has had time to show: never one pod of the gang gone.
+    holds_for("the protected job whole", lambda: uids(seed.running("train-")) == held, GRACE + 2, every=0.1)
     assert not seed.running("web-")
     assert not seed.events("CardQuotaReclaimed")
 
@@ -312,6 +316,58 @@ def test_the_freed_cards_are_held_from_a_third_lower_priority_queue_until_infere
     assert any(f'of queue "{batch}" waits for {L40S}' in m and f'queue "{seed.serve}"' in m for m in told), (
         told
     )
+
+
+def test_a_leader_killed_mid_reclaim_leaves_its_hold_and_its_gang_to_the_next(
+    volcano: ControlPlane, tmp_path: Path
+) -> None:
+    """Two replicas under the chart's ServiceAccount elect a leader; the API server calls the
+    standby, which forwards to the leader. The leader is killed the moment its reclaim's hold mark
+    is written (its evictions under way): the next leader finishes the gang from the mark, web's
+    pods are bound, and the training job runs again on none of their cards meanwhile."""
+    lease = f"tidal-{uuid.uuid4().hex[:6]}"
+    flags = ("--kubeconfig", str(volcano.webhook_kubeconfig), "--drain-seconds", "0", "--leader-elect")
+    flags += ("--lease-name", lease, "--lease-namespace", volcano.release_namespace)
+    first = Process(tmp_path / "certs", volcano.logs / f"{lease}-1.log", *flags, cluster=None)
+    second: Process | None = None
+    labels = {"cardquota-e2e-failover": lease}
+    registered: list[dict[str, Any]] = []
+    try:
+        first.wait_ready(timeout=60)
+        wait_for("the first replica to lead", lambda: serving(first), timeout=30)
+        second = Process(tmp_path / "certs", volcano.logs / f"{lease}-2.log", *flags, cluster=None)
+        second.wait_ready(timeout=60)
+        registered = configurations(second.url, second.certs / "ca.crt", labels, lease, volcano.webhook_user)
+        volcano.apply(*registered)
+        seed = Seed002(volcano, labels=labels)
+        try:
+            seed.training("train", 4)
+            wait_for("the job to hold every L40S", lambda: len(seed.running("train-")) == 4, timeout=90)
+            held = uids(seed.running("train-"))
+            seed.inference("web", 2)
+            wait_for("the hold mark", seed.reclaim_marks, timeout=30, every=0.05)
+            first.proc.kill()
+            wait_for("the second replica to lead", lambda: serving(second), timeout=30)  # type: ignore[arg-type]
+            back: set[str] = set()
+
+            def web_bound() -> bool:
+                web = len(seed.running("web-"))
+                if web < 2:
+                    back.update(uids(seed.running("train-")) - held)
+                return web == 2
+
+            wait_for("web's pods to be bound", web_bound, timeout=60, every=0.1)
+            assert not back, f"the training job ran again before web was bound: {back}"
+            assert not uids(seed.running("train-")) & held, "a pod of the reclaimed gang was left running"
+            volcano.assert_no_rbac_refusal(second.log())
+        finally:
+            seed.delete()
+    finally:
+        for config in registered:
+            volcano.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
+        first.stop()
+        if second is not None:
+            second.stop()
 
 
 TAINT = "dedicated=training:NoSchedule"

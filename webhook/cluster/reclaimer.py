@@ -44,6 +44,7 @@ HOLD_FOR = 300.0  # seconds at most the cards stay held for the beneficiaries (v
 RETRY_EVERY = 2.0  # seconds between two tries of the pods of a begun gang not evicted yet
 LEARN_EVERY = 10.0  # seconds a waiting pod's object, read from the API server, is trusted
 LEARN_PER_PASS = 25  # waiting pods read from the API server in one pass at most
+MAX_HOLDS = 10_000  # gangs whose freed cards are held at once (each for 300 s at most)
 BACK_OFF = 600.0  # seconds a pod the cards of a reclaim did not help waits before it may have more
 
 
@@ -210,7 +211,9 @@ class Reclaimer:
         for key, taken in list(self.state.reclaims.items()):
             if tidal.holding(self.state, key, now) is None:
                 del self.state.reclaims[key]
-                self._done.append(key)
+                group = self.state.podgroups.get(key)
+                if group is not None and group.uid == taken.group_uid:  # not a new group of that name
+                    self._done.append(key)
                 for uid in taken.for_pods:
                     pod = self.state.pods.get(uid)
                     if pod is not None and pod.node_name and uid in self._seen:
@@ -227,6 +230,9 @@ class Reclaimer:
         that would not go whole leaves the plan undone (the set no longer places its pods); the
         next pass plans without it."""
         assert plan.victims is not None
+        if len(self.state.reclaims) + len(plan.victims) > MAX_HOLDS:
+            log.warning("tidal reclaim: too many holds at once; this plan waits", extra={"queue": plan.queue})
+            return
         for gang in plan.victims:
             refused = await self._refusal(gang)
             if refused:
@@ -282,7 +288,9 @@ class Reclaimer:
             uid for uid in members if uid in self.state.pods and self.state.pods[uid].key in keys
         )
         self.flights[gang.key] = Flight(gang, plan, now, uids)
-        taken = Taken(plan.card, gang.total, plan.queue, plan.pods, now + HOLD_FOR)
+        group = self.state.podgroups.get(gang.key)
+        uid = group.uid if group is not None else ""
+        taken = Taken(plan.card, gang.total, plan.queue, plan.pods, now + HOLD_FOR, group_uid=uid)
         self.state.reclaims[gang.key] = taken
         await self._mark(gang.key, reclaim_text(taken))  # first: a new leader holds it too
         self._rest[gang.key] = (list(gang.pods), now)

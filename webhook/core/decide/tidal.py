@@ -417,8 +417,10 @@ def solve_all(asked: Iterable[Problem]) -> list[Plan]:
 def holding(state: ClusterState, group: str, now: float) -> Taken | None:
     """What was taken back from PodGroup ``group`` while the pods it went to still wait unbound
     (and its hold has not run out); None once they are bound or gone."""
-    taken = state.reclaims.get(group)
-    if taken is None and (record := state.podgroups.get(group)) is not None:
+    taken, record = state.reclaims.get(group), state.podgroups.get(group)
+    if taken is not None and record is not None and taken.group_uid and taken.group_uid != record.uid:
+        taken = None  # another PodGroup of that name since: the hold was the one deleted
+    if taken is None and record is not None:
         taken = reclaim_mark(record.annotations.get(keys.RECLAIMED))  # written by an earlier leader
     if taken is None or now >= taken.until:
         return None

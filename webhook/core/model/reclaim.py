@@ -68,6 +68,7 @@ class Taken:
     queue: str
     for_pods: tuple[str, ...]
     until: float
+    group_uid: str = ""  # the PodGroup it was taken from (its mark is on it; not in the mark's text)
 
 
 def why_not(gang: Gang, card: str, queue: str, queue_priority: int) -> str:
