@@ -36,7 +36,7 @@ CHART = ROOT / "charts" / "card-quota-webhook"
 # The chart's identity every webhook process runs as: its ServiceAccount, ClusterRole, Roles and
 # bindings, rendered for the release operations.md installs ("card-quota" in namespace "card-quota").
 RELEASE = "card-quota"
-IDENTITY_TEMPLATES = ("templates/serviceaccount.yaml", "templates/rbac.yaml")
+IDENTITY_TEMPLATES = ("templates/serviceaccount.yaml", "templates/rbac.yaml", "templates/policy.yaml")
 TOKEN_DURATION = "8760h"  # outlives any test session and a long-lived `make cluster`
 # How the API server words an RBAC refusal ("... is forbidden: User "system:serviceaccount:..."
 # cannot patch resource "podgroups" in API group ..."); a write to a terminating namespace is

@@ -11,6 +11,7 @@ fails here.
 """
 
 import ast
+import json
 import re
 import subprocess
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from tests.e2e.cluster import RELEASE, ROOT, ControlPlane
+from tests.e2e.cluster import RELEASE, ROOT, ControlPlane, wait_for
 from webhook.cluster import cache
 from webhook.core.index.line import CALLED_KINDS
 from webhook.core.model.policy import Policy
@@ -358,3 +359,128 @@ def test_with_reclaim_off_the_chart_grants_no_eviction_hold_mark_or_budget_read(
     # dry-run: a Queue's cardquota.volcano.sh/reclaim annotation may still turn it on for that queue
     assert reclaim <= rules(control_plane.render_identity("--set", "reclaim.mode=dry-run"))
     assert not reclaim & rules(control_plane.render_identity("--set", "reclaim.mode=off"))
+
+
+OWN = "cardquota-own-writes"  # the namespace the tests below write in as the webhook's account
+
+
+@pytest.fixture(scope="module")
+def own_writes(control_plane: ControlPlane) -> Iterator[ControlPlane]:
+    """A namespace no webhook applies to, with a pod under our gate and another's, a ReplicaSet of
+    no pods, a PodGroup; and a pod in the release namespace (which the webhooks exclude)."""
+    plane = control_plane
+    plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OWN}})
+    gates = [{"name": "cardquota.volcano.sh/waiting"}, {"name": "example.com/other"}]
+    container = {"name": "main", "image": "registry.example/app:1"}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "p", "labels": {"app": "p"}},
+        "spec": {"containers": [container], "schedulingGates": gates},
+    }
+    replicaset = {
+        "apiVersion": "apps/v1",
+        "kind": "ReplicaSet",
+        "metadata": {"name": "r"},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": "r"}},
+            "template": {"metadata": {"labels": {"app": "r"}}, "spec": {"containers": [container]}},
+        },
+    }
+    group = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {"name": "g"},
+        "spec": {"minMember": 1, "queue": "default"},
+    }
+    plane.apply(pod, replicaset, group, namespace=OWN)
+    plane.apply({**pod, "spec": {"containers": [container]}}, namespace=plane.release_namespace)
+
+    def in_force() -> bool:  # the API server applies a new policy once its informer has it
+        refused = as_webhook(plane, "annotate", "rs", "r", "probe=x", "-n", OWN)
+        return refused.returncode != 0 and "ValidatingAdmissionPolicy" in refused.stderr
+
+    try:
+        wait_for("the chart's admission policy to be in force", in_force, timeout=30)
+        yield plane
+    finally:
+        plane.kubectl("delete", "namespace", OWN, "--wait=false", check=False)
+        plane.kubectl("delete", "pod", "p", "-n", plane.release_namespace, "--wait=false", check=False)
+
+
+def as_webhook(plane: ControlPlane, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``kubectl`` with the webhook's own ServiceAccount token."""
+    return subprocess.run(
+        [str(plane.bin / "kubectl"), f"--kubeconfig={plane.webhook_kubeconfig}", *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+GATES_BUT_OURS = '[{"op":"remove","path":"/spec/schedulingGates/1"}]'
+OWN_WRITES = [
+    # (what, kubectl args, refused with, or "" when allowed)
+    ("its card annotation on a pod", ["annotate", "pod", "p", "cardquota.volcano.sh/card.spec=x"], ""),
+    ("another annotation on a pod", ["annotate", "pod", "p", "team=x"], "only its own annotations of a pods"),
+    ("another label on a pod", ["label", "pod", "p", "app=q", "--overwrite"], "no label of a pods"),
+    ("its serving label on a pod", ["label", "pod", "p", "cardquota.volcano.sh/serving=true"], ""),
+    (
+        "another's scheduling gate",
+        ["patch", "pod", "p", "--type", "json", "-p", GATES_BUT_OURS],
+        "only its own scheduling gate",
+    ),
+    ("its call on a ReplicaSet", ["annotate", "rs", "r", "cardquota.volcano.sh/called=now"], ""),
+    (
+        "a ReplicaSet's card",
+        ["annotate", "rs", "r", "volcano.sh/card.name=NVIDIA-H200"],
+        "only its own annotations of a replicasets",
+    ),
+    (
+        "a ReplicaSet's replicas",
+        ["patch", "rs", "r", "--type", "merge", "-p", '{"spec":{"replicas":3}}'],
+        "nothing of a replicasets but its own annotations",
+    ),
+    ("its hold mark on a PodGroup", ["annotate", "podgroup", "g", "cardquota.volcano.sh/reclaimed=x"], ""),
+    (
+        "a PodGroup's request",
+        ["annotate", "podgroup", "g", 'volcano.sh/card.request={"NVIDIA-H200":1}'],
+        "only its own annotations of a podgroups",
+    ),
+    (
+        "a PodGroup's size",
+        ["patch", "podgroup", "g", "--type", "merge", "-p", '{"spec":{"minMember":2}}'],
+        "nothing of a podgroups but its own annotations",
+    ),
+]
+
+
+@pytest.mark.parametrize(("what", "args", "refused"), OWN_WRITES, ids=[w[0] for w in OWN_WRITES])
+def test_the_charts_policy_lets_the_webhooks_account_write_only_what_it_argues_for(
+    own_writes: ControlPlane, what: str, args: list[str], refused: str
+) -> None:
+    """The chart's ValidatingAdmissionPolicy confines the account's writes, which its RBAC grants on
+    whole resources: each write it needs goes through, each other one is refused, saying why."""
+    done = as_webhook(own_writes, *args, "-n", OWN)
+    if refused:
+        assert done.returncode != 0, f"{what}: {done.stdout}"
+        assert "ValidatingAdmissionPolicy" in done.stderr and refused in done.stderr, done.stderr
+    else:
+        assert done.returncode == 0, f"{what}: {done.stderr}"
+
+
+def test_the_charts_policy_lets_the_webhooks_account_evict_no_pod_in_an_excluded_namespace(
+    own_writes: ControlPlane,
+) -> None:
+    namespace = own_writes.release_namespace
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": "p", "namespace": namespace},
+    }
+    path = f"/api/v1/namespaces/{namespace}/pods/p/eviction"
+    done = as_webhook(own_writes, "create", "--raw", path, "-f", "-", stdin=json.dumps(eviction))
+    assert done.returncode != 0 and f"evicts no pod in namespace {namespace}" in done.stderr, done.stderr
+    assert own_writes.get("pod", "p", namespace=namespace)["metadata"].get("deletionTimestamp") is None

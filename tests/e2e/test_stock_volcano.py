@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.agreement import H200, H800, Tenant, app, hog_deployment, long_job
-from tests.e2e.cluster import ControlPlane, wait_for
+from tests.e2e.cluster import ControlPlane, holds_for, wait_for
 from tests.e2e.conftest import partner_plane, serving_webhook
 from tests.e2e.objects import card_queue
 from tests.edges.serving import Process
@@ -84,8 +84,11 @@ def test_a_job_beyond_what_is_left_waits_with_no_pod_says_why_and_is_enqueued_wi
     wait_for("the job's PodGroup", lambda: phase(tenant, "train") == "Pending", timeout=30)
     wait_for("the refusal told on the PodGroup and the job", lambda: ("Job", "train") in told(tenant))
     assert any(kind == "PodGroup" for kind, _ in told(tenant))
-    time.sleep(3)  # stock Volcano retries every second: it is still refused
-    assert phase(tenant, "train") == "Pending" and job_pods(tenant, "train") == []
+    holds_for(  # stock Volcano retries every second: three tries, each refused
+        "the job Pending with no pod",
+        lambda: phase(tenant, "train") == "Pending" and job_pods(tenant, "train") == [],
+        3.0,
+    )
     took = seconds_until(
         lambda: phase(tenant, "train") in ("Inqueue", "Running"),
         lambda: tenant.plane.kubectl("delete", "-n", tenant.ns, "deployment/hog", "--wait=false"),
@@ -100,11 +103,14 @@ def test_two_jobs_racing_for_the_last_cards_exactly_one_runs(tenant: Tenant) -> 
     tenant.set_quota({H200: 2})
     for name in ("a", "b"):
         tenant.plane.apply(long_job(name, 2, H200, tenant.queue), namespace=tenant.ns)
-    wait_for("one job to run", lambda: tenant.settled(2), timeout=60)
-    time.sleep(3)  # stock Volcano's sessions run every second: three had every chance to enqueue the other
-    phases = sorted(phase(tenant, name) for name in ("a", "b"))
-    assert phases[0] == "Pending" and phases[1] in ("Inqueue", "Running"), phases
-    assert tenant.settled(2)
+
+    def one_runs() -> bool:
+        phases = sorted(phase(tenant, name) for name in ("a", "b"))
+        return phases[0] == "Pending" and phases[1] in ("Inqueue", "Running") and tenant.settled(2)
+
+    wait_for("one job to run, the other Pending", one_runs, timeout=60)
+    # Stock Volcano's sessions run every second: three had every chance to enqueue the other.
+    holds_for("exactly one job enqueued, its 2 pods bound", one_runs, 3.0)
     tenant.check_agreement()
 
 
