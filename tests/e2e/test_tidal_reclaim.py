@@ -135,6 +135,12 @@ class Seed002:
         template["spec"]["priorityClassName"] = "tidal-low"
         self.plane.apply(job, namespace=self.ns)
 
+    def two_jobs(self) -> None:
+        """Training jobs a and b, 2 pods each, holding every L40S (one after the other)."""
+        for name in ("a", "b"):
+            self.training(name, 2)
+            wait_for(f"job {name} to be bound", lambda n=name: len(self.running(f"{n}-")) == 2, timeout=90)
+
     def inference(self, name: str, replicas: int, queue: str = "", **spec: Any) -> None:
         """``spec``: more of the pods' spec (a nodeSelector, tolerations)."""
         template = card_template(L40S, queue or self.serve)
@@ -267,10 +273,7 @@ def test_a_budget_that_forbids_the_eviction_is_reported_and_nothing_is_half_evic
 def test_two_inference_workloads_racing_for_the_same_training_each_card_is_taken_once(seed: Seed002) -> None:
     second = f"serve2-{seed.ns}"
     seed.queue(second, {L40S: 2}, 70000, False)
-    seed.training("a", 2)
-    wait_for("job a to be bound", lambda: len(seed.running("a-")) == 2, timeout=90)
-    seed.training("b", 2)
-    wait_for("job b to be bound", lambda: len(seed.running("b-")) == 2, timeout=90)
+    seed.two_jobs()
     seed.inference("web", 2)
     seed.inference("api", 2, queue=second)
     wait_for(
@@ -293,10 +296,7 @@ def test_the_freed_cards_are_held_from_a_third_lower_priority_queue_until_infere
     is even made) before web's two pods are bound, and it is told why."""
     batch = f"batch-{seed.ns}"
     seed.queue(batch, {L40S: 2}, 10000, True)
-    seed.training("a", 2)
-    wait_for("job a to be bound", lambda: len(seed.running("a-")) == 2, timeout=90)
-    seed.training("b", 2)
-    wait_for("job b to be bound", lambda: len(seed.running("b-")) == 2, timeout=90)
+    seed.two_jobs()
     seed.inference("web", 2)
     wait_for("the reclaim to begin (its hold mark)", seed.reclaim_marks, timeout=30, every=0.1)
     job = long_job("third", 2, L40S, batch)
