@@ -26,7 +26,7 @@ from tests.builders import (
     request,
     vcjob,
 )
-from webhook.core.decide import admission
+from webhook.core.decide import admission, calls
 from webhook.core.index import ingest
 from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage
@@ -165,6 +165,33 @@ def test_a_pod_left_without_a_model_is_refused_when_cards_free_before_its_valida
     admission.admit(state, request(mutated), validation, 0.0)
     assert [w.what for w in state.line.line("q")] == ["replicaset ns/web-1"]
     assert Created(state, pod("p2", FLEX, owner=rs_owner)).card == R4090D
+
+
+def test_a_pod_without_a_model_is_refused_though_the_line_called_its_workload() -> None:
+    """A called ReplicaSet's cards are held for its next pod. One that reaches validation with no
+    model (its mutation found none a moment before the call, or did not run) is refused all the
+    same: admitted, the scheduler could bind it to a model past the quota (seen against stock
+    Volcano: 4 NVIDIA-H800 bound at a quota of 3). Its next create is given the held model."""
+    rs_owner = owner("ReplicaSet", "web-1", "uid-rs-web-1")
+    state = cluster(
+        *NODES,
+        queue("q", quota(a=1, b=1)),
+        bound("x", R4090, "r"),
+        bound("y", R4090D, "rd"),
+        replicaset("web-1", 1, "web", FLEX),
+    )
+    assert isinstance(Created(state, pod("p0", FLEX, owner=rs_owner), now=1.0).validation, Denied)
+    ingest.remove(state, bound("y", R4090D, "rd"))
+    assert [c.pods for c in calls.call_next(state, now=2.0)] == [1]
+    unassigned = pod("p1", FLEX, owner=rs_owner)
+    validation = admission.validate(state, request(unassigned), 2.5)
+    assert isinstance(validation, Denied)
+    assert validation.message == (
+        f"pod ns/p1 asks for one of {FLEX} and was given no model, though its workload's scale-up"
+        " holds cards for it: a new create is given one (its controller creates it again)"
+    )
+    again = Created(state, pod("p2", FLEX, owner=rs_owner), now=3.0)
+    assert isinstance(again.validation, Allowed) and again.card == R4090D
 
 
 def test_concurrent_creates_are_never_assigned_into_the_same_last_card() -> None:

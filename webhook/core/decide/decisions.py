@@ -101,11 +101,17 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
             task = volcano_task(state, pod)
             hold = replace(hold, covers=held, task=task[0] if task else "")
         elif demand.spec.is_multi:  # admitted with no model, the scheduler could bind it to any
-            return Denied(messages.unassigned_covered(what, demand.spec), queue=queue, card=demand.spec.text)
+            message = messages.unassigned_covered(what, demand.spec, "its PodGroup")
+            return Denied(message, queue=queue, card=demand.spec.text)
         else:
             hold = replace(hold, spec=None, per_pod=0)
         return Allowed("covered by its PodGroup's reservation", hold=hold, queue=queue, card=demand.spec.text)
     if held is not None:
+        if demand.spec.is_multi and demand.origin is None and not demand.only_claims:
+            # Its mutation found no model (the cards freed between the two): admitted so, the
+            # scheduler could bind it to a model past the quota. The scale-up keeps its cards.
+            message = messages.unassigned_covered(what, demand.spec, "its workload's scale-up")
+            return Denied(message, queue=queue, card=demand.spec.text, release=release)
         hold = replace(hold, transfer_from=(held.key, *release))
         return Allowed(
             "admitted under its workload's scale-up", hold=hold, queue=queue, card=demand.spec.text

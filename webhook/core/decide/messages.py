@@ -167,11 +167,12 @@ def held_for_reclaim(what: str, queue: str, taken: Taken, waiting: int, now: flo
     )
 
 
-def unassigned_covered(what: str, spec: CardSpec) -> str:
-    """A multi-card pod its PodGroup's reservation covers that reached validation with no model
-    (its mutation did not see the reservation yet, or did not run)."""
+def unassigned_covered(what: str, spec: CardSpec, holder: str) -> str:
+    """A multi-card pod whose cards ``holder`` holds (its PodGroup's reservation, its workload's
+    scale-up) that reached validation with no model (its mutation did not see the hold yet, found
+    no room a moment before, or did not run)."""
     return (
-        f"{what} asks for one of {spec.text} and was given no model, though its PodGroup holds cards"
+        f"{what} asks for one of {spec.text} and was given no model, though {holder} holds cards"
         " for it: a new create is given one (its controller creates it again)"
     )
 

@@ -286,18 +286,34 @@ def problems(
                 q,
                 mode_of(state, q),
                 priority_of(state, q),
-                tuple(queues[q]),
-                tuple(_size(state, u) for u in queues[q]),
-                _where(state, nodes, queues[q], usable),
+                tuple(uids),
+                tuple(_size(state, u) for u in uids),
+                where,
             )
             for q in sorted(queues, key=lambda q: (-priority_of(state, q), q))
             if inside_quota(state, q, card)
+            for where, uids in _alike(state, nodes, queues[q], usable)
         )
         if asked:
             out.append(
                 Problem(card, freeing(state, card, leaving), candidates, len(every) - len(candidates), asked)
             )
     return out
+
+
+def _alike(
+    state: ClusterState,
+    nodes: Mapping[str, int],
+    uids: Sequence[str],
+    usable: Callable[[str], Callable[[str], bool]] | None,
+) -> list[tuple[frozenset[str] | None, list[str]]]:
+    """A queue's waiting pods grouped by the nodes they may land on (a Deployment's pods share
+    them), in line order of each group's first pod: each group is placed on its own nodes, so a pod
+    is never helped on a node only another may use, nor refused for another's constraints."""
+    groups: dict[frozenset[str] | None, list[str]] = {}
+    for uid in uids:
+        groups.setdefault(_where(state, nodes, (uid,), usable), []).append(uid)
+    return list(groups.items())
 
 
 def _where(

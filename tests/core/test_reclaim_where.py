@@ -1,0 +1,200 @@
+"""Tidal reclaim only where it helps (SPEC §5e, decisions.md §26), against the test's own count:
+random nodes (cards, a pool label, a taint, a cordon), training gangs placed on them (some that
+may not give: not preemptable, or in a queue above the inference one) and waiting inference pods
+(a node selector, a toleration or not). Whatever plan the product makes must name only victims the
+test's own rules allow, must let every pod it names fit, each whole on one node it may use, once
+they leave, and must need every one of its victims (no smaller set of them would do).
+
+CPU and memory are not generated: the plan does not read them yet (decisions.md §26)."""
+
+import itertools
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.builders import R4090, cluster, node, owner, pod, podgroup, queue
+from webhook.core.decide import tidal
+from webhook.core.model import placement
+
+RS = owner("ReplicaSet", "web", "uid-rs-web")
+TAINT = {"key": "dedicated", "value": "training", "effect": "NoSchedule"}
+TOLERATION = {"key": "dedicated", "operator": "Equal", "value": "training", "effect": "NoSchedule"}
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    cards: int
+    pool: str
+    tainted: bool
+    cordoned: bool
+
+
+@dataclass(frozen=True)
+class Gang:
+    name: str
+    pods: tuple[tuple[str, int], ...]  # (node, cards) of each of its pods
+    may_give: str  # "yes", or why not: "protected", "above"
+
+
+@dataclass(frozen=True)
+class Waiting:
+    name: str
+    cards: int
+    pool: str | None  # its nodeSelector's pool, if any
+    tolerates: bool
+
+    @property
+    def uid(self) -> str:
+        return f"uid-ns-{self.name}"
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> tuple[list[Node], list[Gang], list[Waiting]]:
+    nodes = [
+        Node(
+            f"n{i}",
+            draw(st.sampled_from([1, 2, 4])),
+            draw(st.sampled_from(["a", "b"])),
+            draw(st.booleans()),
+            draw(st.sampled_from([False, False, False, True])),
+        )
+        for i in range(draw(st.integers(1, 4)))
+    ]
+    free = {n.name: n.cards for n in nodes}
+    gangs = []
+    for j in range(draw(st.integers(0, 4))):
+        pods = []
+        for _ in range(draw(st.integers(1, 2))):
+            room = sorted(name for name, left in free.items() if left > 0)
+            if not room:
+                break
+            where = draw(st.sampled_from(room))
+            cards = draw(st.integers(1, free[where]))
+            free[where] -= cards
+            pods.append((where, cards))
+        if pods:
+            gangs.append(
+                Gang(f"g{j}", tuple(pods), draw(st.sampled_from(["yes", "yes", "protected", "above"])))
+            )
+    # One Deployment's pods: they share where they may land (pods of several node sets that compete
+    # for the same nodes are planned group by group, and may get fewer victims than they need in one
+    # pass: decisions.md §26).
+    pool, tolerates = draw(st.sampled_from([None, "a", "b"])), draw(st.booleans())
+    waiting = [
+        Waiting(f"w{k}", draw(st.integers(1, 2)), pool, tolerates) for k in range(draw(st.integers(1, 3)))
+    ]
+    return nodes, gangs, waiting
+
+
+def objects(nodes: Sequence[Node], gangs: Sequence[Gang], waiting: Sequence[Waiting]) -> list[dict[str, Any]]:
+    made: list[dict[str, Any]] = [
+        queue("train", json.dumps({R4090: 16}), priority=20000, reclaimable=True),
+        queue("high", json.dumps({R4090: 16}), priority=90000, reclaimable=True),
+        queue("serve", json.dumps({R4090: 8}), priority=80000, reclaimable=False),
+        podgroup("web", "Inqueue", queue_name="serve", owner_ref=RS),
+    ]
+    for n in nodes:
+        obj = node(n.name, R4090, n.cards)
+        obj["metadata"]["labels"]["pool"] = n.pool
+        obj["spec"] = {"taints": [TAINT] if n.tainted else [], "unschedulable": n.cordoned}
+        made.append(obj)
+    for g in gangs:
+        where = "high" if g.may_give == "above" else "train"
+        ref = owner("Job", g.name, f"uid-job-{g.name}", api="batch.volcano.sh/v1alpha1")
+        made.append(podgroup(g.name, "Running", queue_name=where, owner_ref=ref))
+        marks = {"volcano.sh/preemptable": "false"} if g.may_give == "protected" else {}
+        for i, (on, cards) in enumerate(g.pods):
+            made.append(
+                pod(
+                    f"{g.name}-{i}",
+                    R4090,
+                    cards,
+                    node_name=on,
+                    phase="Running",
+                    queue_name=where,
+                    group=g.name,
+                    owner=ref,
+                    annotations=marks,
+                )
+            )
+    return made + [waiting_pod(w) for w in waiting]
+
+
+def waiting_pod(w: Waiting) -> dict[str, Any]:
+    spec: dict[str, Any] = {"tolerations": [TOLERATION] if w.tolerates else []}
+    if w.pool:
+        spec["nodeSelector"] = {"pool": w.pool}
+    return pod(w.name, R4090, w.cards, queue_name="serve", group="web", owner=RS, spec=spec)
+
+
+# ---- the test's own rules ---------------------------------------------------------------------
+def may_use(w: Waiting, n: Node) -> bool:
+    return not n.cordoned and (w.pool is None or w.pool == n.pool) and (w.tolerates or not n.tainted)
+
+
+def free_after(nodes: Sequence[Node], gangs: Sequence[Gang], gone: set[str]) -> dict[str, int]:
+    free = {n.name: n.cards for n in nodes}
+    for g in gangs:
+        if g.name not in gone:
+            for on, cards in g.pods:
+                free[on] -= cards
+    return free
+
+
+def all_fit(nodes: Sequence[Node], free: Mapping[str, int], pods: Sequence[Waiting]) -> bool:
+    """Some assignment of every pod, whole, to a node it may use (tried exhaustively)."""
+    for choice in itertools.product(nodes, repeat=len(pods)):
+        left = dict(free)
+        for w, n in zip(pods, choice, strict=True):
+            left[n.name] -= w.cards
+        if all(may_use(w, n) for w, n in zip(pods, choice, strict=True)) and min(left.values()) >= 0:
+            return True
+    return False
+
+
+def plans(nodes: Sequence[Node], gangs: Sequence[Gang], waiting: Sequence[Waiting]) -> list[tidal.Plan]:
+    """The product's plans, each waiting pod's nodes read as the reclaimer reads them."""
+    state = cluster(*objects(nodes, gangs, waiting))
+    places = {w.uid: placement.pod_place(waiting_pod(w)) for w in waiting}  # as read from the API server
+    facts = state.nodebook.facts
+
+    def usable(uid: str) -> Any:
+        return lambda name: placement.usable(facts[name], places[uid])
+
+    return tidal.solve_all(tidal.problems(state, lambda uid: True, usable=usable))
+
+
+def test_a_pod_that_can_use_a_free_card_is_not_a_reason_to_evict_and_another_pods_nodes_are_its_own() -> None:
+    """w0 may land anywhere and n1 has a free card; w1 may land only on n0 (pool b), which g0 holds.
+    g0 goes for w1, not for w0; w0 is not refused for w1's selector either."""
+    nodes = [Node("n0", 1, "b", False, False), Node("n1", 1, "a", False, False)]
+    gangs = [Gang("g0", (("n0", 1),), "yes")]
+    waiting = [Waiting("w0", 1, None, False), Waiting("w1", 1, "b", False)]
+    [plan] = plans(nodes, gangs, waiting)
+    assert [g.key for g in plan.victims or ()] == ["ns/g0"] and plan.pods == ("uid-ns-w1",)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(worlds())
+def test_a_plan_evicts_only_what_its_pods_need_and_can_use(
+    world: tuple[list[Node], list[Gang], list[Waiting]],
+) -> None:
+    nodes, gangs, waiting = world
+    by_uid = {w.uid: w for w in waiting}
+    for plan in plans(nodes, gangs, waiting):
+        if not plan.victims:
+            continue
+        victims = {g.key.split("/")[1] for g in plan.victims}
+        rules = {g.name: g.may_give for g in gangs}
+        assert all(rules[v] == "yes" for v in victims), (victims, rules)
+        named = [by_uid[uid] for uid in plan.pods]
+        assert all_fit(nodes, free_after(nodes, gangs, victims), named), (victims, named)
+        for one in victims:
+            assert not all_fit(nodes, free_after(nodes, gangs, victims - {one}), named), (
+                f"{sorted(victims)} for {[w.name for w in named]}: {one} is not needed"
+            )
