@@ -137,11 +137,9 @@ def test_a_pod_no_model_can_hold_is_left_as_it_is_and_denied_naming_every_model(
     assert len(state.ledger) == 0
 
 
-def test_a_pod_left_without_a_model_is_refused_when_cards_free_before_its_validation() -> None:
-    """The mutation found no model with room; a card frees before the validation: admitted, the
-    pod would run with no model (both alternatives in its affinity). It is refused, and its
-    ReplicaSet waits in the line, which calls it at once."""
-    rs_owner = owner("ReplicaSet", "web-1", "uid-rs-web-1")
+def both_full_flex_replicaset() -> tuple[ClusterState, dict[str, Any]]:
+    """Queue q (1 RTX-4090, 1 RTX-4090-D) full, and ReplicaSet web-1 of one pod of either (its owner
+    reference returned)."""
     state = cluster(
         *NODES,
         queue("q", quota(a=1, b=1)),
@@ -149,6 +147,14 @@ def test_a_pod_left_without_a_model_is_refused_when_cards_free_before_its_valida
         bound("y", R4090D, "rd"),
         replicaset("web-1", 1, "web", FLEX),
     )
+    return state, owner("ReplicaSet", "web-1", "uid-rs-web-1")
+
+
+def test_a_pod_left_without_a_model_is_refused_when_cards_free_before_its_validation() -> None:
+    """The mutation found no model with room; a card frees before the validation: admitted, the
+    pod would run with no model (both alternatives in its affinity). It is refused, and its
+    ReplicaSet waits in the line, which calls it at once."""
+    state, rs_owner = both_full_flex_replicaset()
     obj = pod("p", FLEX, owner=rs_owner)
     mutate = request(obj)
     mutation = admission.mutate(state, mutate)
@@ -172,14 +178,7 @@ def test_a_pod_without_a_model_is_refused_though_the_line_called_its_workload() 
     model (its mutation found none a moment before the call, or did not run) is refused all the
     same: admitted, the scheduler could bind it to a model past the quota (seen against stock
     Volcano: 4 NVIDIA-H800 bound at a quota of 3). Its next create is given the held model."""
-    rs_owner = owner("ReplicaSet", "web-1", "uid-rs-web-1")
-    state = cluster(
-        *NODES,
-        queue("q", quota(a=1, b=1)),
-        bound("x", R4090, "r"),
-        bound("y", R4090D, "rd"),
-        replicaset("web-1", 1, "web", FLEX),
-    )
+    state, rs_owner = both_full_flex_replicaset()
     assert isinstance(Created(state, pod("p0", FLEX, owner=rs_owner), now=1.0).validation, Denied)
     ingest.remove(state, bound("y", R4090D, "rd"))
     assert [c.pods for c in calls.call_next(state, now=2.0)] == [1]
