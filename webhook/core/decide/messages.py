@@ -147,10 +147,17 @@ def unassigned(what: str, spec: CardSpec, queue: str) -> str:
 def reclaimed(what: str, taken: Taken, waiting: int, now: float, then: str) -> str:
     """Why a gang whose cards tidal reclaim took back is not started again yet: ``what`` (its
     PodGroup, or one of its pods) waits while ``waiting`` pods the cards went to are unbound."""
-    pods = f"{waiting} pod{'s' if waiting != 1 else ''}"
     return (
         f'{what} gave {amount(taken.cards)} {taken.card} back to queue "{taken.queue}" (tidal reclaim):'
-        f" {then} while the {pods} they were taken for wait{'s' if waiting == 1 else ''} to be bound"
+        f" {then} {_held_while(taken, waiting, now)}"
+    )
+
+
+def _held_while(taken: Taken, waiting: int, now: float) -> str:
+    """How long a reclaim's cards stay held: while its ``waiting`` pods are unbound, until its end."""
+    pods = f"{waiting} pod{'s' if waiting != 1 else ''}"
+    return (
+        f"while the {pods} they were taken for wait{'s' if waiting == 1 else ''} to be bound"
         f" ({max(0, int(taken.until - now))} s at most)"
     )
 
@@ -158,12 +165,10 @@ def reclaimed(what: str, taken: Taken, waiting: int, now: float, then: str) -> s
 def held_for_reclaim(what: str, queue: str, taken: Taken, waiting: int, now: float, then: str) -> str:
     """Why new demand of a queue of lower priority waits: tidal reclaim took cards of its model back
     for ``taken.queue``, and they are held while ``waiting`` of the pods they went to are unbound."""
-    pods = f"{waiting} pod{'s' if waiting != 1 else ''}"
     return (
         f'{what} of queue "{queue}" waits for {taken.card}: {amount(taken.cards)} were taken back for'
-        f' queue "{taken.queue}", of higher priority (tidal reclaim), and are held while the {pods}'
-        f" they were taken for wait{'s' if waiting == 1 else ''} to be bound"
-        f" ({max(0, int(taken.until - now))} s at most); {then}"
+        f' queue "{taken.queue}", of higher priority (tidal reclaim), and are held'
+        f" {_held_while(taken, waiting, now)}; {then}"
     )
 
 
