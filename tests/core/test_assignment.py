@@ -315,6 +315,44 @@ def test_pods_of_one_task_mutated_before_either_is_validated_get_the_same_model(
     assert cards == [R4090, R4090]
 
 
+def test_a_task_whose_podgroup_is_not_seen_enqueued_yet_is_given_a_model_that_holds_it_whole() -> None:
+    """The first pod of a 3-pod task arrives before the cache sees its PodGroup enqueued: the model
+    it is given (and its siblings follow) must hold all three, not just the one pod; 4090 holds one,
+    so the task goes to 4090-D (as the plugin enqueued it)."""
+    job = vcjob("train", [(3, {"metadata": {"annotations": {keys.CARD_NAME: FLEX}}, "spec": {}})])
+    group = podgroup("pg", "Pending", request=json.dumps({FLEX: 3}), owner_ref=JOB_REF)
+    state = cluster(*NODES, queue("q", quota(a=1, b=4)), job, group)
+    first = Created(state, task_pod(0), uid="uid-t0")
+    assert first.card == R4090D
+    ingest.upsert(state, first.obj)
+    ingest.upsert(state, podgroup("pg", "Inqueue", request=json.dumps({FLEX: 3}), owner_ref=JOB_REF))
+    rest = [Created(state, task_pod(i), uid=f"uid-t{i}") for i in (1, 2)]
+    assert [m.card for m in rest] == [R4090D, R4090D]
+    assert all(m.allowed for m in (first, *rest)), [m.validation for m in (first, *rest)]
+
+
+def test_a_task_pod_given_a_model_its_quota_cannot_hold_is_refused_though_its_group_holds_cards() -> None:
+    """Its PodGroup reserves 2 of A|B, which fit as 1 A + 1 B; its sibling already runs on A, the
+    only A there is: a second pod pinned to A would leave the queue over its quota of A (the plugin
+    enqueued the group on B; stock Volcano would bind it)."""
+    state = job_cluster(a=1, b=2)
+    sibling = task_pod(0)
+    sibling["metadata"]["annotations"].update({keys.CARD_NAME: R4090, keys.CARD_SPEC: FLEX})
+    sibling["metadata"]["uid"] = "uid-t0"
+    ingest.upsert(state, sibling)
+    second = task_pod(1)
+    second["metadata"]["annotations"].update({keys.CARD_NAME: R4090, keys.CARD_SPEC: FLEX})
+    decision = admission.validate(state, request(second), 0.0)
+    assert isinstance(decision, Denied), decision
+    assert decision.message == (
+        f'queue "q" has 0 {R4090} left (quota 1: 1 pending); pod ns/train-t0-1 (assigned {R4090} of'
+        f" its {FLEX}) needs 1, and its PodGroup's reservation holds cards of the spec it asked, not"
+        " of this model"
+    )
+    third = Created(state, task_pod(2), uid="uid-t2")  # the mutation gives a sibling's model too
+    assert third.card == R4090 and not third.allowed
+
+
 # ---- the property -----------------------------------------------------------------------------
 
 CARDS = (R4090, R4090D, H200)

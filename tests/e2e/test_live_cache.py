@@ -9,12 +9,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.e2e.cluster import ControlPlane, wait_for
 from tests.e2e.objects import H200, card_queue, queued_deployment
-from tests.edges.serving import Process
+from tests.edges.serving import Process, queue_figure
 
 Quota = Callable[[dict[str, int]], str]
 
@@ -31,14 +30,6 @@ def live(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) 
         control_plane.assert_no_rbac_refusal(process.log())
     finally:
         process.stop()
-
-
-def gauge(client: httpx.Client, figure: str, queue_name: str, card: str) -> float:
-    wanted = f'cardquota_queue_{figure}_cards{{card="{card}",queue="{queue_name}"}} '
-    for line in client.get("/metrics").text.splitlines():
-        if line.startswith(wanted):
-            return float(line.split()[-1])
-    return 0.0
 
 
 def pod_review(namespace: str, queue_name: str, gpus: int) -> bytes:
@@ -77,10 +68,12 @@ def test_the_live_cache_follows_creates_binds_and_deletes(
     queue_name = card_quota({H200: 3})
     control_plane.apply(queued_deployment("train", 2, queue_name), namespace=namespace)
     with live.client() as client:
-        wait_for("the queue's quota in the cache", lambda: gauge(client, "quota", queue_name, H200) == 3)
+        wait_for(
+            "the queue's quota in the cache", lambda: queue_figure(client, "quota", queue_name, H200) == 3
+        )
         wait_for(
             "both pods bound, in the cache",
-            lambda: gauge(client, "running", queue_name, H200) == 2,
+            lambda: queue_figure(client, "running", queue_name, H200) == 2,
             timeout=90,
         )
         denied = client.post("/validate", content=pod_review(namespace, queue_name, 2)).json()["response"]
@@ -90,7 +83,9 @@ def test_the_live_cache_follows_creates_binds_and_deletes(
         )
         control_plane.kubectl("scale", "deployment/train", "--replicas=0", "-n", namespace)
         wait_for(
-            "the pods gone from the cache", lambda: gauge(client, "used", queue_name, H200) == 0, timeout=90
+            "the pods gone from the cache",
+            lambda: queue_figure(client, "used", queue_name, H200) == 0,
+            timeout=90,
         )
         allowed = client.post("/validate", content=pod_review(namespace, queue_name, 2)).json()["response"]
         assert allowed["allowed"] is True
@@ -107,7 +102,7 @@ def test_an_odd_queue_in_the_cluster_is_reported_and_the_cache_goes_on(
     with live.client() as client:
         wait_for(
             "the later queue in the cache",
-            lambda: gauge(client, "quota", good["metadata"]["name"], H200) == 2,
+            lambda: queue_figure(client, "quota", good["metadata"]["name"], H200) == 2,
         )
         assert client.get("/readyz").status_code == 200
     for name in (odd["metadata"]["name"], good["metadata"]["name"]):
@@ -129,13 +124,15 @@ def test_the_cache_survives_an_api_server_restart_mid_watch_and_decides_right_af
     control_plane.apply(deployment, namespace=namespace)
     with live.client() as client:
         wait_for(
-            "one pod bound, in the cache", lambda: gauge(client, "running", queue_name, H200) == 1, timeout=90
+            "one pod bound, in the cache",
+            lambda: queue_figure(client, "running", queue_name, H200) == 1,
+            timeout=90,
         )
         control_plane.restart_apiserver()
         control_plane.kubectl("scale", "deployment/serve", "--replicas=2", "-n", namespace)
         wait_for(
             "the second pod, seen after the restart",
-            lambda: gauge(client, "running", queue_name, H200) == 2,
+            lambda: queue_figure(client, "running", queue_name, H200) == 2,
             timeout=120,
         )
         assert client.get("/readyz").status_code == 200
@@ -155,14 +152,16 @@ def test_a_quota_lowered_below_use_is_reported_by_the_auditor_without_evicting_a
     with live.client() as client:
         wait_for(
             "two pods bound, in the cache",
-            lambda: gauge(client, "running", queue_name, H200) == 2,
+            lambda: queue_figure(client, "running", queue_name, H200) == 2,
             timeout=90,
         )
         lowered = control_plane.kubectl(
             "apply", "-f", "-", stdin=json.dumps(card_queue(queue_name, {H200: 1}))
         )
         assert lowered.returncode == 0
-        wait_for("the overcommitment metric", lambda: gauge(client, "overcommitted", queue_name, H200) == 1)
+        wait_for(
+            "the overcommitment metric", lambda: queue_figure(client, "overcommitted", queue_name, H200) == 1
+        )
 
     def recorded() -> list[dict[str, Any]]:
         found = control_plane.get(

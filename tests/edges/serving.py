@@ -35,6 +35,15 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def queue_figure(client: httpx.Client, figure: str, queue: str, card: str) -> float:
+    """The ``cardquota_queue_<figure>_cards`` gauge of ``queue`` and ``card`` read through ``client``."""
+    wanted = f'cardquota_queue_{figure}_cards{{card="{card}",queue="{queue}"}} '
+    for line in client.get("/metrics").text.splitlines():
+        if line.startswith(wanted):
+            return float(line.split()[-1])
+    return 0.0
+
+
 def client_context(certs: Path, client_cert: tuple[Path, Path] | None = None) -> ssl.SSLContext:
     context = ssl.create_default_context(cafile=str(certs / "ca.crt"))
     if client_cert:
@@ -104,6 +113,11 @@ class Process:
 
     def client(self, **kwargs: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, verify=client_context(self.certs), timeout=10, **kwargs)
+
+    def figure(self, figure: str, queue: str, card: str) -> float:
+        """The ``cardquota_queue_<figure>_cards`` gauge of ``queue`` and ``card`` (0 when absent)."""
+        with self.client() as client:
+            return queue_figure(client, figure, queue, card)
 
     def wait_ready(self, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout

@@ -46,8 +46,11 @@ def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assi
         sibling = _sibling_model(state, pod, task[0], demand)
         if sibling is not None:  # the task's model, feasible or not: the validation decides
             return Assignment(sibling, queue, state.free.has_free(sibling, demand.count), less, task[0])
-        if less is not None and less.origin == "reserved":  # the first pod: room for the whole task
+        if less is None or less.origin == "reserved":
+            # The first pod: its siblings follow it, so the model must hold the whole task, its
+            # PodGroup's reservation seen yet or not.
             pods = task[1]
+        if less is not None and less.origin == "reserved":
             less = Cover(less.spec, UNIT, -(-demand.count * pods // UNIT), "reserved")
     quota = state.tree.queues[queue].quota or {}
     usage: QueueUsage | None = None

@@ -98,6 +98,9 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         # Its cards are reserved already (CPU/memory is not): an assigned pod's model is held, out of
         # its PodGroup's flexible reservation; an unassigned pod holds no cards.
         if demand.origin:
+            refused = _model_refuses(state, queue, what, demand, held, taken)
+            if refused is not None:
+                return replace(refused, release=release)
             task = volcano_task(state, pod)
             hold = replace(hold, covers=held, task=task[0] if task else "")
         elif demand.spec.is_multi:  # admitted with no model, the scheduler could bind it to any
@@ -361,6 +364,23 @@ def volcano_task(state: ClusterState, pod: PodRecord) -> tuple[str, int] | None:
     job = state.workloads.by_uid.get(owner.uid)
     replicas = next((t.replicas for t in job.tasks if t.name == task), 1) if job else 1
     return f"{owner.uid}/{task}", max(1, replicas)
+
+
+def _model_refuses(
+    state: ClusterState, queue: str, what: str, demand: PodDemand, held: Cover, taken: str
+) -> Denied | None:
+    """An assigned pod its PodGroup's reservation covers: the reservation holds cards of the spec it
+    asked, not of the model it was given, so that model's quota (and every ancestor's) must hold it
+    beside all else, the reservation's cards this pod takes over left out."""
+    usage = queue_usage(state, queue, exclude_ledger=taken).without(held)
+    try:
+        fits = usage.fits(demand.spec, demand.count, 1)
+    except TooComplex as error:
+        return too_complex(queue, what, demand.spec, demand.count, 1, error)
+    if not fits:
+        message = messages.reserved_elsewhere(usage, what, demand.spec.cards[0], demand.count)
+        return Denied(message, queue=queue, card=demand.spec.text)
+    return ancestors_refuse(state, queue, demand.spec, demand.count, 1, what, taken, less=held)
 
 
 def covering(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Cover | None:

@@ -79,6 +79,14 @@ def _no_room(usage: QueueUsage, spec: CardSpec, what: str, per_pod: int, pods: i
     )
 
 
+def reserved_elsewhere(usage: QueueUsage, what: str, card: CardName, count: int) -> str:
+    """Why a pod its PodGroup's reservation covers cannot have the model it was given."""
+    return (
+        f'queue "{usage.queue}" has {left_of(usage, card)}; {what} needs {amount(count)}, and its'
+        " PodGroup's reservation holds cards of the spec it asked, not of this model"
+    )
+
+
 def _left_short(usage: QueueUsage, card: CardName) -> str:
     return f"{amount(usage.card(card).left)} left" if card in usage.quota else "no quota"
 
