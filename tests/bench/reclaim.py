@@ -1,10 +1,11 @@
 """``make bench``: one tidal reclaim pass at scale, and what it costs the reviews answered meanwhile.
 
-    python -m tests.bench.reclaim [--nodes 10000] [--gangs 5000] [--pending 100000] [--reviews 3000]
+    python -m tests.bench.reclaim [--nodes 10000] [--gangs 5000] [--pending 100000] [--reviews 3000] [--cpu]
 
 A cluster of ``--nodes`` nodes of 8 RTX-4090 each, every card held by ``--gangs`` two-pod training
 gangs of a low-priority queue, and ``--pending`` one-card inference pods of a high-priority queue
-waiting unbound inside its quota. Timed: the pass's reading of its questions on the event loop
+waiting unbound inside its quota (``--cpu``: every pod also requests a core, so each node's room
+counts its CPU beside its cards). Timed: the pass's reading of its questions on the event loop
 (``tidal.problems``) and their solving (``tidal.solve_all``). Then the same pod-create validation
 is answered ``--reviews`` times on the event loop as if they arrived every millisecond: alone,
 while passes are solved in a thread, and while they are solved in a process of their own (as the
@@ -26,7 +27,7 @@ from webhook.core.decide import admission, tidal
 RS = owner("ReplicaSet", "web-1", "uid-rs-web-1")
 
 
-def world(nodes: int, gangs: int, pending: int) -> Any:
+def world(nodes: int, gangs: int, pending: int, cpu: bool = False) -> Any:
     objects: list[dict[str, Any]] = [node(f"n{i}", R4090, 8) for i in range(nodes)]
     objects += [
         queue("train", f'{{"{R4090}": {nodes * 8}}}', priority=100, reclaimable=True),
@@ -50,6 +51,10 @@ def world(nodes: int, gangs: int, pending: int) -> Any:
             for i in range(2)
         ]
     objects += [pod(f"web-{i}", R4090, 1, queue_name="serve", group="web", owner=RS) for i in range(pending)]
+    if cpu:
+        for made in objects:
+            if made["kind"] == "Pod":
+                made["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "1"}
     return cluster(*objects)
 
 
@@ -78,9 +83,10 @@ def main() -> None:
     parser.add_argument("--pending", type=int, default=100_000)
     parser.add_argument("--reviews", type=int, default=3_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--cpu", action="store_true")
     args = parser.parse_args()
     started = time.perf_counter()
-    state = world(args.nodes, args.gangs, args.pending)
+    state = world(args.nodes, args.gangs, args.pending, args.cpu)
     print(
         f"built {args.nodes} nodes, {args.gangs} gangs, {args.pending} pending pods in {time.perf_counter() - started:.0f} s"
     )

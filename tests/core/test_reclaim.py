@@ -227,3 +227,48 @@ def test_placement_has_no_recursion_depth_and_answers_no_when_it_cannot_settle(
         reclaim.placeable(tens, feasible, reclaim.Budget(5))
     monkeypatch.setattr(reclaim, "PLACE_BUDGET", 5)
     assert not reclaim.placeable(tens, feasible)  # asked alone, unsettled: no
+
+
+def fits_rooms(nodes: Mapping[str, tuple[int, ...]], needs: Sequence[tuple[int, ...]]) -> bool:
+    """Every assignment of pods to nodes, tried: one where no node gives more of anything than it has."""
+    names = list(nodes)
+    for where in product(range(len(names)), repeat=len(needs)):
+        used = [[0] * len(nodes[n]) for n in names]
+        for pod, slot in zip(needs, where, strict=True):
+            used[slot] = [u + p for u, p in zip(used[slot], pod, strict=True)]
+        if all(all(u <= h for u, h in zip(used[i], nodes[n], strict=True)) for i, n in enumerate(names)):
+            return True
+    return not needs
+
+
+ROOM = st.tuples(st.integers(0, 4), st.integers(0, 8))
+POD = st.tuples(st.integers(1, 2), st.integers(0, 6))
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(ROOM, min_size=1, max_size=3), st.lists(POD, max_size=4), st.booleans())
+def test_placement_over_cards_and_cpu_is_exact(
+    rooms: list[tuple[int, int]], pods: list[tuple[int, int]], search_only: bool
+) -> None:
+    """With CPU beside the cards, a pod fits a node only where both hold it: the answer is the
+    oracle's, by the quick paths or by the exact search alone."""
+    nodes = {f"n{i}": room for i, room in enumerate(rooms)}
+    if search_only:
+        first_fit = reclaim._first_fit_rooms
+        reclaim._first_fit_rooms = lambda rooms, pods: False  # type: ignore[assignment]
+    try:
+        assert reclaim.placeable(nodes, pods, reclaim.Budget(10**6)) == fits_rooms(nodes, pods)
+    finally:
+        if search_only:
+            reclaim._first_fit_rooms = first_fit  # type: ignore[assignment]
+
+
+def test_a_gang_that_frees_cards_but_not_the_cpu_the_pod_asks_is_not_a_victim() -> None:
+    """n0's gang frees its card but the node keeps too little CPU for the pod (a pod of no gang
+    holds the rest); n1's gang frees both: only n1's goes, and the free card alone decides nothing."""
+    low = gang("low", {"n0": 1}, frees={"n0": (1000,)})
+    high = gang("high", {"n1": 1}, priority=5, frees={"n1": (4000,)})
+    free = {"n0": (0, 2000), "n1": (0, 0), "n2": (1, 1000)}
+    assert choose(free, [(1, 4000)], [low, high]) == (high,)
+    assert choose(free, [(1, 4000)], [low]) is None
+    assert choose(free, [(1, 1000)], [low, high]) == ()  # n2's free card and CPU hold it

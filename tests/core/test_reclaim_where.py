@@ -1,11 +1,11 @@
 """Tidal reclaim only where it helps (SPEC §5e, decisions.md §26), against the test's own count:
-random nodes (cards, a pool label, a taint, a cordon), training gangs placed on them (some that
-may not give: not preemptable, or in a queue above the inference one) and waiting inference pods
-(a node selector, a toleration or not). Whatever plan the product makes must name only victims the
-test's own rules allow, must let every pod it names fit, each whole on one node it may use, once
-they leave, and must need every one of its victims (no smaller set of them would do).
-
-CPU and memory are not generated: the plan does not read them yet (decisions.md §26)."""
+random nodes (cards, CPU, a pool label, a taint, a cordon, a pod of no gang using some of the
+CPU), training gangs placed on them (some that may not give: not preemptable, or in a queue above
+the inference one) and waiting inference pods (cards and CPU, a node selector, a toleration or
+not). Whatever plan the product makes must name only victims the test's own rules allow, must let
+every pod it names fit, each whole on one node it may use and within its CPU, once they leave, and
+must need every one of its victims (no smaller set of them would do). Memory and other resources
+are read the same way as CPU (``tidal.asks``), and not generated."""
 
 import itertools
 import json
@@ -16,7 +16,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.builders import R4090, cluster, node, owner, pod, podgroup, queue
+from tests.builders import GPU, R4090, cluster, node, owner, pod, podgroup, queue
 from webhook.core.decide import tidal
 from webhook.core.model import placement
 
@@ -32,12 +32,14 @@ class Node:
     pool: str
     tainted: bool
     cordoned: bool
+    cpu: int = 64  # allocatable, cores
+    other: int = 0  # cores a pod of no gang requests there
 
 
 @dataclass(frozen=True)
 class Gang:
     name: str
-    pods: tuple[tuple[str, int], ...]  # (node, cards) of each of its pods
+    pods: tuple[tuple[str, int, int], ...]  # (node, cards, cores) of each of its pods
     may_give: str  # "yes", or why not: "protected", "above"
 
 
@@ -47,6 +49,7 @@ class Waiting:
     cards: int
     pool: str | None  # its nodeSelector's pool, if any
     tolerates: bool
+    cpu: int = 0  # cores
 
     @property
     def uid(self) -> str:
@@ -62,21 +65,26 @@ def worlds(draw: st.DrawFn) -> tuple[list[Node], list[Gang], list[Waiting]]:
             draw(st.sampled_from(["a", "b"])),
             draw(st.booleans()),
             draw(st.sampled_from([False, False, False, True])),
+            draw(st.sampled_from([4, 8, 64])),
+            draw(st.sampled_from([0, 0, 2, 3])),
         )
         for i in range(draw(st.integers(1, 4)))
     ]
     free = {n.name: n.cards for n in nodes}
+    cores = {n.name: n.cpu - n.other for n in nodes}
     gangs = []
     for j in range(draw(st.integers(0, 4))):
         pods = []
         for _ in range(draw(st.integers(1, 2))):
-            room = sorted(name for name, left in free.items() if left > 0)
+            room = sorted(name for name, left in free.items() if left > 0 and cores[name] > 0)
             if not room:
                 break
             where = draw(st.sampled_from(room))
             cards = draw(st.integers(1, free[where]))
+            cpu = draw(st.integers(0, min(4, cores[where])))  # the scheduler placed it: it fits
             free[where] -= cards
-            pods.append((where, cards))
+            cores[where] -= cpu
+            pods.append((where, cards, cpu))
         if pods:
             gangs.append(
                 Gang(f"g{j}", tuple(pods), draw(st.sampled_from(["yes", "yes", "protected", "above"])))
@@ -85,8 +93,10 @@ def worlds(draw: st.DrawFn) -> tuple[list[Node], list[Gang], list[Waiting]]:
     # for the same nodes are planned group by group, and may get fewer victims than they need in one
     # pass: decisions.md §26).
     pool, tolerates = draw(st.sampled_from([None, "a", "b"])), draw(st.booleans())
+    cpu = draw(st.sampled_from([0, 1, 2, 4]))
     waiting = [
-        Waiting(f"w{k}", draw(st.integers(1, 2)), pool, tolerates) for k in range(draw(st.integers(1, 3)))
+        Waiting(f"w{k}", draw(st.integers(1, 2)), pool, tolerates, cpu)
+        for k in range(draw(st.integers(1, 3)))
     ]
     return nodes, gangs, waiting
 
@@ -100,15 +110,21 @@ def objects(nodes: Sequence[Node], gangs: Sequence[Gang], waiting: Sequence[Wait
     ]
     for n in nodes:
         obj = node(n.name, R4090, n.cards)
+        obj["status"]["allocatable"]["cpu"] = str(n.cpu)
         obj["metadata"]["labels"]["pool"] = n.pool
         obj["spec"] = {"taints": [TAINT] if n.tainted else [], "unschedulable": n.cordoned}
         made.append(obj)
+        if n.other:  # a pod of no PodGroup (a DaemonSet's, say): never a victim, its CPU stays taken
+            made.append(
+                pod(f"other-{n.name}", None, None, node_name=n.name, phase="Running", queue_name=None)
+                | {"spec": {"nodeName": n.name, "containers": [container(None, 0, n.other)]}}
+            )
     for g in gangs:
         where = "high" if g.may_give == "above" else "train"
         ref = owner("Job", g.name, f"uid-job-{g.name}", api="batch.volcano.sh/v1alpha1")
         made.append(podgroup(g.name, "Running", queue_name=where, owner_ref=ref))
         marks = {"volcano.sh/preemptable": "false"} if g.may_give == "protected" else {}
-        for i, (on, cards) in enumerate(g.pods):
+        for i, (on, cards, cpu) in enumerate(g.pods):
             made.append(
                 pod(
                     f"{g.name}-{i}",
@@ -120,13 +136,23 @@ def objects(nodes: Sequence[Node], gangs: Sequence[Gang], waiting: Sequence[Wait
                     group=g.name,
                     owner=ref,
                     annotations=marks,
+                    spec={"containers": [container(GPU, cards, cpu)]},
                 )
             )
     return made + [waiting_pod(w) for w in waiting]
 
 
+def container(resource: str | None, cards: int, cpu: int) -> dict[str, Any]:
+    limits = {resource: str(cards)} if resource else {}
+    requests = {"cpu": str(cpu)} if cpu else {}
+    return {"name": "c", "image": "i", "resources": {"limits": limits, "requests": requests}}
+
+
 def waiting_pod(w: Waiting) -> dict[str, Any]:
-    spec: dict[str, Any] = {"tolerations": [TOLERATION] if w.tolerates else []}
+    spec: dict[str, Any] = {
+        "tolerations": [TOLERATION] if w.tolerates else [],
+        "containers": [container(GPU, w.cards, w.cpu)],
+    }
     if w.pool:
         spec["nodeSelector"] = {"pool": w.pool}
     return pod(w.name, R4090, w.cards, queue_name="serve", group="web", owner=RS, spec=spec)
@@ -137,22 +163,28 @@ def may_use(w: Waiting, n: Node) -> bool:
     return not n.cordoned and (w.pool is None or w.pool == n.pool) and (w.tolerates or not n.tainted)
 
 
-def free_after(nodes: Sequence[Node], gangs: Sequence[Gang], gone: set[str]) -> dict[str, int]:
-    free = {n.name: n.cards for n in nodes}
+def free_after(nodes: Sequence[Node], gangs: Sequence[Gang], gone: set[str]) -> dict[str, tuple[int, int]]:
+    """Each node's free (cards, cores) once the gangs ``gone`` have left."""
+    free = {n.name: [n.cards, n.cpu - n.other] for n in nodes}
     for g in gangs:
         if g.name not in gone:
-            for on, cards in g.pods:
-                free[on] -= cards
-    return free
+            for on, cards, cpu in g.pods:
+                free[on][0] -= cards
+                free[on][1] -= cpu
+    return {name: (cards, cpu) for name, (cards, cpu) in free.items()}
 
 
-def all_fit(nodes: Sequence[Node], free: Mapping[str, int], pods: Sequence[Waiting]) -> bool:
-    """Some assignment of every pod, whole, to a node it may use (tried exhaustively)."""
+def all_fit(nodes: Sequence[Node], free: Mapping[str, tuple[int, int]], pods: Sequence[Waiting]) -> bool:
+    """Some assignment of every pod, whole, to a node it may use, within its cards and its CPU
+    (tried exhaustively)."""
     for choice in itertools.product(nodes, repeat=len(pods)):
-        left = dict(free)
+        left = {name: list(room) for name, room in free.items()}
         for w, n in zip(pods, choice, strict=True):
-            left[n.name] -= w.cards
-        if all(may_use(w, n) for w, n in zip(pods, choice, strict=True)) and min(left.values()) >= 0:
+            left[n.name][0] -= w.cards
+            left[n.name][1] -= w.cpu
+        if all(may_use(w, n) for w, n in zip(pods, choice, strict=True)) and all(
+            cards >= 0 and cpu >= 0 for cards, cpu in left.values()
+        ):
             return True
     return False
 
@@ -173,7 +205,7 @@ def test_a_pod_that_can_use_a_free_card_is_not_a_reason_to_evict_and_another_pod
     """w0 may land anywhere and n1 has a free card; w1 may land only on n0 (pool b), which g0 holds.
     g0 goes for w1, not for w0; w0 is not refused for w1's selector either."""
     nodes = [Node("n0", 1, "b", False, False), Node("n1", 1, "a", False, False)]
-    gangs = [Gang("g0", (("n0", 1),), "yes")]
+    gangs = [Gang("g0", (("n0", 1, 0),), "yes")]
     waiting = [Waiting("w0", 1, None, False), Waiting("w1", 1, "b", False)]
     [plan] = plans(nodes, gangs, waiting)
     assert [g.key for g in plan.victims or ()] == ["ns/g0"] and plan.pods == ("uid-ns-w1",)

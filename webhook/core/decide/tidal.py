@@ -10,21 +10,25 @@ deleted, gangs evicted by an earlier pass) are never taken twice. Victims come f
 ``reclaim.victims``: whole gangs, same model, another reclaimable queue of lower priority, training.
 """
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from dataclasses import replace
 from functools import partial
 
 from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage, tree_usage
 from webhook.core.model import keys, objects
 from webhook.core.model.cards import CardName, figure
-from webhook.core.model.objects import moment, reclaim_mark
+from webhook.core.model.objects import PodTemplate, moment, reclaim_mark
 from webhook.core.model.reclaim import (
     INFERENCE,
     SEARCH_BUDGET,
     Budget,
     Gang,
+    Size,
     Taken,
+    card_count,
     freed,
     placeable,
     victims,
@@ -238,7 +242,7 @@ class Waiters:
     mode: str
     priority: int
     uids: tuple[str, ...]
-    sizes: tuple[int, ...]
+    sizes: tuple[Size, ...]  # cards, or a room when other resources count (``Problem.free``)
     # the nodes of the model every one of them may land on; None: every node of the model
     nodes: frozenset[str] | None = None
 
@@ -249,7 +253,9 @@ class Problem:
     to ask the state for, so it can be answered off the thread that answers reviews."""
 
     card: CardName
-    free: Mapping[str, int]  # each node's free cards, those already freeing counted
+    # each node's free cards, those already freeing counted; a room (cards, then each of ``asks``)
+    # when a waiting pod asks other resources too
+    free: Mapping[str, Size]
     candidates: tuple[Gang, ...]
     protected: int  # gangs a budget keeps out now
     queues: tuple[Waiters, ...]  # inside their quota, highest priority first
@@ -295,10 +301,86 @@ def problems(
             for where, uids in _alike(state, nodes, queues[q], usable)
         )
         if asked:
-            out.append(
-                Problem(card, freeing(state, card, leaving), candidates, len(every) - len(candidates), asked)
-            )
+            free: Mapping[str, Size] = freeing(state, card, leaving)
+            free, candidates, asked = _with_rooms(state, free, candidates, asked, leaving)
+            out.append(Problem(card, free, candidates, len(every) - len(candidates), asked))
     return out
+
+
+def asks(template: PodTemplate, cards: Collection[str]) -> dict[str, int]:
+    """What a pod of ``template`` requests that a node must hold besides its cards: CPU
+    (millicores), memory (bytes), and each resource not in ``cards`` (units, rounded up)."""
+    resources = template.resources
+    out = {name: n for name, n in (("cpu", resources.cpu), ("memory", resources.memory)) if n > 0}
+    for name, value in resources.requests.items():
+        if name not in cards and value > 0:
+            out[name] = math.ceil(value)
+    return out
+
+
+def _with_rooms(
+    state: ClusterState,
+    free: Mapping[str, Size],
+    candidates: tuple[Gang, ...],
+    asked: tuple[Waiters, ...],
+    leaving: Collection[str],
+) -> tuple[Mapping[str, Size], tuple[Gang, ...], tuple[Waiters, ...]]:
+    """The problem as rooms when a waiting pod asks more than cards: each node's free cards, then
+    what it has left of each such resource (allocatable less the requests of the live pods on it,
+    those going already counted as gone), each gang with what its pods there give back, each pod
+    with what it asks. As it was when none does."""
+    card_resources = state.inventory.card_resources()
+    read: dict[int, dict[str, int]] = {}  # per template (pods of one controller share theirs)
+
+    def asked_by(uid: str) -> dict[str, int]:
+        pod = state.pods.get(uid)
+        if pod is None:
+            return {}
+        found = read.get(id(pod.template))
+        if found is None:
+            found = read[id(pod.template)] = asks(pod.template, card_resources)
+        return found
+
+    wanted = {uid: asked_by(uid) for waiters in asked for uid in waiters.uids}
+    names = sorted({name for each in wanted.values() for name in each})
+    if not names:
+        return free, candidates, asked
+    gangs = {g.key: g for g in candidates}
+    frees: dict[str, dict[str, list[int]]] = defaultdict(dict)
+    rooms: dict[str, Size] = {}
+    facts = state.nodebook.facts
+    for node, cards in free.items():
+        allocatable = facts[node].allocatable if node in facts else {}
+        left = [allocatable.get(name, 0) for name in names]
+        for uid in state.charged.on_node(node):
+            pod = state.pods.get(uid)
+            if pod is None or not pod.is_live or pod.key in leaving:
+                continue
+            group = f"{pod.namespace}/{pod.group_name}" if pod.group_name else ""
+            if group in leaving:
+                continue
+            taken = asked_by(uid)
+            used = [taken.get(name, 0) for name in names]
+            left = [have - n for have, n in zip(left, used, strict=True)]
+            if group in gangs:
+                given = frees[group].setdefault(node, [0] * len(names))
+                frees[group][node] = [have + n for have, n in zip(given, used, strict=True)]
+        rooms[node] = (card_count(cards), *left)
+    kept = tuple(
+        replace(g, frees={n: tuple(v) for n, v in frees[g.key].items()}) if g.key in frees else g
+        for g in candidates
+    )
+    sized = tuple(
+        replace(
+            waiters,
+            sizes=tuple(
+                (card_count(size), *(wanted[uid].get(name, 0) for name in names))
+                for uid, size in zip(waiters.uids, waiters.sizes, strict=True)
+            ),
+        )
+        for waiters in asked
+    )
+    return rooms, kept, sized
 
 
 def _alike(
@@ -340,7 +422,7 @@ def solve(problem: Problem, allowance: Budget | None = None) -> list[Plan]:
     allowance = allowance if allowance is not None else Budget(PASS_BUDGET)
     plans: list[Plan] = []
     chosen: list[Gang] = []
-    needs: list[int] = []
+    needs: list[Size] = []
     card, free = problem.card, problem.free
     for asked in problem.queues:
         now_free = freed(free, chosen)
@@ -357,7 +439,8 @@ def solve(problem: Problem, allowance: Budget | None = None) -> list[Plan]:
         search = partial(_victims, allowance, now_free, before, asked, others, card)
         served, picked = _most(len(asked.uids), search)
         if served < len(asked.uids):  # the rest: nothing that may be taken frees enough for them
-            why = _nothing(others, card, asked.queue, asked.priority, problem.protected, asked.nodes)
+            rooms = any(not isinstance(size, int) for size in asked.sizes)
+            why = _nothing(others, card, asked.queue, asked.priority, problem.protected, asked.nodes, rooms)
             plans.append(Plan(card, asked.queue, asked.mode, asked.uids[served:], None, why))
         if picked is not None:
             if asked.nodes is None:
@@ -370,8 +453,8 @@ def solve(problem: Problem, allowance: Budget | None = None) -> list[Plan]:
 
 def _victims(
     allowance: Budget,
-    free: Mapping[str, int],
-    needs: list[int],
+    free: Mapping[str, Size],
+    needs: list[Size],
     asked: Waiters,
     others: list[Gang],
     card: CardName,
@@ -391,7 +474,7 @@ def _victims(
         allowance.left -= given - max(budget.left, 0)
 
 
-def _only(free: Mapping[str, int], nodes: Collection[str]) -> dict[str, int]:
+def _only(free: Mapping[str, Size], nodes: Collection[str]) -> dict[str, Size]:
     return {node: n for node, n in free.items() if node in nodes}
 
 
@@ -501,8 +584,10 @@ def _nothing(
     priority: int,
     protected: int = 0,
     nodes: frozenset[str] | None = None,
+    rooms: bool = False,
 ) -> str:
-    """Why no gang frees the cards: each reason, with how many gangs it keeps out."""
+    """Why no gang frees the cards: each reason, with how many gangs it keeps out (``rooms``: the
+    pods ask CPU, memory or other resources a node must hold too)."""
     if nodes is not None and not nodes:
         return (
             f"no node with {card} is one the pods may be scheduled on (cordoned, a taint they do not"
@@ -515,7 +600,12 @@ def _nothing(
             if nodes is not None and not nodes & set(g.cards)
             else ""
         )
-        or "together they free too few"
+        or (
+            "together they free too few cards, or too little of the CPU, memory or other resources"
+            " the pods ask, on the nodes they may use"
+            if rooms
+            else "together they free too few"
+        )
         for g in others
     )
     if protected:

@@ -6,13 +6,18 @@ affinity it does not match (NodeAffinity). Tidal reclaim takes cards back only o
 for can use (SPEC §5e).
 """
 
+import math
 from collections.abc import Mapping
+from dataclasses import field
+from fractions import Fraction
 from typing import Any
 
+from webhook.core.model.quantity import QuantityError, parse_quantity
 from webhook.core.model.values import value_class
 
 Raw = Mapping[str, Any]
 BLOCKING = frozenset({"NoSchedule", "NoExecute"})
+UNCOUNTED = frozenset({"pods", "ephemeral-storage"})  # not held against by tidal reclaim
 
 
 @value_class
@@ -23,6 +28,8 @@ class NodeFacts:
     labels: Mapping[str, str]
     taints: tuple[tuple[str, str, str], ...]  # (key, value, effect), NoSchedule and NoExecute only
     schedulable: bool  # not cordoned
+    # status.allocatable: CPU in millicores, memory in bytes, other resources in units (rounded down)
+    allocatable: Mapping[str, int] = field(default_factory=dict)
 
 
 def node_facts(obj: Raw) -> NodeFacts:
@@ -33,7 +40,25 @@ def node_facts(obj: Raw) -> NodeFacts:
         for t in _list(spec.get("taints"))
         if isinstance(t, Mapping) and t.get("effect") in BLOCKING
     )
-    return NodeFacts(str(meta.get("name") or ""), labels, taints, spec.get("unschedulable") is not True)
+    allocatable = _allocatable(_dict(_dict(obj.get("status")).get("allocatable")))
+    return NodeFacts(
+        str(meta.get("name") or ""), labels, taints, spec.get("unschedulable") is not True, allocatable
+    )
+
+
+def _allocatable(listed: Raw) -> dict[str, int]:
+    """A node's allocatable resources that a pod's requests are held against (an unreadable
+    amount counts as none: nothing is placed on it)."""
+    out: dict[str, int] = {}
+    for name, value in listed.items():
+        if name in UNCOUNTED or not isinstance(name, str) or name.startswith("hugepages-"):
+            continue
+        try:
+            amount = parse_quantity(value)
+        except QuantityError:
+            amount = Fraction(0)
+        out[name] = max(0, math.floor(amount * 1000 if name == "cpu" else amount))
+    return out
 
 
 @value_class

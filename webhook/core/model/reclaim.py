@@ -13,7 +13,7 @@ with one gang too many is never chosen.
 
 from bisect import bisect_left, insort
 from collections.abc import Collection, Iterator, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import field, replace
 from itertools import combinations
 
 from webhook.core.model.values import value_class
@@ -46,6 +46,9 @@ class Gang:
     cards: Mapping[str, int]  # node -> cards of the model its pods hold there
     pods: tuple[str, ...]  # every pod of it, namespace/name
     whole: int | None = None  # its cards on every node, when ``cards`` keeps only some (``within``)
+    # node -> what else its pods there request and give back when they go (CPU, memory, other
+    # resources), in the order of the problem's ``Room`` after the cards; empty when none is asked
+    frees: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     ends: str = ""  # why an eviction would end its job rather than restart it ("" if it would not)
 
     @property
@@ -108,8 +111,15 @@ class Budget:
             raise Exhausted
 
 
-def placeable(nodes: Mapping[str, int], needs: Sequence[int], budget: Budget | None = None) -> bool:
-    """Whether every pod of ``needs`` (cards, all on one node each) fits the free cards ``nodes``.
+# What a node has free, or a pod needs: its cards, or its cards and then each other resource a
+# waiting pod asks (CPU millicores, memory bytes, other extended resources), in one order per model
+Room = tuple[int, ...]
+Size = int | Room
+
+
+def placeable(nodes: Mapping[str, Size], needs: Sequence[Size], budget: Budget | None = None) -> bool:
+    """Whether every pod of ``needs`` (cards, or a ``Room``: all on one node each) fits what
+    ``nodes`` have free.
 
     First fit decreasing answers most cases at once; otherwise an exact search, without recursion,
     that remembers the partial placements it found hopeless (nodes with the same rooms are the same
@@ -121,6 +131,20 @@ def placeable(nodes: Mapping[str, int], needs: Sequence[int], budget: Budget | N
             return placeable(nodes, needs, Budget(PLACE_BUDGET))
         except Exhausted:
             return False
+    if any(not isinstance(n, int) and len(n) > 1 for n in (*nodes.values(), *needs)):
+        return _placeable_rooms(nodes, needs, budget)
+    return _placeable_cards(
+        {k: card_count(n) for k, n in nodes.items()}, [card_count(n) for n in needs], budget
+    )
+
+
+def card_count(size: Size) -> int:
+    """The cards of ``size``."""
+    return size if isinstance(size, int) else size[0]
+
+
+def _placeable_cards(nodes: Mapping[str, int], needs: Sequence[int], budget: Budget) -> bool:
+    """``placeable`` when only cards count."""
     pods = sorted((n for n in needs if n > 0), reverse=True)
     if not pods:
         return True
@@ -150,6 +174,75 @@ def placeable(nodes: Mapping[str, int], needs: Sequence[int], budget: Budget | N
     return False
 
 
+def _placeable_rooms(nodes: Mapping[str, Size], needs: Sequence[Size], budget: Budget) -> bool:
+    """``placeable`` when other resources count beside the cards: every pod needs a node whose room
+    holds it in each of them. The same search over rooms as vectors."""
+    width = max(len(_room(n, 1)) for n in (*nodes.values(), *needs))
+    pods = sorted((r for n in needs if any(r := _room(n, width))), reverse=True)
+    if not pods:
+        return True
+    budget.spend(len(nodes) // NODES_PER_STEP)
+    kinds = set(pods)
+    rooms = tuple(
+        sorted(
+            (r for n in nodes.values() if any(_fits(r := _room(n, width), p) for p in kinds)), reverse=True
+        )
+    )
+    if not rooms or any(sum(p[d] for p in pods) > sum(r[d] for r in rooms) for d in range(width)):
+        return False
+    if len(kinds) == 1:  # pods all alike: how many each node holds decides
+        (alike,) = kinds
+        return sum(_holds(room, alike) for room in rooms) >= len(pods)
+    if _first_fit_rooms(rooms, pods):
+        return True
+    hopeless: set[tuple[int, tuple[Room, ...]]] = set()
+    stack = [(0, rooms, _after_rooms(rooms, pods[0]))]
+    while stack:
+        index, at, choices = stack[-1]
+        taken = next(choices, None)
+        if taken is None:
+            hopeless.add((index, at))
+            stack.pop()
+            continue
+        budget.spend()
+        if index + 1 == len(pods):
+            return True
+        if (index + 1, taken) not in hopeless:
+            stack.append((index + 1, taken, _after_rooms(taken, pods[index + 1])))
+    return False
+
+
+def _room(size: Size, width: int) -> Room:
+    """``size`` as a room of ``width`` (a bare card count asks nothing else)."""
+    room = (size,) if isinstance(size, int) else size
+    return room if len(room) >= width else (*room, *([0] * (width - len(room))))
+
+
+def _fits(room: Room, pod: Room) -> bool:
+    return all(have >= need for have, need in zip(room, pod, strict=True))
+
+
+def _holds(room: Room, pod: Room) -> int:
+    """How many pods of ``pod`` fit ``room``."""
+    return min(have // need for have, need in zip(room, pod, strict=True) if need > 0)
+
+
+def _less(room: Room, pod: Room) -> Room:
+    return tuple(have - need for have, need in zip(room, pod, strict=True))
+
+
+def _first_fit_rooms(rooms: tuple[Room, ...], pods: Sequence[Room]) -> bool:
+    """Each pod, largest first, on the first node (least room first) that holds it."""
+    left = sorted(rooms)
+    for pod in pods:
+        slot = next((i for i, room in enumerate(left) if _fits(room, pod)), None)
+        if slot is None:
+            return False
+        room = _less(left.pop(slot), pod)
+        insort(left, room)
+    return True
+
+
 def _after(rooms: tuple[int, ...], size: int) -> Iterator[tuple[int, ...]]:
     """The rooms once a pod of ``size`` takes one node: one answer per distinct room it fits."""
     last = -1
@@ -157,6 +250,15 @@ def _after(rooms: tuple[int, ...], size: int) -> Iterator[tuple[int, ...]]:
         if room >= size and room != last:
             last = room
             yield tuple(sorted((*rooms[:slot], room - size, *rooms[slot + 1 :]), reverse=True))
+
+
+def _after_rooms(rooms: tuple[Room, ...], pod: Room) -> Iterator[tuple[Room, ...]]:
+    """``_after`` over rooms of several resources."""
+    last: Room | None = None
+    for slot, room in enumerate(rooms):
+        if room != last and _fits(room, pod):
+            last = room
+            yield tuple(sorted((*rooms[:slot], _less(room, pod), *rooms[slot + 1 :]), reverse=True))
 
 
 def _first_fit(rooms: tuple[int, ...], pods: Sequence[int]) -> bool:
@@ -171,13 +273,26 @@ def _first_fit(rooms: tuple[int, ...], pods: Sequence[int]) -> bool:
     return True
 
 
-def freed(free: Mapping[str, int], gangs: Sequence[Gang]) -> dict[str, int]:
-    """The free cards of each node once ``gangs`` are gone."""
+def freed(free: Mapping[str, Size], gangs: Sequence[Gang]) -> dict[str, Size]:
+    """What each node has free once ``gangs`` are gone: cards, or rooms when ``free`` is of rooms
+    (a gang's ``frees`` added then)."""
     nodes = dict(free)
     for gang in gangs:
         for node, cards in gang.cards.items():
-            nodes[node] = nodes.get(node, 0) + cards
+            have = nodes.get(node, 0)
+            if isinstance(have, int):
+                nodes[node] = have + cards
+            else:
+                nodes[node] = (have[0] + cards, *_plus(have[1:], gang.frees.get(node, ())))
+        for node, more in gang.frees.items():
+            there = nodes.get(node)
+            if node not in gang.cards and there is not None and not isinstance(there, int):
+                nodes[node] = (there[0], *_plus(there[1:], more))  # its pods there that hold no card
     return nodes
+
+
+def _plus(room: Sequence[int], more: Sequence[int]) -> tuple[int, ...]:
+    return tuple(have + (more[d] if d < len(more) else 0) for d, have in enumerate(room))
 
 
 Rank = tuple[int, int, float, str]
@@ -191,7 +306,7 @@ def order_key(gangs: Sequence[Gang]) -> tuple[Rank, int, int, list[Rank]]:
 
 
 def choose(
-    free: Mapping[str, int], needs: Sequence[int], gangs: Sequence[Gang], budget: Budget | None = None
+    free: Mapping[str, Size], needs: Sequence[Size], gangs: Sequence[Gang], budget: Budget | None = None
 ) -> tuple[Gang, ...] | None:
     """The gangs to evict so that every pod of ``needs`` finds its cards on one node (``free``:
     the nodes of the model and their free cards), smallest by ``order_key``; () when the free
@@ -215,10 +330,10 @@ def choose(
 
 
 def _smallest(
-    free: Mapping[str, int], needs: Sequence[int], ordered: Sequence[Gang], budget: Budget
+    free: Mapping[str, Size], needs: Sequence[Size], ordered: Sequence[Gang], budget: Budget
 ) -> tuple[Gang, ...] | None:
-    wanted = sum(needs)
-    have = sum(n for n in free.values() if n > 0)
+    wanted = sum(card_count(n) for n in needs)
+    have = sum(max(card_count(n), 0) for n in free.values())
     lower = 0  # the cards of every gang ranked below ``highest``
     for top, highest in enumerate(ordered):  # the highest-ranked victim, as low as it can be
         lower += ordered[top - 1].total if top else 0
@@ -242,8 +357,8 @@ def _smallest(
 
 
 def victims(
-    free: Mapping[str, int],
-    needs: Sequence[int],
+    free: Mapping[str, Size],
+    needs: Sequence[Size],
     gangs: Sequence[Gang],
     card: str,
     queue: str,
@@ -275,12 +390,12 @@ def within(gang: Gang, nodes: Collection[str]) -> Gang | None:
 
 
 def _greedy(
-    free: Mapping[str, int], needs: Sequence[int], ordered: Sequence[Gang], budget: Budget
+    free: Mapping[str, Size], needs: Sequence[Size], ordered: Sequence[Gang], budget: Budget
 ) -> tuple[Gang, ...] | None:
     """Too many gangs to search: the lowest-ranked until they fit, then each one not needed
     dropped, highest first. Minimal (none can go), not always the smallest; None when even all
     of them do not fit."""
-    wanted, have = sum(needs), sum(n for n in free.values() if n > 0)
+    wanted, have = sum(card_count(n) for n in needs), sum(max(card_count(n), 0) for n in free.values())
     chosen: list[Gang] = []
     for gang in ordered:
         chosen.append(gang)
