@@ -12,6 +12,7 @@ The development certificates every control plane uses are made here, once, befor
 """
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -49,3 +50,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name = lane(item)
         if name is not None:
             item.add_marker(pytest.mark.xdist_group(name))
+
+
+SEED = "soak seed"  # a seeded soak's user property (``tests.e2e.cluster.soak_seed``)
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    """Every seeded soak's seed, passed or not: a run's record names what it tried."""
+    seeds = [
+        (report.nodeid, value)
+        for outcome in ("passed", "failed")
+        for report in terminalreporter.stats.get(outcome, [])
+        if getattr(report, "when", "") == "call"
+        for name, value in getattr(report, "user_properties", ())
+        if name == SEED
+    ]
+    if seeds:
+        terminalreporter.section("soak seeds")
+        for nodeid, value in sorted(seeds):
+            terminalreporter.line(f"{value}  {nodeid}")

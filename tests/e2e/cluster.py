@@ -10,6 +10,7 @@ import datetime
 import http.client
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -86,6 +87,14 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0, every: 
     raise TimeoutError(
         f"timed out after {timeout:.0f}s waiting for {what}" + (f" (last error: {last})" if last else "")
     )
+
+
+def soak_seed(item: Any) -> int:
+    """A seeded soak's seed: ``CARDQUOTA_SOAK_SEED`` to replay one, else a fresh one. Kept on the
+    test ``item`` (``request.node``) as its "soak seed" property: the run's summary lists them all."""
+    seed = int(os.environ.get("CARDQUOTA_SOAK_SEED", random.randrange(1 << 32)))
+    item.user_properties.append(("soak seed", seed))
+    return seed
 
 
 def holds_for(what: str, check: Callable[[], Any], seconds: float, every: float = 0.25) -> None:

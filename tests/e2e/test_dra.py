@@ -32,7 +32,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.agreement import Tenant
-from tests.e2e.cluster import RUNS_FOR, ControlPlane, holds_for, wait_for
+from tests.e2e.cluster import RUNS_FOR, ControlPlane, holds_for, soak_seed, wait_for
 from tests.e2e.conftest import partner_plane
 from tests.e2e.objects import deployment_of, editor_rights, hpa
 from tests.edges.serving import Process
@@ -701,12 +701,14 @@ SOAK_KINDS = {  # kind -> (card, cards per pod, how it asks)
 }
 
 
-def test_a_seeded_soak_of_device_plugin_and_dra_pods_keeps_every_model_within_quota(t: DraTenant) -> None:
+def test_a_seeded_soak_of_device_plugin_and_dra_pods_keeps_every_model_within_quota(
+    t: DraTenant, request: pytest.FixtureRequest
+) -> None:
     """Random creates and deletes of pods of both forms: every create is admitted exactly when the
     test's own count says it fits; after each step every admitted pod is bound, and what the cluster
     itself shows in use (each bound pod's allocated devices, or its node's model times its
     nvidia.com/gpu) is the test's count, model by model, within the quota."""
-    seed = int(os.environ.get("CARDQUOTA_SOAK_SEED", random.randrange(1 << 32)))
+    seed = soak_seed(request.node)
     rng = random.Random(seed)
     quota = {H200: rng.randint(1, 3), R4090: rng.randint(1, 2)}
     t.set_quota(quota)

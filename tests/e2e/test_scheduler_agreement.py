@@ -31,7 +31,7 @@ from tests.e2e.agreement import (
     long_job,
     volcano_job,
 )
-from tests.e2e.cluster import ControlPlane, holds_for, wait_for
+from tests.e2e.cluster import ControlPlane, holds_for, soak_seed, wait_for
 from tests.e2e.conftest import partner_plane
 from tests.e2e.objects import card_queue, hpa
 from tests.edges.serving import Process
@@ -694,17 +694,16 @@ def squeeze(soak: Soak, front: Process, wanted: dict[str, tuple[str, int, int]])
 
 @pytest.mark.parametrize("mode", ["deny", "wait"])
 def test_a_seeded_soak_of_creates_scales_deletes_and_jobs_keeps_the_pair_in_agreement(
-    volcano: ControlPlane, front: Process, mode: str
+    volcano: ControlPlane, front: Process, mode: str, request: pytest.FixtureRequest
 ) -> None:
     tenant = Tenant(volcano, mode=mode)
     try:
-        soak_in(tenant, front)
+        soak_in(tenant, front, soak_seed(request.node))
     finally:
         tenant.delete()
 
 
-def soak_in(tenant: Tenant, front: Process) -> None:
-    seed = int(os.environ.get("CARDQUOTA_SOAK_SEED", random.randrange(1 << 32)))
+def soak_in(tenant: Tenant, front: Process, seed: int) -> None:
     print(
         f"soak seed {seed}, {tenant.mode} mode (replay: CARDQUOTA_SOAK_SEED={seed} pytest -k"
         f" 'soak and {tenant.mode}' tests/e2e/test_scheduler_agreement.py)"

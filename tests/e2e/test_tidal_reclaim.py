@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.agreement import R4090, card_template, long_job
-from tests.e2e.cluster import SHUTDOWN, ControlPlane, holds_for, wait_for
+from tests.e2e.cluster import SHUTDOWN, ControlPlane, holds_for, soak_seed, wait_for
 from tests.e2e.conftest import partner_plane
 from tests.e2e.objects import SELECTOR, card_queue, deployment_of, hpa
 from tests.e2e.registration import configurations
@@ -287,6 +287,24 @@ def test_two_inference_workloads_racing_for_the_same_training_each_card_is_taken
     assert len(told) == len(set(told)) == 4, told
 
 
+def test_a_free_card_elsewhere_is_used_first_and_only_the_gang_still_needed_is_evicted(seed: Seed002) -> None:
+    """Training job a (2 pods) then b (1 pod) hold 3 of the 4 L40S; web (2 pods) needs 2: the free
+    card serves one, and one more card is taken back: b alone (the younger, and the fewest cards),
+    never a, and nothing for the pod the free card holds."""
+    seed.training("a", 2)
+    wait_for("job a to be bound", lambda: len(seed.running("a-")) == 2, timeout=90)
+    seed.training("b", 1)
+    wait_for("job b to be bound", lambda: len(seed.running("b-")) == 1, timeout=90)
+    kept = uids(seed.running("a-"))
+    seed.inference("web", 2)
+    wait_for("web's pods bound", lambda: len(seed.running("web-")) == 2, timeout=60, every=0.1)
+    assert uids(seed.running("a-")) == kept, "job a lost pods, though b alone freed what web needed"
+    assert not seed.running("b-"), "job b runs on a card web holds"
+    told = [e["involvedObject"]["name"] for e in seed.events("CardQuotaReclaimed")]
+    assert told and all(name.startswith("b") for name in told), told  # b's PodGroup and Job only
+    holds_for("job a whole while web runs", lambda: uids(seed.running("a-")) == kept, 3, every=0.25)
+
+
 def test_the_freed_cards_are_held_from_a_third_lower_priority_queue_until_inference_is_bound(
     seed: Seed002,
 ) -> None:
@@ -419,11 +437,13 @@ SOAK_OPS = int(os.environ.get("CARDQUOTA_TIDAL_SOAK_OPS", "8"))
 SETTLE = GRACE + 12.0  # seconds a step may take to settle: the victims' grace, a reclaim, a bind
 
 
-def test_a_seeded_tidal_soak_keeps_quotas_gangs_whole_and_inference_bound(seed: Seed002) -> None:
+def test_a_seeded_tidal_soak_keeps_quotas_gangs_whole_and_inference_bound(
+    seed: Seed002, request: pytest.FixtureRequest
+) -> None:
     """Inference scaled up and down at random against training jobs that come and go: at every
     settled point no queue is over its quota, no training job is half-running, and every inference
     pod (always inside its quota) is bound."""
-    number = int(os.environ.get("CARDQUOTA_SOAK_SEED", random.randrange(1 << 32)))
+    number = soak_seed(request.node)
     print(f"tidal soak seed {number} (replay: CARDQUOTA_SOAK_SEED={number})")
     rng = random.Random(number)
     # Quotas below what the nodes hold (training 3 of 4 cards; inference asked up to 3 over its 2),
