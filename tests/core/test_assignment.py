@@ -332,9 +332,9 @@ def test_a_task_whose_podgroup_is_not_seen_enqueued_yet_is_given_a_model_that_ho
 
 
 def test_a_task_pod_given_a_model_its_quota_cannot_hold_is_refused_though_its_group_holds_cards() -> None:
-    """Its PodGroup reserves 2 of A|B, which fit as 1 A + 1 B; its sibling already runs on A, the
-    only A there is: a second pod pinned to A would leave the queue over its quota of A (the plugin
-    enqueued the group on B; stock Volcano would bind it)."""
+    """Its PodGroup reserves 2 of A|B, which fit as 1 A + 1 B; its sibling is already charged on A
+    (pending), the only A there is: a second pod pinned to A would leave the queue over its quota of
+    A (the plugin enqueued the group on B; stock Volcano would bind it)."""
     state = job_cluster(a=1, b=2)
     sibling = task_pod(0)
     sibling["metadata"]["annotations"].update({keys.CARD_NAME: R4090, keys.CARD_SPEC: FLEX})
@@ -350,7 +350,21 @@ def test_a_task_pod_given_a_model_its_quota_cannot_hold_is_refused_though_its_gr
         " of this model"
     )
     third = Created(state, task_pod(2), uid="uid-t2")  # the mutation gives a sibling's model too
-    assert third.card == R4090 and not third.allowed
+    assert third.card == R4090
+    assert isinstance(third.validation, Denied)
+    assert "ns/train-t0-2" in third.validation.message
+    assert "its PodGroup's reservation holds cards of the spec it asked" in third.validation.message
+
+
+def test_a_task_no_one_model_holds_whole_gets_the_model_that_holds_the_most_of_it() -> None:
+    """3 pods of A|B (an elastic job: fewer may run) over quota 1 A + 2 B: no model holds all three;
+    the first pod gets B, which holds two, and its siblings follow, the third refused on B's quota."""
+    job = vcjob("train", [(3, {"metadata": {"annotations": {keys.CARD_NAME: FLEX}}, "spec": {}})])
+    group = podgroup("pg", "Pending", request=json.dumps({FLEX: 3}), owner_ref=JOB_REF)
+    state = cluster(*NODES, queue("q", quota(a=1, b=2)), job, group)
+    made = [Created(state, task_pod(i), uid=f"uid-t{i}") for i in range(3)]
+    assert [m.card for m in made] == [R4090D] * 3
+    assert [m.allowed for m in made] == [True, True, False], [m.validation for m in made]
 
 
 # ---- the property -----------------------------------------------------------------------------

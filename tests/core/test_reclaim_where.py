@@ -1,19 +1,21 @@
 """Tidal reclaim only where it helps (SPEC §5e, decisions.md §26), against the test's own count:
 random nodes (cards, CPU, a pool label, a taint, a cordon, a pod of no gang using some of the
-CPU), training gangs placed on them (some that may not give: not preemptable, or in a queue above
-the inference one) and waiting inference pods (cards and CPU, a node selector, a toleration or
-not). Whatever plan the product makes must name only victims the test's own rules allow, must let
-every pod it names fit, each whole on one node it may use and within its CPU, once they leave, and
-must need every one of its victims (no smaller set of them would do). Memory and other resources
-are read the same way as CPU (``tidal.asks``), and not generated."""
+CPU), training gangs placed on them (some that may not give: not preemptable, in a queue above
+the inference one, or kept out by a PodDisruptionBudget that refused their eviction as a whole)
+and waiting inference pods (cards and CPU, a node selector, a toleration or not). Whatever plan
+the product makes must name only victims the test's own rules allow, must let every pod it names
+fit, each whole on one node it may use and within its CPU, once they leave, and must need every
+one of its victims (no smaller set of them would do). Memory and other resources are read the
+same way as CPU (``tidal.asks``), and not generated."""
 
+import dataclasses
 import itertools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from tests.builders import GPU, R4090, cluster, node, owner, pod, podgroup, queue
@@ -40,7 +42,9 @@ class Node:
 class Gang:
     name: str
     pods: tuple[tuple[str, int, int], ...]  # (node, cards, cores) of each of its pods
-    may_give: str  # "yes", or why not: "protected", "above"
+    # "yes", or why not: "protected" (not preemptable), "above" (a queue above the inference one),
+    # "budget" (a PodDisruptionBudget refused its eviction as a whole: the reclaimer keeps it out)
+    may_give: str
 
 
 @dataclass(frozen=True)
@@ -63,9 +67,9 @@ def worlds(draw: st.DrawFn) -> tuple[list[Node], list[Gang], list[Waiting]]:
             f"n{i}",
             draw(st.sampled_from([1, 2, 4])),
             draw(st.sampled_from(["a", "b"])),
-            draw(st.booleans()),
+            draw(st.sampled_from([False, False, True])),
             draw(st.sampled_from([False, False, False, True])),
-            draw(st.sampled_from([4, 8, 64])),
+            draw(st.sampled_from([4, 4, 8, 64])),
             draw(st.sampled_from([0, 0, 2, 3])),
         )
         for i in range(draw(st.integers(1, 4)))
@@ -73,9 +77,9 @@ def worlds(draw: st.DrawFn) -> tuple[list[Node], list[Gang], list[Waiting]]:
     free = {n.name: n.cards for n in nodes}
     cores = {n.name: n.cpu - n.other for n in nodes}
     gangs = []
-    for j in range(draw(st.integers(0, 4))):
+    for j in range(draw(st.integers(0, 8))):
         pods = []
-        for _ in range(draw(st.integers(1, 2))):
+        for _ in range(draw(st.integers(1, 3))):
             room = sorted(name for name, left in free.items() if left > 0 and cores[name] > 0)
             if not room:
                 break
@@ -87,7 +91,11 @@ def worlds(draw: st.DrawFn) -> tuple[list[Node], list[Gang], list[Waiting]]:
             pods.append((where, cards, cpu))
         if pods:
             gangs.append(
-                Gang(f"g{j}", tuple(pods), draw(st.sampled_from(["yes", "yes", "protected", "above"])))
+                Gang(
+                    f"g{j}",
+                    tuple(pods),
+                    draw(st.sampled_from(["yes", "yes", "yes", "protected", "above", "budget"])),
+                )
             )
     # One Deployment's pods: they share where they may land (pods of several node sets that compete
     # for the same nodes are planned group by group, and may get fewer victims than they need in one
@@ -198,7 +206,8 @@ def plans(nodes: Sequence[Node], gangs: Sequence[Gang], waiting: Sequence[Waitin
     def usable(uid: str) -> Any:
         return lambda name: placement.usable(facts[name], places[uid])
 
-    return tidal.solve_all(tidal.problems(state, lambda uid: True, usable=usable))
+    budgeted = {f"ns/{g.name}" for g in gangs if g.may_give == "budget"}
+    return tidal.solve_all(tidal.problems(state, lambda uid: True, excluded=budgeted, usable=usable))
 
 
 def test_a_pod_that_can_use_a_free_card_is_not_a_reason_to_evict_and_another_pods_nodes_are_its_own() -> None:
@@ -218,7 +227,28 @@ def test_a_plan_evicts_only_what_its_pods_need_and_can_use(
 ) -> None:
     nodes, gangs, waiting = world
     by_uid = {w.uid: w for w in waiting}
-    for plan in plans(nodes, gangs, waiting):
+    made = plans(nodes, gangs, waiting)
+    # And a plan whenever taking back helps (the pods share their nodes: one group, first in line
+    # first): as many pods as every gang that may give, gone, lets fit, when that is more than fit
+    # now; and CPU counted, so a plan for pods whose CPU the victims' leaving would not free is as
+    # wrong as none for pods whose CPU it would.
+    allowed = {g.name for g in gangs if g.may_give == "yes"}
+
+    def most(pods: Sequence[Waiting], gone: set[str]) -> int:
+        return max(
+            k for k in range(len(pods) + 1) if all_fit(nodes, free_after(nodes, gangs, gone), pods[:k])
+        )
+
+    now, best = most(waiting, set()), most(waiting, allowed)
+    taking = [p for p in made if p.victims]
+    event("victims help" if best > now else "victims do not help")
+    cpu_free = [dataclasses.replace(w, cpu=0) for w in waiting]
+    if (most(cpu_free, set()), most(cpu_free, allowed)) != (now, best):
+        event("CPU decides")
+    assert bool(taking) == (best > now), (now, best, made)
+    if taking:
+        assert taking[0].pods == tuple(w.uid for w in waiting[:best]), (now, best, taking)
+    for plan in made:
         if not plan.victims:
             continue
         victims = {g.key.split("/")[1] for g in plan.victims}

@@ -89,10 +89,10 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float = 60.0, every: 
     )
 
 
-def soak_seed(item: Any) -> int:
-    """A seeded soak's seed: ``CARDQUOTA_SOAK_SEED`` to replay one, else a fresh one. Kept on the
-    test ``item`` (``request.node``) as its "soak seed" property: the run's summary lists them all."""
-    seed = int(os.environ.get("CARDQUOTA_SOAK_SEED", random.randrange(1 << 32)))
+def soak_seed(item: Any, variable: str = "CARDQUOTA_SOAK_SEED") -> int:
+    """A seeded soak's seed: ``variable`` to replay one, else a fresh one. Kept on the test ``item``
+    (``request.node``) as its "soak seed" property: the run's summary lists them all."""
+    seed = int(os.environ.get(variable, random.randrange(1 << 32)))
     item.user_properties.append(("soak seed", seed))
     return seed
 

@@ -28,7 +28,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.cluster import ControlPlane, wait_for
+from tests.e2e.cluster import ControlPlane, soak_seed, wait_for
 from tests.e2e.objects import H200, SELECTOR, card_queue, queued_deployment
 from tests.e2e.registration import configurations
 from tests.e2e.test_replicas import Balancer, serving
@@ -351,9 +351,9 @@ def between(load: Load, start: float, end: float) -> tuple[int, int, int]:
 
 
 def test_upgrades_kills_and_api_server_restarts_under_load_lose_no_review_at_an_upgrade_and_admit_nothing_over(
-    control_plane: ControlPlane, fleet: Fleet, namespace: str
+    control_plane: ControlPlane, fleet: Fleet, namespace: str, request: pytest.FixtureRequest
 ) -> None:
-    seed = int(os.environ.get("CARDQUOTA_FAULT_SEED", random.randrange(1 << 32)))
+    seed = soak_seed(request.node, "CARDQUOTA_FAULT_SEED")
     print(f"fault soak seed {seed} (replay: CARDQUOTA_FAULT_SEED={seed})")
     rng = random.Random(seed)
     queues = [f"q-{namespace}-{i}" for i in range(QUEUES)]

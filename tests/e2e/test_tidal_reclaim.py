@@ -128,10 +128,11 @@ class Seed002:
             if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
         ]
 
-    def training(self, name: str, pods: int, card: str = L40S) -> None:
+    def training(self, name: str, pods: int, card: str = L40S, stops: float = GRACE) -> None:
+        """A Volcano Job of ``pods`` pods of ``card``, each taking ``stops`` seconds to stop."""
         job = long_job(name, pods, card, self.train)
         template = job["spec"]["tasks"][0]["template"]
-        template["metadata"]["annotations"][SHUTDOWN] = f"{GRACE}s"
+        template["metadata"]["annotations"][SHUTDOWN] = f"{stops:g}s"
         template["spec"]["priorityClassName"] = "tidal-low"
         self.plane.apply(job, namespace=self.ns)
 
@@ -293,6 +294,7 @@ def test_a_free_card_elsewhere_is_used_first_and_only_the_gang_still_needed_is_e
     never a, and nothing for the pod the free card holds."""
     seed.training("a", 2)
     wait_for("job a to be bound", lambda: len(seed.running("a-")) == 2, timeout=90)
+    time.sleep(1.1)  # b's PodGroup a second younger than a's (the order has seconds only)
     seed.training("b", 1)
     wait_for("job b to be bound", lambda: len(seed.running("b-")) == 1, timeout=90)
     kept = uids(seed.running("a-"))
@@ -303,6 +305,31 @@ def test_a_free_card_elsewhere_is_used_first_and_only_the_gang_still_needed_is_e
     told = [e["involvedObject"]["name"] for e in seed.events("CardQuotaReclaimed")]
     assert told and all(name.startswith("b") for name in told), told  # b's PodGroup and Job only
     holds_for("job a whole while web runs", lambda: uids(seed.running("a-")) == kept, 3, every=0.25)
+
+
+def test_a_card_still_being_freed_elsewhere_counts_and_only_the_gang_still_needed_is_evicted(
+    seed: Seed002,
+) -> None:
+    """Jobs a (2 pods), b and c (1 pod each) hold every L40S; c is deleted and takes 20 s to stop, so
+    the scheduler has no card for either of web's 2 pods while it stops. Reclaim counts c's card as
+    free already: it takes back one more, b's (the younger of a and b, and the fewest cards), never
+    a's two, and web's second pod gets c's card when c is gone."""
+    seed.training("a", 2)
+    wait_for("job a to be bound", lambda: len(seed.running("a-")) == 2, timeout=90)
+    time.sleep(1.1)  # b's PodGroup a second younger than a's (the order has seconds only)
+    seed.training("b", 1)
+    seed.training("c", 1, stops=20)
+    wait_for("b and c bound", lambda: len(seed.running("b-") + seed.running("c-")) == 2, timeout=90)
+    kept = uids(seed.running("a-"))
+    seed.plane.kubectl("delete", "jobs.batch.volcano.sh", "c", "-n", seed.ns, "--wait=false")
+    wait_for("c's pod to be stopping", lambda: not seed.running("c-") and seed.pods("c-"), timeout=30)
+    seed.inference("web", 2)
+    wait_for("web's first pod bound", lambda: len(seed.running("web-")) >= 1, timeout=60, every=0.1)
+    assert seed.pods("c-"), "c stopped before web's first pod was bound: its card was not the one counted"
+    wait_for("web's second pod bound, on c's card", lambda: len(seed.running("web-")) == 2, timeout=60)
+    assert uids(seed.running("a-")) == kept, "job a lost pods, though c's card and b's were enough"
+    told = [e["involvedObject"]["name"] for e in seed.events("CardQuotaReclaimed")]
+    assert told and all(name.startswith("b") for name in told), told
 
 
 def test_the_freed_cards_are_held_from_a_third_lower_priority_queue_until_inference_is_bound(

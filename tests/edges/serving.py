@@ -35,13 +35,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def queue_figure(client: httpx.Client, figure: str, queue: str, card: str) -> float:
-    """The ``cardquota_queue_<figure>_cards`` gauge of ``queue`` and ``card`` read through ``client``."""
+def queue_figure(client: httpx.Client, figure: str, queue: str, card: str) -> float | None:
+    """The ``cardquota_queue_<figure>_cards`` gauge of ``queue`` and ``card`` read through ``client``
+    (None when the webhook shows none: a queue or card it does not know)."""
     wanted = f'cardquota_queue_{figure}_cards{{card="{card}",queue="{queue}"}} '
     for line in client.get("/metrics").text.splitlines():
         if line.startswith(wanted):
             return float(line.split()[-1])
-    return 0.0
+    return None
 
 
 def client_context(certs: Path, client_cert: tuple[Path, Path] | None = None) -> ssl.SSLContext:
@@ -114,8 +115,8 @@ class Process:
     def client(self, **kwargs: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, verify=client_context(self.certs), timeout=10, **kwargs)
 
-    def figure(self, figure: str, queue: str, card: str) -> float:
-        """The ``cardquota_queue_<figure>_cards`` gauge of ``queue`` and ``card`` (0 when absent)."""
+    def figure(self, figure: str, queue: str, card: str) -> float | None:
+        """The ``cardquota_queue_<figure>_cards`` gauge of ``queue`` and ``card`` (None when absent)."""
         with self.client() as client:
             return queue_figure(client, figure, queue, card)
 

@@ -8,6 +8,8 @@ to it (and every ancestor's), in the spec's order, preferring a model with a fre
 node now. No such model: the pod is left as it is, and the validation denies it.
 """
 
+from collections.abc import Sequence
+
 from webhook.core.decide.constraints import allowed_cards
 from webhook.core.decide.decisions import ancestors_refuse, covering, queue_refuses, volcano_task
 from webhook.core.index.state import ClusterState
@@ -51,14 +53,47 @@ def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assi
             # PodGroup's reservation seen yet or not.
             pods = task[1]
         if less is not None and less.origin == "reserved":
-            less = Cover(less.spec, UNIT, -(-demand.count * pods // UNIT), "reserved")
+            less = _reserved(less, demand.count, pods)
+    whole = less
+    if less is not None and pods > 1:
+        less = _reserved(less, demand.count, 1)  # what this one pod's hold covers
+    found = _model(state, queue, candidates, demand, pods, whole)
+    if found is None and pods > 1:
+        # No model holds the whole task (an elastic job, its replicas past every model's quota):
+        # the one that holds the most of its pods (by bisection: a model that holds n holds fewer);
+        # the validation checks each sibling against the model's quota.
+        low, high = 0, pods - 1
+        while low < high:
+            middle = (low + high + 1) // 2
+            part = None if whole is None else _reserved(whole, demand.count, middle)
+            if (held := _model(state, queue, candidates, demand, middle, part)) is not None:
+                low, found = middle, held
+            else:
+                high = middle - 1
+    if found is None:
+        return None
+    return Assignment(found[0], queue, found[1], less, task[0] if task else "")
+
+
+def _reserved(cover: Cover, count: int, pods: int) -> Cover:
+    """A PodGroup's reservation, as far as ``pods`` pods of ``count`` each go."""
+    return Cover(cover.spec, UNIT, -(-count * pods // UNIT), "reserved")
+
+
+def _model(
+    state: ClusterState,
+    queue: str,
+    candidates: Sequence[CardName],
+    demand: PodDemand,
+    pods: int,
+    whole: Cover | None,
+) -> tuple[CardName, bool] | None:
+    """The first model, in the spec's order, that holds ``pods`` pods of ``demand`` beside the
+    queue's use (``whole``, the flexible demand they take over, left out), preferring one with a
+    free card on some node now; and whether it has one."""
     quota = state.tree.queues[queue].quota or {}
     usage: QueueUsage | None = None
     first: CardName | None = None  # the first feasible model, if none has a free card now
-    whole = less
-    if less is not None and pods > 1:
-        less = Cover(less.spec, UNIT, -(-demand.count // UNIT), "reserved")  # what this one pod's hold covers
-    name = task[0] if task else ""
     for card in candidates:
         size = demand.count_on(card, state.inventory)  # a shared GPU's byte share differs by model
         if first is not None and not state.free.has_free(card, size):
@@ -78,9 +113,9 @@ def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assi
         if ancestors_refuse(state, queue, one, size, pods, "", less=whole) is not None:
             continue
         if state.free.has_free(card, size):
-            return Assignment(card, queue, True, less, name)
+            return card, True
         first = first or card
-    return Assignment(first, queue, False, less, name) if first is not None else None
+    return (first, False) if first is not None else None
 
 
 def _sibling_model(state: ClusterState, pod: PodRecord, task: str, demand: PodDemand) -> CardName | None:

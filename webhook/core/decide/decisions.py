@@ -90,6 +90,8 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         demand=admitted,
         charged=charged,
     )
+    if demand.origin and (task := volcano_task(state, pod)) is not None:
+        hold = replace(hold, task=task[0])  # its siblings are given its model until the cache has it
     held = covering(state, pod, demand)
     if held is not None and held.origin == "reserved":
         over = capability.refuses(state, queue, what, cpu, memory)
@@ -101,8 +103,7 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
             refused = _model_refuses(state, queue, what, demand, held, taken)
             if refused is not None:
                 return replace(refused, release=release)
-            task = volcano_task(state, pod)
-            hold = replace(hold, covers=held, task=task[0] if task else "")
+            hold = replace(hold, covers=held)
         elif demand.spec.is_multi:  # admitted with no model, the scheduler could bind it to any
             message = messages.unassigned_covered(what, demand.spec, "its PodGroup")
             return Denied(message, queue=queue, card=demand.spec.text)

@@ -178,16 +178,14 @@ def _placeable_rooms(nodes: Mapping[str, Size], needs: Sequence[Size], budget: B
     """``placeable`` when other resources count beside the cards: every pod needs a node whose room
     holds it in each of them. The same search over rooms as vectors."""
     width = max(len(_room(n, 1)) for n in (*nodes.values(), *needs))
-    pods = sorted((r for n in needs if any(r := _room(n, width))), reverse=True)
+    asked = [_room(n, width) for n in needs]
+    pods = sorted((pod for pod in asked if any(pod)), reverse=True)
     if not pods:
         return True
     budget.spend(len(nodes) // NODES_PER_STEP)
     kinds = set(pods)
-    rooms = tuple(
-        sorted(
-            (r for n in nodes.values() if any(_fits(r := _room(n, width), p) for p in kinds)), reverse=True
-        )
-    )
+    offered = [_room(n, width) for n in nodes.values()]
+    rooms = tuple(sorted((room for room in offered if any(_fits(room, p) for p in kinds)), reverse=True))
     if not rooms or any(sum(p[d] for p in pods) > sum(r[d] for r in rooms) for d in range(width)):
         return False
     if len(kinds) == 1:  # pods all alike: how many each node holds decides
