@@ -12,9 +12,10 @@ with one gang too many is never chosen.
 """
 
 from bisect import bisect_left, insort
-from collections.abc import Collection, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import field, replace
 from itertools import combinations
+from typing import TypeVar
 
 from webhook.core.model.values import value_class
 
@@ -115,6 +116,7 @@ class Budget:
 # waiting pod asks (CPU millicores, memory bytes, other extended resources), in one order per model
 Room = tuple[int, ...]
 Size = int | Room
+T = TypeVar("T", int, Room)
 
 
 def placeable(nodes: Mapping[str, Size], needs: Sequence[Size], budget: Budget | None = None) -> bool:
@@ -155,23 +157,7 @@ def _placeable_cards(nodes: Mapping[str, int], needs: Sequence[int], budget: Bud
         return False
     if pods[0] == pods[-1]:  # pods of one size (one card each, most often): counting decides
         return sum(room // pods[0] for room in rooms) >= len(pods)
-    if _first_fit(rooms, pods):
-        return True
-    hopeless: set[tuple[int, tuple[int, ...]]] = set()
-    stack = [(0, rooms, _after(rooms, pods[0]))]
-    while stack:
-        index, at, choices = stack[-1]
-        taken = next(choices, None)
-        if taken is None:
-            hopeless.add((index, at))
-            stack.pop()
-            continue
-        budget.spend()
-        if index + 1 == len(pods):
-            return True
-        if (index + 1, taken) not in hopeless:
-            stack.append((index + 1, taken, _after(taken, pods[index + 1])))
-    return False
+    return _first_fit(rooms, pods) or _search(rooms, pods, _after, budget)
 
 
 def _placeable_rooms(nodes: Mapping[str, Size], needs: Sequence[Size], budget: Budget) -> bool:
@@ -191,10 +177,20 @@ def _placeable_rooms(nodes: Mapping[str, Size], needs: Sequence[Size], budget: B
     if len(kinds) == 1:  # pods all alike: how many each node holds decides
         (alike,) = kinds
         return sum(_holds(room, alike) for room in rooms) >= len(pods)
-    if _first_fit_rooms(rooms, pods):
-        return True
-    hopeless: set[tuple[int, tuple[Room, ...]]] = set()
-    stack = [(0, rooms, _after_rooms(rooms, pods[0]))]
+    return _first_fit_rooms(rooms, pods) or _search(rooms, pods, _after_rooms, budget)
+
+
+def _search(
+    rooms: tuple[T, ...],
+    pods: Sequence[T],
+    after: Callable[[tuple[T, ...], T], Iterator[tuple[T, ...]]],
+    budget: Budget,
+) -> bool:
+    """The exact search, largest pod first, without recursion: ``after`` gives the rooms left once
+    a pod takes one node (one answer per distinct room); the partial placements found hopeless are
+    remembered. Each step spends ``budget``."""
+    hopeless: set[tuple[int, tuple[T, ...]]] = set()
+    stack = [(0, rooms, after(rooms, pods[0]))]
     while stack:
         index, at, choices = stack[-1]
         taken = next(choices, None)
@@ -206,7 +202,7 @@ def _placeable_rooms(nodes: Mapping[str, Size], needs: Sequence[Size], budget: B
         if index + 1 == len(pods):
             return True
         if (index + 1, taken) not in hopeless:
-            stack.append((index + 1, taken, _after_rooms(taken, pods[index + 1])))
+            stack.append((index + 1, taken, after(taken, pods[index + 1])))
     return False
 
 
