@@ -554,3 +554,29 @@ def test_a_hold_is_the_podgroups_it_was_taken_from_not_a_new_one_of_that_name() 
     state.delete_podgroup("ns/tj")
     state.upsert_podgroup(objects.podgroup_record(again))
     assert tidal.holding(state, "ns/tj", now) is None
+
+
+def test_the_nodes_are_read_once_for_pods_that_ask_alike() -> None:
+    """A Deployment's 200 waiting pods over 50 nodes of their model: the reclaimer hands one node
+    test to all the pods that ask alike, and the nodes are read once for it (50 reads, not 10,000);
+    pods with a test of their own still get their own nodes."""
+    nodes = [node(f"n{i}", R4090, 1) for i in range(50)]
+    gangs = [obj for i in range(50) for obj in gang(f"g{i}", [f"n{i}"])]
+    state = cluster(*nodes, train_queue(), serve_queue(quota=200), *gangs, *inference(200))
+    reads: list[str] = []
+
+    def shared(name: str) -> bool:
+        reads.append(name)
+        return name != "n0"
+
+    def only_n1(name: str) -> bool:
+        return name == "n1"
+
+    def usable(uid: str) -> Any:
+        return only_n1 if uid == "uid-ns-web-7" else shared
+
+    [problem] = tidal.problems(state, lambda uid: True, usable=usable)
+    assert len(reads) == 50
+    where = {w.nodes: w.uids for w in problem.queues}
+    assert where[frozenset({"n1"})] == ("uid-ns-web-7",)
+    assert len(where[frozenset(f"n{i}" for i in range(1, 50))]) == 199

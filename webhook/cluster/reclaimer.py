@@ -15,6 +15,7 @@ a dry run (the cluster's setting or the queue's) only reports, once a minute per
 """
 
 import asyncio
+import json
 import logging
 import multiprocessing
 import time
@@ -118,6 +119,7 @@ class Reclaimer:
         self._learned: dict[str, tuple[placement.PodPlace, float]] = {}
         self._back: dict[str, float] = {}  # pod uid -> until when it backs off (a reclaim did not help)
         self._adopted: set[str] = set()  # PodGroups an earlier leader's marks hold, their gangs finished here
+        self._tests: dict[str, Callable[[str], bool]] = {}  # ``_usable``'s node tests, for one pass
 
     async def run(self) -> None:
         while True:
@@ -132,6 +134,7 @@ class Reclaimer:
 
     async def once(self) -> None:
         now = self.clock()
+        self._tests = {}
         self._land(now)
         while self._done:  # holds over: their marks go
             await self._mark(self._done.pop(), None)
@@ -194,12 +197,22 @@ class Reclaimer:
                 self._learned[uid] = (placement.pod_place(found), now + LEARN_EVERY)
 
     def _usable(self, uid: str) -> Callable[[str], bool]:
-        """Which nodes the waiting pod ``uid`` may land on, as the scheduler's filters read them."""
-        facts = self.state.nodebook.facts
+        """Which nodes the waiting pod ``uid`` may land on, as the scheduler's filters read them:
+        one test for all the pods that ask alike this pass (a Deployment's), so their nodes are
+        read once."""
         if uid not in self._learned:
-            return lambda node: True
+            return _anywhere
         place = self._learned[uid][0]
-        return lambda node: (f := facts.get(node)) is None or placement.usable(f, place)
+        key = json.dumps([place.selector, place.terms, place.tolerations], sort_keys=True, default=str)
+        test = self._tests.get(key)
+        if test is None:
+            facts = self.state.nodebook.facts
+
+            def test(node: str) -> bool:
+                return (f := facts.get(node)) is None or placement.usable(f, place)
+
+            self._tests[key] = test
+        return test
 
     def _land(self, now: float) -> None:
         """Forget the flights whose gangs are gone, and the holds whose pods are bound or gone,
@@ -440,3 +453,8 @@ class Reclaimer:
 
 def _what(gang: Gang) -> str:
     return f"podgroup {gang.key}"
+
+
+def _anywhere(node: str) -> bool:
+    """A waiting pod not read yet: every node (it is not ready, so it is not placed anyway)."""
+    return True

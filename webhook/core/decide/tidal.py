@@ -391,27 +391,22 @@ def _alike(
 ) -> list[tuple[frozenset[str] | None, list[str]]]:
     """A queue's waiting pods grouped by the nodes they may land on (a Deployment's pods share
     them), in line order of each group's first pod: each group is placed on its own nodes, so a pod
-    is never helped on a node only another may use, nor refused for another's constraints."""
+    is never helped on a node only another may use, nor refused for another's constraints. The
+    nodes are read once for each distinct test ``usable`` answers (pods of one template share one)."""
+    facts = state.nodebook.facts
+    schedulable = {n for n in nodes if (f := facts.get(n)) is None or f.schedulable}
+    every = None if len(schedulable) == len(nodes) else frozenset(schedulable)
+    if usable is None:
+        return [(every, list(uids))] if uids else []
+    read: dict[Callable[[str], bool], frozenset[str] | None] = {}  # keyed by the test itself
     groups: dict[frozenset[str] | None, list[str]] = {}
     for uid in uids:
-        groups.setdefault(_where(state, nodes, (uid,), usable), []).append(uid)
+        fits = usable(uid)
+        if fits not in read:
+            where = {n for n in schedulable if fits(n)}
+            read[fits] = None if len(where) == len(nodes) else frozenset(where)
+        groups.setdefault(read[fits], []).append(uid)
     return list(groups.items())
-
-
-def _where(
-    state: ClusterState,
-    nodes: Mapping[str, int],
-    uids: Sequence[str],
-    usable: Callable[[str], Callable[[str], bool]] | None,
-) -> frozenset[str] | None:
-    """The nodes of the model every pod of ``uids`` may land on; None when that is all of them."""
-    facts = state.nodebook.facts
-    where = {n for n in nodes if (f := facts.get(n)) is None or f.schedulable}
-    if usable is not None:
-        for uid in uids:
-            fits = usable(uid)
-            where = {n for n in where if fits(n)}
-    return None if len(where) == len(nodes) else frozenset(where)
 
 
 def solve(problem: Problem, allowance: Budget | None = None) -> list[Plan]:
