@@ -56,8 +56,12 @@ check: $(STAMP) lint e2e-bin
 ## plugin-archive: the kubectl plugin's release archive (wheel + launcher) and its sha256, for plugins/cardquota.yaml
 PLUGIN_OUT ?= out/plugin
 plugin-archive: $(STAMP)
-	rm -rf $(PLUGIN_OUT) && mkdir -p $(PLUGIN_OUT)/archive
-	$(BIN)/pip wheel --no-deps --quiet --disable-pip-version-check -w $(PLUGIN_OUT)/archive .
+	rm -rf $(PLUGIN_OUT) && mkdir -p $(PLUGIN_OUT)/archive $(PLUGIN_OUT)/source
+	@# built from a copy: the wheel build writes build/ where it runs, and never in the tree
+	tar -c --exclude=./.git --exclude=./.venv --exclude=./.lock-venv --exclude=./out --exclude=./build \
+		--exclude='*.egg-info' --exclude='./.*_cache' --exclude=./.hypothesis --exclude='__pycache__' . | tar -x -C $(PLUGIN_OUT)/source
+	$(BIN)/pip wheel --no-deps --quiet --disable-pip-version-check -w $(PLUGIN_OUT)/archive $(PLUGIN_OUT)/source
+	rm -rf $(PLUGIN_OUT)/source
 	cp plugins/kubectl-cardquota $(PLUGIN_OUT)/archive/
 	tar -C $(PLUGIN_OUT)/archive -czf $(PLUGIN_OUT)/kubectl-cardquota.tar.gz .
 	sha256sum $(PLUGIN_OUT)/kubectl-cardquota.tar.gz

@@ -341,10 +341,15 @@ def _with_rooms(
             found = read[id(pod.template)] = asks(pod.template, card_resources)
         return found
 
-    wanted = {uid: asked_by(uid) for waiters in asked for uid in waiters.uids}
-    names = sorted({name for each in wanted.values() for name in each})
-    if not names:
+    pods, templates = state.pods, {}
+    for waiters in asked:
+        for uid in waiters.uids:
+            if (pod := pods.get(uid)) is not None:
+                templates[id(pod.template)] = pod.template
+    names = sorted({name for t in templates.values() for name in asks(t, card_resources)})
+    if not names:  # the usual question, cards alone: read once per template, not once per pod
         return free, candidates, asked
+    wanted = {uid: asked_by(uid) for waiters in asked for uid in waiters.uids}
     gangs = {g.key: g for g in candidates}
     frees: dict[str, dict[str, list[int]]] = defaultdict(dict)
     rooms: dict[str, Size] = {}

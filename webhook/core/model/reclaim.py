@@ -15,7 +15,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import field, replace
 from itertools import combinations
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from webhook.core.model.values import value_class
 
@@ -133,11 +133,26 @@ def placeable(nodes: Mapping[str, Size], needs: Sequence[Size], budget: Budget |
             return placeable(nodes, needs, Budget(PLACE_BUDGET))
         except Exhausted:
             return False
-    if any(not isinstance(n, int) and len(n) > 1 for n in (*nodes.values(), *needs)):
+    if _in_rooms(nodes) or _in_rooms(needs):
         return _placeable_rooms(nodes, needs, budget)
-    return _placeable_cards(
-        {k: card_count(n) for k, n in nodes.items()}, [card_count(n) for n in needs], budget
-    )
+    return _placeable_cards(cast(Mapping[str, int], nodes), cast(Sequence[int], needs), budget)
+
+
+def _cards(sizes: Collection[Size]) -> int:
+    """The cards of ``sizes`` (none counted below zero)."""
+    total = 0
+    for size in sizes:
+        cards = size if isinstance(size, int) else size[0]
+        if cards > 0:
+            total += cards
+    return total
+
+
+def _in_rooms(sizes: Mapping[str, Size] | Sequence[Size]) -> bool:
+    """Whether a question is asked in rooms: its sizes are all rooms or all cards (one problem's
+    are made alike), so the first tells."""
+    first = next(iter(sizes.values() if isinstance(sizes, Mapping) else sizes), 0)
+    return not isinstance(first, int)
 
 
 def card_count(size: Size) -> int:
@@ -271,9 +286,10 @@ def freed(free: Mapping[str, Size], gangs: Sequence[Gang]) -> dict[str, Size]:
     """What each node has free once ``gangs`` are gone: cards, or rooms when ``free`` is of rooms
     (a gang's ``frees`` added then)."""
     nodes = dict(free)
+    rooms = _in_rooms(free)
     for gang in gangs:
         for node, cards in gang.cards.items():
-            have = nodes.get(node, 0)
+            have = nodes.get(node, (0,) if rooms else 0)
             if isinstance(have, int):
                 nodes[node] = have + cards
             else:
@@ -326,8 +342,7 @@ def choose(
 def _smallest(
     free: Mapping[str, Size], needs: Sequence[Size], ordered: Sequence[Gang], budget: Budget
 ) -> tuple[Gang, ...] | None:
-    wanted = sum(card_count(n) for n in needs)
-    have = sum(max(card_count(n), 0) for n in free.values())
+    wanted, have = _cards(needs), _cards(free.values())
     lower = 0  # the cards of every gang ranked below ``highest``
     for top, highest in enumerate(ordered):  # the highest-ranked victim, as low as it can be
         lower += ordered[top - 1].total if top else 0
@@ -389,7 +404,7 @@ def _greedy(
     """Too many gangs to search: the lowest-ranked until they fit, then each one not needed
     dropped, highest first. Minimal (none can go), not always the smallest; None when even all
     of them do not fit."""
-    wanted, have = sum(card_count(n) for n in needs), sum(max(card_count(n), 0) for n in free.values())
+    wanted, have = _cards(needs), _cards(free.values())
     chosen: list[Gang] = []
     for gang in ordered:
         chosen.append(gang)
