@@ -330,10 +330,11 @@ def _with_rooms(
     those going already counted as gone), each gang with what its pods there give back, each pod
     with what it asks. As it was when none does."""
     card_resources = state.inventory.card_resources()
+    pods = state.pods
     read: dict[int, dict[str, int]] = {}  # per template (pods of one controller share theirs)
 
     def asked_by(uid: str) -> dict[str, int]:
-        pod = state.pods.get(uid)
+        pod = pods.get(uid)
         if pod is None:
             return {}
         found = read.get(id(pod.template))
@@ -341,13 +342,12 @@ def _with_rooms(
             found = read[id(pod.template)] = asks(pod.template, card_resources)
         return found
 
-    pods, templates = state.pods, {}
-    for waiters in asked:
+    for waiters in asked:  # the usual question is of cards alone: a loop with no call per pod
         for uid in waiters.uids:
-            if (pod := pods.get(uid)) is not None:
-                templates[id(pod.template)] = pod.template
-    names = sorted({name for t in templates.values() for name in asks(t, card_resources)})
-    if not names:  # the usual question, cards alone: read once per template, not once per pod
+            if (pod := pods.get(uid)) is not None and id(pod.template) not in read:
+                read[id(pod.template)] = asks(pod.template, card_resources)
+    names = sorted({name for each in read.values() for name in each})
+    if not names:
         return free, candidates, asked
     wanted = {uid: asked_by(uid) for waiters in asked for uid in waiters.uids}
     gangs = {g.key: g for g in candidates}

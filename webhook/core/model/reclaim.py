@@ -14,7 +14,7 @@ with one gang too many is never chosen.
 from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import field, replace
-from itertools import combinations
+from itertools import chain, combinations
 from typing import TypeVar, cast
 
 from webhook.core.model.values import value_class
@@ -140,12 +140,7 @@ def placeable(nodes: Mapping[str, Size], needs: Sequence[Size], budget: Budget |
 
 def _cards(sizes: Collection[Size]) -> int:
     """The cards of ``sizes`` (none counted below zero)."""
-    total = 0
-    for size in sizes:
-        cards = size if isinstance(size, int) else size[0]
-        if cards > 0:
-            total += cards
-    return total
+    return sum(cards for cards in map(card_count, sizes) if cards > 0)
 
 
 def _in_rooms(sizes: Mapping[str, Size] | Sequence[Size]) -> bool:
@@ -178,7 +173,7 @@ def _placeable_cards(nodes: Mapping[str, int], needs: Sequence[int], budget: Bud
 def _placeable_rooms(nodes: Mapping[str, Size], needs: Sequence[Size], budget: Budget) -> bool:
     """``placeable`` when other resources count beside the cards: every pod needs a node whose room
     holds it in each of them. The same search over rooms as vectors."""
-    width = max(len(_room(n, 1)) for n in (*nodes.values(), *needs))
+    width = max(1 if isinstance(n, int) else len(n) for n in chain(nodes.values(), needs))
     asked = [_room(n, width) for n in needs]
     pods = sorted((pod for pod in asked if any(pod)), reverse=True)
     if not pods:
