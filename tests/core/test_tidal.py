@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tests.builders import H200, R4090, cluster, node, owner, pod, podgroup, queue, request, template, vcjob
 from webhook.core.decide import admission, tidal
 from webhook.core.index.state import ClusterState
-from webhook.core.model import keys, objects, reclaim
+from webhook.core.model import keys, objects, placement, reclaim
 from webhook.core.model.cards import UNIT
 from webhook.core.model.reclaim import Taken
 from webhook.core.model.verdicts import Allowed, Decision, Denied
@@ -580,3 +580,34 @@ def test_the_nodes_are_read_once_for_pods_that_ask_alike() -> None:
     where = {w.nodes: w.uids for w in problem.queues}
     assert where[frozenset({"n1"})] == ("uid-ns-web-7",)
     assert len(where[frozenset(f"n{i}" for i in range(1, 50))]) == 199
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=12),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(["cpu", "memory", "pods", "rdma/hca", "hugepages-2Mi", "x"]), JSON))
+def test_a_node_whose_allocatable_is_anything_is_read_or_skipped_never_fatal(
+    allocatable: dict[str, Any],
+) -> None:
+    """A Node watched with any JSON as its allocatable amounts (what tidal reclaim holds requests
+    against): applied or skipped with a reason, never an exception; what is kept is whole units,
+    never below zero."""
+    from webhook.core.index import ingest
+
+    state = cluster(*NODES)
+    made = node("odd", R4090, 2)
+    made["status"]["allocatable"] = allocatable
+    read = placement.node_facts(made).allocatable  # read directly too, past the shape check
+    assert all(isinstance(n, int) and n >= 0 for n in read.values()), read
+    problem = ingest.upsert(state, made)
+    facts = state.nodebook.facts.get("odd")
+    if facts is None:
+        assert problem, "a node neither kept nor skipped with a reason"
+        return
+    assert all(isinstance(n, int) and n >= 0 for n in facts.allocatable.values()), facts.allocatable
+    assert not {"pods", "hugepages-2Mi"} & set(facts.allocatable)
