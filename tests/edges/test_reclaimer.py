@@ -6,6 +6,8 @@ new pods wait."""
 import asyncio
 import json
 import logging
+import time
+from collections.abc import Generator
 from typing import Any
 
 import pytest
@@ -13,6 +15,7 @@ import pytest
 from tests.builders import H200, R4090, cluster, node, request
 from tests.core.test_tidal import NODES, gang, inference, job_ref, serve_queue, train_queue
 from webhook.cluster import cache
+from webhook.cluster import reclaimer as reclaimer_module
 from webhook.cluster.reclaimer import InProcess, Reclaimer
 from webhook.core.decide import admission, report, tidal
 from webhook.core.index import ingest
@@ -261,13 +264,14 @@ def test_a_pass_that_fails_is_logged_and_the_next_one_runs(
     state, api = seed_002(*inference(1)), Api()
     calls: list[int] = []
 
-    def problems(*args: Any, **kwargs: Any) -> list[Any]:
+    def reading(*args: Any, **kwargs: Any) -> Generator[None, None, list[Any]]:
         calls.append(1)
+        yield
         if len(calls) == 1:
             raise KeyError("an object in a shape nobody expected")
         return []
 
-    monkeypatch.setattr(tidal, "problems", problems)
+    monkeypatch.setattr(tidal, "reading", reading)
     reclaimer = Reclaimer(state, api, lambda: True, interval=0.01)  # type: ignore[arg-type]
 
     async def briefly() -> None:
@@ -523,3 +527,53 @@ def test_a_queue_no_other_queue_can_give_to_costs_the_api_server_nothing() -> No
     state, api = seed_002(*inference(2)), Api()  # a training queue of lower priority: read
     run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
     assert "ns/web-0" in api.read and "ns/web-1" in api.read
+
+
+def test_a_pass_reads_the_first_pods_of_a_long_line_and_the_next_as_those_go(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pass considers a window of each line (model and queue), first in line first, not every
+    unbound pod of the cluster: only those are read from the API server; one that goes makes room
+    for the next."""
+    monkeypatch.setattr(reclaimer_module, "WINDOW", 3)
+    waiting = inference(6)
+    state, api = seed_002(*waiting), Api()
+    reclaimer = Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0)  # type: ignore[arg-type]
+    run(reclaimer)
+    run(reclaimer)
+    assert sorted(set(r for r in api.read if "web" in r)) == ["ns/web-0", "ns/web-1", "ns/web-2"]
+    ingest.remove(state, waiting[1])  # web-0 is deleted
+    api.read.clear()
+    run(reclaimer)
+    assert [r for r in api.read if "web" in r] == ["ns/web-3"]
+
+
+def test_the_reading_of_a_pass_gives_the_loop_back_between_its_slices() -> None:
+    """A review that arrives while a pass reads its questions waits for one slice, not for the
+    whole reading: the loop runs others between the slices."""
+
+    def reading() -> Generator[None, None, str]:
+        for _ in range(100):
+            until = time.perf_counter() + reclaimer_module.SLICE
+            while time.perf_counter() < until:  # a step as long as a slice
+                pass
+            yield
+        return "read"
+
+    async def beside() -> tuple[str, int]:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0)
+
+        task = asyncio.create_task(ticker())
+        await asyncio.sleep(0)
+        read = await reclaimer_module._in_slices(reading())
+        task.cancel()
+        return read, ticks
+
+    read, ticks = asyncio.run(beside())
+    assert read == "read" and ticks >= 50

@@ -15,22 +15,29 @@ a dry run (the cluster's setting or the queue's) only reports, once a minute per
 """
 
 import asyncio
+import gc
 import json
 import logging
 import multiprocessing
+import os
+import pickle
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from typing import Any
+from contextlib import contextmanager
+from dataclasses import replace
+from itertools import islice
+from typing import Any, TypeVar
 
 from webhook.cluster import cache
 from webhook.core.decide import tidal
 from webhook.core.index.state import ClusterState
 from webhook.core.model import budgets, keys, placement
-from webhook.core.model.cards import amount
+from webhook.core.model.cards import CardName, amount
 from webhook.core.model.objects import event_targets, reclaim_text
 from webhook.core.model.reclaim import Gang, Taken
+from webhook.core.model.steps import Steps
 from webhook.core.model.values import value_class
 
 log = logging.getLogger(__name__)
@@ -45,10 +52,13 @@ HOLD_FOR = 300.0  # seconds at most the cards stay held for the beneficiaries (v
 RETRY_EVERY = 2.0  # seconds between two tries of the pods of a begun gang not evicted yet
 LEARN_EVERY = 10.0  # seconds a waiting pod's object, read from the API server, is trusted
 LEARN_PER_PASS = 25  # waiting pods read from the API server in one pass at most
+WINDOW = 500  # pods of one line (model and queue) a pass considers, first in line first
+SLICE = 0.0001  # seconds of reading a pass's questions between two chances for reviews to be answered
 MAX_HOLDS = 10_000  # gangs whose freed cards are held at once (each for 300 s at most)
 BACK_OFF = 600.0  # seconds a pod the cards of a reclaim did not help waits before it may have more
 
 
+T = TypeVar("T")
 Solve = Callable[[list[tidal.Problem]], Awaitable[list[tidal.Plan]]]
 
 
@@ -69,17 +79,59 @@ class InProcess:
 
     async def __call__(self, asked: list[tidal.Problem]) -> list[tidal.Plan]:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+            self._pool = ProcessPoolExecutor(
+                max_workers=1,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=os.nice,  # background work: on a busy node the loop's thread goes first
+                initargs=(NICE,),
+            )
+        packed = [await _packed(problem) for problem in asked]
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, tidal.solve_all, asked)
+            return await asyncio.get_running_loop().run_in_executor(self._pool, _solve_packed, packed)
         except BrokenProcessPool as exc:
             self._pool = None
             raise cache.Unavailable(f"the reclaim solver's process died: {exc}") from exc
 
     def close(self) -> None:
+        """Stop the worker, once the questions it answers now are answered (a pass's search is
+        budgeted): a worker left running would outlive this process's exit."""
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+Packed = tuple[bytes, list[bytes], list[bytes]]  # a question, its free cards and its gangs, pickled
+NICE = 10  # the solver's process's niceness, added to the server's
+PIECE = 16  # gangs (or 25 times as many nodes) pickled at once on the loop
+
+
+async def _packed(problem: tidal.Problem) -> Packed:
+    """``problem`` pickled a piece at a time, giving the loop back between pieces: pickled whole,
+    5,000 gangs and 10,000 nodes held the loop 30 ms (the pool's feeder thread would hold the
+    interpreter's lock as long); pieces of bytes go to the worker as they are."""
+    items = iter(problem.free.items())  # the question's own map: nothing changes it meanwhile
+    frees: list[bytes] = []
+    while piece := list(islice(items, PIECE * 25)):
+        frees.append(pickle.dumps(piece))
+        await asyncio.sleep(0)
+    gangs: list[bytes] = []
+    for i in range(0, len(problem.candidates), PIECE):
+        gangs.append(pickle.dumps(problem.candidates[i : i + PIECE]))
+        await asyncio.sleep(0)
+    return pickle.dumps(replace(problem, free={}, candidates=())), frees, gangs
+
+
+def _solve_packed(packed: list[Packed]) -> list[tidal.Plan]:
+    """``tidal.solve_all`` of questions ``_packed`` (run in the worker)."""
+    asked = [
+        replace(
+            pickle.loads(head),
+            free=dict(pair for piece in frees for pair in pickle.loads(piece)),
+            candidates=tuple(gang for piece in gangs for gang in pickle.loads(piece)),
+        )
+        for head, frees, gangs in packed
+    ]
+    return tidal.solve_all(asked)
 
 
 @value_class
@@ -109,7 +161,8 @@ class Reclaimer:
         self.interval, self.after, self.clock = interval, after, clock
         self.on_reclaim, self.on_bound, self.solve = on_reclaim, on_bound, solve
         self.flights: dict[str, Flight] = {}  # gang key -> its eviction
-        self._seen: dict[str, float] = {}  # pod uid -> first seen waiting for cards no node had free
+        # per line (model, queue), the pods a pass considers, first in line first: uid -> first seen
+        self._window: dict[tuple[CardName, str], dict[str, float]] = {}
         self._protected: dict[str, float] = {}  # gang key -> until when a budget keeps it out
         self._told: dict[tuple[str, str], float] = {}  # (pod uid, card) -> its last report
         self._done: list[str] = []  # PodGroups whose hold is over, their marks to remove
@@ -140,38 +193,31 @@ class Reclaimer:
             await self._mark(self._done.pop(), None)
         self._adopted = {k for k in self._adopted if tidal.holding(self.state, k, now) is not None}
         await self._finish(now)
-        unbound = self.state.charged.unbound()
-        self._seen = {uid: at for uid, at in self._seen.items() if uid in unbound}
         self._protected = {key: until for key, until in self._protected.items() if until > now}
-
-        def waited(uid: str) -> bool:
-            return now - self._seen.setdefault(uid, now) >= self.after and self._back.get(uid, 0.0) <= now
-
-        asking = tidal.waiting(self.state, waited)
-        asking = {
-            card: {q: pods for q, pods in queues.items() if tidal.may_take(self.state, q)}
-            for card, queues in asking.items()
-        }
+        asking = self._asking(now)
+        await asyncio.sleep(0)  # each piece of a pass gives the loop back: reviews wait for none whole
         await self._learn(asking, now)
+        await asyncio.sleep(0)
 
         def ready(uid: str) -> bool:
-            return waited(uid) and uid in self._learned and self._learned[uid][0].unschedulable
+            return uid in self._learned and self._learned[uid][0].unschedulable
 
         leaving: set[str] = set()
         for flight in self.flights.values():
             leaving.add(flight.gang.key)
             leaving.update(flight.gang.pods)
-        for key, group in self.state.podgroups.items():  # an earlier leader's reclaim, still held
-            if keys.RECLAIMED in group.annotations and tidal.holding(self.state, key, now) is not None:
+        for key in sorted(self.state.groups.marked):  # an earlier leader's reclaim, still held
+            if tidal.holding(self.state, key, now) is not None:
                 leaving.add(key)
                 if key not in self.flights and key not in self._adopted:
                     self._adopt(key, now)
-        asked = tidal.problems(self.state, ready, leaving, set(self._protected), self._usable, asking)
-        if not asked:
-            return
-        # The search runs beside the loop that answers reviews and renews the Lease; it reads only
-        # the questions, never the state the cache keeps changing meanwhile.
-        plans = await self.solve(asked)
+        with _collector_waits():
+            reading = tidal.reading(self.state, ready, leaving, set(self._protected), self._usable, asking)
+            asked = await _in_slices(reading)
+            # The search runs beside the loop that answers reviews and renews the Lease; it reads
+            # only the questions, never the state the cache keeps changing meanwhile.
+            plans = await self.solve(asked) if asked else []
+            await _let_go(asked)
         for plan in plans:
             if not self.serving():
                 return  # another replica serves now: it plans afresh
@@ -182,12 +228,46 @@ class Reclaimer:
             else:
                 await self._reclaim(plan, now)
 
+    def _asking(self, now: float) -> dict[CardName, dict[str, list[str]]]:
+        """Per model and queue, the pods of its window that waited ``after`` seconds and do not back
+        off. A line's window keeps its pods until they are bound or gone, and takes newcomers up to
+        ``WINDOW``: a pass reads a few hundred pods of a line, never every unbound pod."""
+        windows: dict[tuple[CardName, str], dict[str, float]] = {}
+        out: dict[CardName, dict[str, list[str]]] = {}
+        takes: dict[str, bool] = {}
+        for line in tidal.lines(self.state):
+            card, queue = line
+            if queue not in takes:
+                takes[queue] = tidal.may_take(self.state, queue)
+            if not takes[queue]:  # no other queue could give to it: nothing read, nothing solved
+                continue
+            kept = {uid: at for uid, at in self._window.get(line, {}).items() if self._in_line(uid, line)}
+            if len(kept) < WINDOW:
+                kept.update((uid, now) for uid in tidal.newcomers(self.state, line, kept, WINDOW - len(kept)))
+            windows[line] = kept
+            ripe = [u for u, at in kept.items() if now - at >= self.after and self._back.get(u, 0.0) <= now]
+            if ripe:
+                out.setdefault(card, {})[queue] = ripe
+        self._window = windows
+        return out
+
+    def _in_line(self, uid: str, line: tuple[CardName, str]) -> bool:
+        """Whether the pod ``uid`` still waits unbound in ``line`` (live, charged that model and queue)."""
+        charge, pod = self.state.charged.charge(uid), self.state.pods.get(uid)
+        return (
+            charge is not None
+            and pod is not None
+            and pod.is_live
+            and not charge.bound
+            and (charge.card, charge.queue) == line
+        )
+
     async def _learn(self, waiting: Mapping[Any, Mapping[str, list[str]]], now: float) -> None:
-        """Read from the API server the waiting pods not read lately (at most ``LEARN_PER_PASS``):
-        whether the scheduler found no node for them, and where they may land."""
-        uids = {uid for queues in waiting.values() for pods in queues.values() for uid in pods}
-        self._learned = {uid: seen for uid, seen in self._learned.items() if uid in uids}
-        due = [uid for uid in sorted(uids) if uid not in self._learned or self._learned[uid][1] <= now]
+        """Read from the API server the waiting pods not read lately (at most ``LEARN_PER_PASS``,
+        first in line first): whether the scheduler found no node for them, and where they may land."""
+        uids = [uid for queues in waiting.values() for pods in queues.values() for uid in pods]
+        self._learned = {uid: self._learned[uid] for uid in uids if uid in self._learned}
+        due = [uid for uid in uids if uid not in self._learned or self._learned[uid][1] <= now]
         for uid in due[:LEARN_PER_PASS]:
             pod = self.state.pods.get(uid)
             if pod is None:
@@ -229,8 +309,9 @@ class Reclaimer:
                     self._done.append(key)
                 for uid in taken.for_pods:
                     pod = self.state.pods.get(uid)
-                    if pod is not None and pod.node_name and uid in self._seen:
-                        self.on_bound(now - self._seen.pop(uid))
+                    since = next((w.pop(uid) for w in self._window.values() if uid in w), None)
+                    if pod is not None and pod.node_name and since is not None:
+                        self.on_bound(now - since)
                     elif pod is not None and not pod.node_name:  # the cards did not help it: back off
                         self._back[uid] = now + BACK_OFF
                         log.warning(
@@ -378,10 +459,12 @@ class Reclaimer:
 
     async def _finish(self, now: float) -> None:
         """Try again the pods of begun gangs that are still there; report a gang its hold outlived."""
-        if not self._rest:
-            return
-        live = {p.key for p in self.state.pods.values() if p.is_live}
         for key, (rest, due) in list(self._rest.items()):
+            live = {
+                pod.key
+                for uid in self.state.charged.in_group(key)
+                if (pod := self.state.pods.get(uid)) is not None and pod.is_live
+            }
             ours = key in self.flights or (
                 key in self._adopted and tidal.holding(self.state, key, now) is not None
             )
@@ -449,6 +532,45 @@ class Reclaimer:
             await self.transport.record_event(namespace, involved, reason, message, kind)
         except cache.Unavailable as exc:
             log.warning("could not record an Event", extra={"object": involved["name"], "error": str(exc)})
+
+
+@contextmanager
+def _collector_waits() -> Iterator[None]:
+    """The garbage collector waits while a pass's questions are alive: tens of thousands of objects
+    (a gang, its pods, its nodes) that live through the reading and die together by their reference
+    counts when the pass has its plans. A collection meanwhile scans them all, again and again as
+    they age (1 to 3 ms each, a review waiting that long: performance.md); after, they are gone."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
+
+
+async def _let_go(asked: list[tidal.Problem]) -> None:
+    """Free a pass's questions a few gangs at a time: dropped at once, 5,000 gangs and their pods
+    and nodes took 4 ms to free, a review waiting as long."""
+    gangs = [gang for problem in asked for gang in problem.candidates]
+    asked.clear()
+    while gangs:
+        del gangs[-PIECE * 4 :]
+        await asyncio.sleep(0)
+
+
+async def _in_slices(steps: Steps[T]) -> T:
+    """Take ``steps`` to their end, giving the loop back every ``SLICE`` seconds: a review that
+    arrives meanwhile waits for one slice, not for the whole reading."""
+    until = time.perf_counter() + SLICE
+    while True:
+        try:
+            next(steps)
+        except StopIteration as end:
+            return end.value  # type: ignore[no-any-return]
+        if time.perf_counter() >= until:
+            await asyncio.sleep(0)
+            until = time.perf_counter() + SLICE
 
 
 def _what(gang: Gang) -> str:

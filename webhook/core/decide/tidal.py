@@ -12,9 +12,10 @@ deleted, gangs evicted by an earlier pass) are never taken twice. Victims come f
 
 import math
 from collections import Counter, defaultdict
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import replace
 from functools import partial
+from typing import TypeVar
 
 from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage, tree_usage
@@ -34,8 +35,10 @@ from webhook.core.model.reclaim import (
     victims,
     why_not,
 )
+from webhook.core.model.steps import Steps, done
 from webhook.core.model.values import value_class
 
+T = TypeVar("T")
 MODES = ("on", "dry-run", "off")
 PASS_BUDGET = 200_000  # search steps of one pass over every model (``reclaim.Budget``)
 
@@ -97,30 +100,43 @@ def service_of(state: ClusterState, uid: str, said_counts: bool = True) -> str:
     return state.policy.service_type_by_kind.get(kind, "")
 
 
+def lines(state: ClusterState) -> list[tuple[CardName, str]]:
+    """The (model, queue) lines of unbound pods whose queue's reclaim is not off: read from the
+    index of unbound pods by line, never by walking them."""
+    modes: dict[str, str] = {}
+    for _, queue in state.charged.unbound_lines.lines():
+        if queue not in modes:
+            modes[queue] = mode_of(state, queue)
+    return sorted(line for line in state.charged.unbound_lines.lines() if modes[line[1]] != "off")
+
+
+def newcomers(
+    state: ClusterState, line: tuple[CardName, str], known: Container[str] = (), wanted: int | None = None
+) -> list[str]:
+    """Up to ``wanted`` pods of ``line`` not in ``known`` that may take back cards (live, of service
+    type inference), first in line first. A PodGroup's (or an owner's) pods are judged at once, so
+    a line of training pods in front of a few inference pods costs a look per PodGroup."""
+    out: list[str] = []
+    for _, uids in state.charged.unbound_lines.line(line):
+        if _beneficiary(state, next(iter(uids))) != INFERENCE:
+            continue
+        for uid in uids:
+            pod = state.pods.get(uid)
+            if uid in known or pod is None or not pod.is_live:
+                continue
+            out.append(uid)
+            if wanted is not None and len(out) >= wanted:
+                return out
+    return out
+
+
 def waiting(state: ClusterState, ready: Callable[[str], bool]) -> dict[CardName, dict[str, list[str]]]:
-    """Per model and queue, the pods that may take back cards now (oldest uid order is kept stable)."""
-    out: dict[CardName, dict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
-    modes: dict[str, str] = {}  # per queue, and service type per PodGroup: read once a pass
-    services: dict[str, str] = {}
-    for uid in sorted(state.charged.unbound()):
-        charge = state.charged.charge(uid)
-        if charge is None or charge.card is None or not ready(uid):
-            continue
-        pod = state.pods.get(uid)
-        if pod is None or not pod.is_live:
-            continue
-        if (mode := modes.get(charge.queue)) is None:
-            mode = modes[charge.queue] = mode_of(state, charge.queue)
-        if mode == "off":
-            continue
-        group = f"{pod.namespace}/{pod.group_name}" if pod.group_name else ""
-        if group:
-            service = services.get(group) or services.setdefault(group, _beneficiary(state, uid))
-        else:
-            service = _beneficiary(state, uid)
-        if service != INFERENCE:
-            continue
-        out[charge.card][charge.queue].append(uid)
+    """Per model and queue, every pod that may take back cards now (``ready``), first in line first."""
+    out: dict[CardName, dict[str, list[str]]] = defaultdict(dict)
+    for line in lines(state):
+        uids = [uid for uid in newcomers(state, line) if ready(uid)]
+        if uids:
+            out[line[0]][line[1]] = uids
     return out
 
 
@@ -163,8 +179,14 @@ def gangs(state: ClusterState, card: CardName, leaving: Collection[str]) -> list
     A pod with no PodGroup the cache knows is never a victim (nothing would hold its cards for the
     pods they are taken for: its controller would re-create it at once), nor a gang holding other
     models too (evicting it whole would touch them)."""
+    return done(_gangs(state, card, leaving, done(_nodes_of(state, card))))
+
+
+def _gangs(
+    state: ClusterState, card: CardName, leaving: Collection[str], nodes: Iterable[str]
+) -> Steps[list[Gang]]:
     members: dict[str, set[str]] = defaultdict(set)
-    for node in state.free.nodes_of(card):
+    for node in nodes:
         for uid in state.charged.on_node(node):
             charge, pod = state.charged.charge(uid), state.pods.get(uid)
             if charge is None or pod is None or charge.card != card or not charge.bound:
@@ -172,13 +194,27 @@ def gangs(state: ClusterState, card: CardName, leaving: Collection[str]) -> list
             key = charge.group
             if key and key in state.podgroups and key not in leaving and pod.is_live:
                 members[key].add(uid)
+        yield
     found: list[Gang] = []
-    for key, held in members.items():
+    for key in list(members):
+        held = members.pop(key)  # freed a step at a time, not all at the end
         uids = set(state.charged.in_group(key)) | held
         gang = _gang(state, key, uids, card)
         if gang is not None:
             found.append(gang)
+        yield
     return found
+
+
+def _nodes_of(state: ClusterState, card: CardName) -> Steps[dict[str, int]]:
+    """Every node that has ``card``, and how many of it are free there (``FreeCards.nodes_of``)."""
+    out: dict[str, int] = {}
+    for node in state.free.nodes():
+        free = state.free.free_of(node, card)
+        if free is not None:
+            out[node] = free
+        yield
+    return out
 
 
 def _gang(state: ClusterState, key: str, uids: Iterable[str], card: CardName) -> Gang | None:
@@ -223,15 +259,23 @@ def _gang(state: ClusterState, key: str, uids: Iterable[str], card: CardName) ->
 def freeing(state: ClusterState, card: CardName, leaving: Collection[str]) -> dict[str, int]:
     """Each node's free cards of ``card``, counting those of pods being deleted and of the pods
     ``leaving`` (evicted, not yet seen going) as free already."""
-    nodes = state.free.nodes_of(card)
-    for node in nodes:
+    return done(_freeing(state, card, leaving, done(_nodes_of(state, card))))
+
+
+def _freeing(
+    state: ClusterState, card: CardName, leaving: Collection[str], nodes: Mapping[str, int]
+) -> Steps[dict[str, int]]:
+    free: dict[str, int] = {}
+    for node, count in nodes.items():  # ``nodes`` is the reading's own: nothing changes it
         for uid in state.charged.on_node(node):
             charge, pod = state.charged.charge(uid), state.pods.get(uid)
             if charge is None or pod is None or charge.card != card or not charge.bound:
                 continue
             if pod.deletion_deadline is not None or pod.key in leaving:
-                nodes[node] += charge.count
-    return nodes
+                count += charge.count
+        free[node] = count
+        yield
+    return free
 
 
 @value_class
@@ -269,41 +313,60 @@ def problems(
     usable: Callable[[str], Callable[[str], bool]] | None = None,
     asking: Mapping[CardName, Mapping[str, list[str]]] | None = None,
 ) -> list[Problem]:
-    """What to take back now, as questions. ``leaving``: the PodGroups (and pods, namespace/name)
-    already evicted whose pods the cache may still show; ``excluded``: gangs not to take (a budget
-    protects them); ``usable``: for a waiting pod (uid), which nodes it may be scheduled on (its
-    nodeSelector, required affinity and tolerations against the node: ``placement.usable``);
-    without it, every schedulable node; ``asking``: ``waiting``'s answer, read already (then
-    ``ready`` only filters it)."""
+    """What to take back now, as questions (``reading``'s steps taken at once)."""
+    return done(reading(state, ready, leaving, excluded, usable, asking))
+
+
+def reading(
+    state: ClusterState,
+    ready: Callable[[str], bool],
+    leaving: Collection[str] = (),
+    excluded: Collection[str] = (),
+    usable: Callable[[str], Callable[[str], bool]] | None = None,
+    asking: Mapping[CardName, Mapping[str, list[str]]] | None = None,
+) -> Steps[list[Problem]]:
+    """What to take back now, as questions, read in steps of a node, a gang or a pod each (the
+    serving replica answers reviews between them). ``leaving``: the PodGroups (and pods,
+    namespace/name) already evicted whose pods the cache may still show; ``excluded``: gangs not
+    to take (a budget protects them); ``usable``: for a waiting pod (uid), which nodes it may be
+    scheduled on (its nodeSelector, required affinity and tolerations against the node:
+    ``placement.usable``); without it, every schedulable node; ``asking``: ``waiting``'s answer,
+    read already (then ``ready`` only filters it). The state may change between two steps: each
+    reads it afresh, so a question is as of its steps, as any plan is as of its reading."""
     out: list[Problem] = []
     if asking is None:
         asking = waiting(state, ready)
     else:
         asking = {c: {q: [u for u in us if ready(u)] for q, us in qs.items()} for c, qs in asking.items()}
+    yield
     for card, queues in sorted(asking.items()):
         queues = {q: us for q, us in queues.items() if us}
         if not queues:
             continue
-        every = gangs(state, card, leaving)
-        candidates = tuple(g for g in every if g.key not in excluded)
-        nodes = state.free.nodes_of(card)
-        asked = tuple(
-            Waiters(
-                q,
-                mode_of(state, q),
-                priority_of(state, q),
-                tuple(uids),
-                tuple(_size(state, u) for u in uids),
-                where,
-            )
-            for q in sorted(queues, key=lambda q: (-priority_of(state, q), q))
-            if inside_quota(state, q, card)
-            for where, uids in _alike(state, nodes, queues[q], usable)
-        )
+        nodes = yield from _nodes_of(state, card)
+        every = yield from _gangs(state, card, leaving, nodes)
+        kept: list[Gang] = []
+        for some in _chunks(every):
+            kept += [g for g in some if g.key not in excluded]
+            yield
+        candidates = tuple(kept)
+        asked: list[Waiters] = []
+        for q in sorted(queues, key=lambda q: (-priority_of(state, q), q)):
+            if not inside_quota(state, q, card):
+                continue
+            mode, priority = mode_of(state, q), priority_of(state, q)
+            for where, uids in (yield from _alike(state, nodes, queues[q], usable)):
+                sizes = tuple(_size(state, u) for u in uids)
+                asked.append(Waiters(q, mode, priority, tuple(uids), sizes, where))
+                yield
         if asked:
-            free: Mapping[str, Size] = freeing(state, card, leaving)
-            free, candidates, asked = _with_rooms(state, free, candidates, asked, leaving)
-            out.append(Problem(card, free, candidates, len(every) - len(candidates), asked))
+            free: Mapping[str, Size] = yield from _freeing(state, card, leaving, nodes)
+            free, candidates, roomed = yield from _with_rooms(state, free, candidates, tuple(asked), leaving)
+            out.append(Problem(card, free, candidates, len(every) - len(candidates), roomed))
+        del kept, candidates
+        while every:  # the gangs read and not kept (replaced by their rooms' or left out) freed a few a step
+            del every[-64:]
+            yield
     return out
 
 
@@ -324,7 +387,7 @@ def _with_rooms(
     candidates: tuple[Gang, ...],
     asked: tuple[Waiters, ...],
     leaving: Collection[str],
-) -> tuple[Mapping[str, Size], tuple[Gang, ...], tuple[Waiters, ...]]:
+) -> Steps[tuple[Mapping[str, Size], tuple[Gang, ...], tuple[Waiters, ...]]]:
     """The problem as rooms when a waiting pod asks more than cards: each node's free cards, then
     what it has left of each such resource (allocatable less the requests of the live pods on it,
     those going already counted as gone), each gang with what its pods there give back, each pod
@@ -349,8 +412,12 @@ def _with_rooms(
     names = sorted({name for each in read.values() for name in each})
     if not names:
         return free, candidates, asked
+    yield
     wanted = {uid: asked_by(uid) for waiters in asked for uid in waiters.uids}
-    gangs = {g.key: g for g in candidates}
+    gangs: set[str] = set()
+    for some in _chunks(candidates):
+        gangs.update(g.key for g in some)
+        yield
     frees: dict[str, dict[str, list[int]]] = defaultdict(dict)
     rooms: dict[str, Size] = {}
     facts = state.nodebook.facts
@@ -371,21 +438,20 @@ def _with_rooms(
                 given = frees[group].setdefault(node, [0] * len(names))
                 frees[group][node] = [have + n for have, n in zip(given, used, strict=True)]
         rooms[node] = (card_count(cards), *left)
-    kept = tuple(
-        replace(g, frees={n: tuple(v) for n, v in frees[g.key].items()}) if g.key in frees else g
-        for g in candidates
-    )
-    sized = tuple(
-        replace(
-            waiters,
-            sizes=tuple(
-                (card_count(size), *(wanted[uid].get(name, 0) for name in names))
-                for uid, size in zip(waiters.uids, waiters.sizes, strict=True)
-            ),
-        )
-        for waiters in asked
-    )
-    return rooms, kept, sized
+        yield
+    kept: list[Gang] = []
+    for g in candidates:
+        back = frees.pop(g.key, None)  # freed a step at a time, not all at the end
+        kept.append(replace(g, frees={n: tuple(v) for n, v in back.items()}) if back is not None else g)
+        yield
+    sized: list[Waiters] = []
+    for waiters in asked:
+        sizes: list[Size] = []
+        for pairs in _chunks(list(zip(waiters.uids, waiters.sizes, strict=True))):
+            sizes += [(card_count(n), *(wanted[uid].get(name, 0) for name in names)) for uid, n in pairs]
+            yield
+        sized.append(replace(waiters, sizes=tuple(sizes)))
+    return rooms, tuple(kept), tuple(sized)
 
 
 def _alike(
@@ -393,13 +459,16 @@ def _alike(
     nodes: Mapping[str, int],
     uids: Sequence[str],
     usable: Callable[[str], Callable[[str], bool]] | None,
-) -> list[tuple[frozenset[str] | None, list[str]]]:
+) -> Steps[list[tuple[frozenset[str] | None, list[str]]]]:
     """A queue's waiting pods grouped by the nodes they may land on (a Deployment's pods share
     them), in line order of each group's first pod: each group is placed on its own nodes, so a pod
     is never helped on a node only another may use, nor refused for another's constraints. The
     nodes are read once for each distinct test ``usable`` answers (pods of one template share one)."""
     facts = state.nodebook.facts
-    schedulable = {n for n in nodes if (f := facts.get(n)) is None or f.schedulable}
+    schedulable: list[str] = []
+    for some in _chunks(list(nodes)):
+        schedulable += [n for n in some if (f := facts.get(n)) is None or f.schedulable]
+        yield
     every = None if len(schedulable) == len(nodes) else frozenset(schedulable)
     if usable is None:
         return [(every, list(uids))] if uids else []
@@ -408,10 +477,19 @@ def _alike(
     for uid in uids:
         fits = usable(uid)
         if fits not in read:
-            where = {n for n in schedulable if fits(n)}
+            where: list[str] = []
+            for some in _chunks(schedulable):
+                where += [n for n in some if fits(n)]
+                yield
             read[fits] = None if len(where) == len(nodes) else frozenset(where)
         groups.setdefault(read[fits], []).append(uid)
+        yield
     return list(groups.items())
+
+
+def _chunks(items: Sequence[T], size: int = 64) -> Iterable[Sequence[T]]:
+    """``items`` a few at a time: a step of a reading tests a few nodes, not ten thousand."""
+    return (items[i : i + size] for i in range(0, len(items), size))
 
 
 def solve(problem: Problem, allowance: Budget | None = None) -> list[Plan]:

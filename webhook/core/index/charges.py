@@ -6,7 +6,7 @@ the CPU/memory check's charges. Adding a pod counts its charge in the queue tree
 free cards; removing it takes exactly that back. Both answer the PodGroup whose demand changed, so
 the state can refresh that group's reservation.
 
-Sets of uids are the keys of dicts (``Members``, the unbound pods): in CPython a set of five strings
+Sets of uids are the keys of dicts (``Members``, ``Unbound``): in CPython a set of five strings
 takes 730 bytes (its table is never more than three fifths full and grows fourfold), a dict of them
 180, and a node holds a few pods; the 30,000 unbound pods of the 100,000 of ``tests.bench.memory``
 take less than half a set's bytes in a dict.
@@ -55,6 +55,54 @@ class Members:
 
     def of(self, key: str) -> Set[str]:
         return self._of.get(key, NOTHING).keys()
+
+
+class Unbound:
+    """The live pods of one card model that no node holds yet (tidal reclaim's beneficiaries to
+    be): by uid, and in one line per model and queue, each line by what its pods belong to (their
+    PodGroup, else their owner, else the pod itself: one service type each), first seen first (an
+    update of a pod puts it at the end of its PodGroup's). A pass reads a few of a line, never
+    every unbound pod of the cluster."""
+
+    __slots__ = ("_all", "_lines")
+
+    def __init__(self) -> None:
+        self._all: dict[str, None] = {}
+        self._lines: dict[tuple[CardName, str], dict[str, dict[str, None]]] = {}
+
+    def add(self, uid: str, line: tuple[CardName, str], who: str) -> None:
+        self._all[uid] = None
+        owners = self._lines.get(line)
+        if owners is None:
+            owners = self._lines[line] = {}
+        uids = owners.get(who)
+        if uids is None:
+            uids = owners[who] = {}
+        uids[uid] = None
+
+    def discard(self, uid: str, line: tuple[CardName, str], who: str) -> None:
+        self._all.pop(uid, None)
+        owners = self._lines.get(line)
+        if owners is None or who not in owners:
+            return
+        uids = owners[who]
+        uids.pop(uid, None)
+        if not uids:
+            del owners[who]
+            if not owners:
+                del self._lines[line]
+
+    def uids(self) -> Set[str]:
+        return self._all.keys()
+
+    def lines(self) -> Set[tuple[CardName, str]]:
+        """The (model, queue) pairs some pod waits in."""
+        return self._lines.keys()
+
+    def line(self, line: tuple[CardName, str]) -> Iterator[tuple[str, Set[str]]]:
+        """A line's pods, per what they belong to (a PodGroup's key, an owner's or a pod's uid)."""
+        for who, uids in self._lines.get(line, {}).items():
+            yield who, uids.keys()
 
 
 def pod_charge(pod: PodRecord, demand: PodDemand, queue: str, node: NodeCards | None) -> Charge | None:
@@ -134,7 +182,7 @@ class PodIndex:
         self._by_group, self._by_node, self._by_owner = Members(), Members(), Members()
         self._group_cards: dict[str, Counter[CardSpec]] = defaultdict(Counter)
         self._group_bound: Counter[str] = Counter()  # PodGroup key -> its bound live pods
-        self._unbound: dict[str, None] = {}  # live pods of one model not bound yet (tidal reclaim)
+        self._unbound = Unbound()
 
     def add(self, pod: PodRecord, charge: Charge | None, compute: ComputeCharge | None) -> str:
         """Index ``pod`` with its charges; returns its PodGroup's key when the group's demand
@@ -180,10 +228,11 @@ class PodIndex:
         if charge.bound and charge.card is not None:
             self._free.use(pod.node_name, charge.card, sign * charge.count)
         elif charge.card is not None and not pod.node_name:
+            who = charge.group or (pod.owner.uid if pod.owner is not None else pod.uid)
             if sign > 0:
-                self._unbound[pod.uid] = None
+                self._unbound.add(pod.uid, (charge.card, charge.queue), who)
             else:
-                self._unbound.pop(pod.uid, None)
+                self._unbound.discard(pod.uid, (charge.card, charge.queue), who)
         if charge.group:
             self._group_cards[charge.group][charge.spec] += sign * charge.count
             if charge.bound:
@@ -199,7 +248,12 @@ class PodIndex:
 
     def unbound(self) -> Set[str]:
         """The live pods of one card model that no node holds yet."""
-        return self._unbound.keys()
+        return self._unbound.uids()
+
+    @property
+    def unbound_lines(self) -> Unbound:
+        """The same pods in lines per model and queue (``Unbound``)."""
+        return self._unbound
 
     def in_group(self, key: str) -> Set[str]:
         return self._by_group.of(key)

@@ -53,6 +53,16 @@ class FreeCards:
             if any(c.name == card for c in cards)
         }
 
+    def nodes(self) -> list[str]:
+        """Every node with cards, as a list of its own (a reading in steps walks it while the
+        nodes change)."""
+        return list(self._cards)
+
+    def free_of(self, node: str, card: CardName) -> int | None:
+        """The free cards of ``card`` on ``node``; None when the node has none of it."""
+        capacity = self._capacity(node, card)
+        return None if capacity is None else capacity - self._used.get((node, card), 0)
+
     def free_on(self, node: str, card: CardName) -> int:
         return (self._capacity(node, card) or 0) - self._used.get((node, card), 0)
 
