@@ -29,6 +29,7 @@ from webhook.cluster.reclaimer import WINDOW, InProcess, Reclaimer
 from webhook.cluster.sources import settle_heap
 from webhook.core.decide import admission, tidal
 from webhook.core.model.policy import Policy
+from webhook.core.model.steps import done
 
 RS = owner("ReplicaSet", "web-1", "uid-rs-web-1")
 
@@ -143,7 +144,7 @@ def main() -> None:
     reads, solves = [], []
     for _ in range(args.rounds):
         started = time.perf_counter()
-        asked = tidal.problems(state, lambda uid: True)
+        asked = done(tidal.problems(state, lambda uid: True))
         reads.append(time.perf_counter() - started)
         started = time.perf_counter()
         plans = tidal.solve_all(asked)

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 from tests.builders import GPU, R4090, cluster, node, owner, pod, podgroup, queue
 from webhook.core.decide import tidal
 from webhook.core.model import placement
+from webhook.core.model.steps import done
 
 RS = owner("ReplicaSet", "web", "uid-rs-web")
 TAINT = {"key": "dedicated", "value": "training", "effect": "NoSchedule"}
@@ -207,7 +208,7 @@ def plans(nodes: Sequence[Node], gangs: Sequence[Gang], waiting: Sequence[Waitin
         return lambda name: placement.usable(facts[name], places[uid])
 
     budgeted = {f"ns/{g.name}" for g in gangs if g.may_give == "budget"}
-    return tidal.solve_all(tidal.problems(state, lambda uid: True, excluded=budgeted, usable=usable))
+    return tidal.solve_all(done(tidal.problems(state, lambda uid: True, excluded=budgeted, usable=usable)))
 
 
 def test_a_pod_that_can_use_a_free_card_is_not_a_reason_to_evict_and_another_pods_nodes_are_its_own() -> None:

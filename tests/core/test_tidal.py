@@ -15,6 +15,7 @@ from webhook.core.index.state import ClusterState
 from webhook.core.model import keys, objects, placement, reclaim
 from webhook.core.model.cards import UNIT
 from webhook.core.model.reclaim import Taken
+from webhook.core.model.steps import done
 from webhook.core.model.verdicts import Allowed, Decision, Denied
 
 RS = owner("ReplicaSet", "web-1", "uid-rs-web-1")
@@ -575,7 +576,7 @@ def test_the_nodes_are_read_once_for_pods_that_ask_alike() -> None:
     def usable(uid: str) -> Any:
         return only_n1 if uid == "uid-ns-web-7" else shared
 
-    [problem] = tidal.problems(state, lambda uid: True, usable=usable)
+    [problem] = done(tidal.problems(state, lambda uid: True, usable=usable))
     assert len(reads) == 50
     where = {w.nodes: w.uids for w in problem.queues}
     assert where[frozenset({"n1"})] == ("uid-ns-web-7",)

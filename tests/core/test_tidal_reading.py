@@ -111,9 +111,9 @@ def test_the_questions_read_in_steps_survive_any_change_between_two_steps(
         *gang("tk", ["n2"]),
         *inference(3),
     )
-    at_once = tidal.problems(state, lambda uid: True)
-    assert done(tidal.reading(state, lambda uid: True)) == at_once
-    steps = tidal.reading(state, lambda uid: True)
+    at_once = done(tidal.problems(state, lambda uid: True))
+    assert done(tidal.problems(state, lambda uid: True)) == at_once
+    steps = tidal.problems(state, lambda uid: True)
     changing = iter(ops)
     taken = 0
     try:

@@ -21,6 +21,7 @@ from webhook.core.decide import admission, report, tidal
 from webhook.core.index import ingest
 from webhook.core.index.state import ClusterState
 from webhook.core.model import keys
+from webhook.core.model.steps import done
 from webhook.core.model.verdicts import Allowed, Denied
 
 
@@ -264,14 +265,14 @@ def test_a_pass_that_fails_is_logged_and_the_next_one_runs(
     state, api = seed_002(*inference(1)), Api()
     calls: list[int] = []
 
-    def reading(*args: Any, **kwargs: Any) -> Generator[None, None, list[Any]]:
+    def problems(*args: Any, **kwargs: Any) -> Generator[None, None, list[Any]]:
         calls.append(1)
         yield
         if len(calls) == 1:
             raise KeyError("an object in a shape nobody expected")
         return []
 
-    monkeypatch.setattr(tidal, "reading", reading)
+    monkeypatch.setattr(tidal, "problems", problems)
     reclaimer = Reclaimer(state, api, lambda: True, interval=0.01)  # type: ignore[arg-type]
 
     async def briefly() -> None:
@@ -493,7 +494,7 @@ def test_the_serving_replicas_solver_answers_in_a_process_of_its_own_as_in_this_
     that died is reported as the API server's unavailability is (the pass is retried), and a new
     one is started for the next pass."""
     state = seed_002(*inference(2))
-    asked = tidal.problems(state, lambda uid: True)
+    asked = done(tidal.problems(state, lambda uid: True))
 
     async def twice() -> tuple[list[tidal.Plan], list[tidal.Plan]]:
         solver = InProcess()

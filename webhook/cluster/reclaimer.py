@@ -212,7 +212,7 @@ class Reclaimer:
                 if key not in self.flights and key not in self._adopted:
                     self._adopt(key, now)
         with _collector_waits():
-            reading = tidal.reading(self.state, ready, leaving, set(self._protected), self._usable, asking)
+            reading = tidal.problems(self.state, ready, leaving, set(self._protected), self._usable, asking)
             asked = await _in_slices(reading)
             # The search runs beside the loop that answers reviews and renews the Lease; it reads
             # only the questions, never the state the cache keeps changing meanwhile.

@@ -312,18 +312,6 @@ def problems(
     excluded: Collection[str] = (),
     usable: Callable[[str], Callable[[str], bool]] | None = None,
     asking: Mapping[CardName, Mapping[str, list[str]]] | None = None,
-) -> list[Problem]:
-    """What to take back now, as questions (``reading``'s steps taken at once)."""
-    return done(reading(state, ready, leaving, excluded, usable, asking))
-
-
-def reading(
-    state: ClusterState,
-    ready: Callable[[str], bool],
-    leaving: Collection[str] = (),
-    excluded: Collection[str] = (),
-    usable: Callable[[str], Callable[[str], bool]] | None = None,
-    asking: Mapping[CardName, Mapping[str, list[str]]] | None = None,
 ) -> Steps[list[Problem]]:
     """What to take back now, as questions, read in steps of a node, a gang or a pod each (the
     serving replica answers reviews between them). ``leaving``: the PodGroups (and pods,
@@ -582,7 +570,7 @@ def plan(
     excluded: Collection[str] = (),
 ) -> list[Plan]:
     """What to take back now: ``problems`` read and solved at once."""
-    return solve_all(problems(state, ready, leaving, excluded))
+    return solve_all(done(problems(state, ready, leaving, excluded)))
 
 
 def solve_all(asked: Iterable[Problem]) -> list[Plan]:
