@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.builders import H200, R4090, cluster, node, request
-from tests.core.test_tidal import NODES, gang, inference, job_ref, serve_queue, train_queue
+from tests.builders import H200, R4090, cluster, node, pod, podgroup, request
+from tests.core.test_tidal import NODES, RS, gang, inference, job_ref, serve_queue, train_queue
 from webhook.cluster import cache
 from webhook.cluster import reclaimer as reclaimer_module
 from webhook.cluster.reclaimer import InProcess, Reclaimer
@@ -37,6 +37,7 @@ class Api:
         self.read: list[str] = []  # pods read (namespace/name)
         self.selector: dict[str, str] = {}  # the inference pods' nodeSelector
         self.reason = "Unschedulable"  # why the inference pods are not scheduled
+        self.elsewhere: set[str] = set()  # inference pods (names) that wait for something else
         self.tolerations: list[dict[str, str]] = []  # the inference pods' tolerations
         self.dry: list[str] = []
         self.evicted: list[str] = []
@@ -62,7 +63,13 @@ class Api:
                 "spec": {"nodeSelector": self.selector, "tolerations": self.tolerations},
                 "status": {
                     "phase": "Pending",
-                    "conditions": [{"type": "PodScheduled", "status": "False", "reason": self.reason}],
+                    "conditions": [
+                        {
+                            "type": "PodScheduled",
+                            "status": "False",
+                            "reason": "SchedulingGated" if name in self.elsewhere else self.reason,
+                        }
+                    ],
                 },
             }
         return {
@@ -533,35 +540,56 @@ def test_a_queue_no_other_queue_can_give_to_costs_the_api_server_nothing() -> No
 def test_a_pass_reads_the_first_pods_of_a_long_line_and_the_next_as_those_go(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A pass considers a window of each line (model and queue), first in line first, not every
-    unbound pod of the cluster: only those are read from the API server; one that goes makes room
-    for the next."""
+    """A pass considers a window of each line (model and queue), first in line first (as the pods
+    came, whatever their uids), not every unbound pod of the cluster: only those are read from the
+    API server; one that goes, or that is read waiting for something else, makes room for the next."""
     monkeypatch.setattr(reclaimer_module, "WINDOW", 3)
-    waiting = inference(6)
-    state, api = seed_002(*waiting), Api()
+    group = podgroup("web", "Inqueue", queue_name="serve", owner_ref=RS)
+    waiting = [  # uids in the opposite order to the line's
+        pod(f"web-{i}", R4090, queue_name="serve", group="web", owner=RS, uid=f"uid-{9 - i}")
+        for i in range(6)
+    ]
+    state, api = seed_002(group, *waiting), Api()
     reclaimer = Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0)  # type: ignore[arg-type]
     run(reclaimer)
     run(reclaimer)
     assert sorted(set(r for r in api.read if "web" in r)) == ["ns/web-0", "ns/web-1", "ns/web-2"]
-    ingest.remove(state, waiting[1])  # web-0 is deleted
+    ingest.remove(state, waiting[0])  # web-0 is deleted
+    api.read.clear()
+    run(reclaimer)
+    assert [r for r in api.read if "web" in r] == ["ns/web-3"]
+    state, api = seed_002(group, *waiting), Api()
+    api.elsewhere = {"web-0"}  # gated: the scheduler has not looked at it
+    reclaimer = Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0)  # type: ignore[arg-type]
+    run(reclaimer)
     api.read.clear()
     run(reclaimer)
     assert [r for r in api.read if "web" in r] == ["ns/web-3"]
 
 
+def test_the_lines_are_read_in_turn(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two lines with more waiting pods than a pass reads: both are read in the first pass."""
+    monkeypatch.setattr(reclaimer_module, "LEARN_PER_PASS", 2)
+    h200 = [pod(f"web-h{i}", H200, queue_name="serve", group="web", owner=RS) for i in range(3)]
+    state, api = seed_002(*gang("th", ["h"], card=H200), *inference(3), *h200), Api()
+    run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
+    assert sorted(api.read) == ["ns/web-0", "ns/web-h0"]
+
+
 def test_the_reading_of_a_pass_gives_the_loop_back_between_its_slices() -> None:
     """A review that arrives while a pass reads its questions waits for one slice, not for the
-    whole reading: the loop runs others between the slices."""
+    whole reading: the loop runs others between the slices; and steps far shorter than a slice are
+    taken many to a slice (a turn of the loop after each would cost more than the step)."""
 
-    def reading() -> Generator[None, None, str]:
-        for _ in range(100):
-            until = time.perf_counter() + reclaimer_module.SLICE
-            while time.perf_counter() < until:  # a step as long as a slice
+    def reading(steps: int, each: float) -> Generator[None, None, str]:
+        for _ in range(steps):
+            until = time.perf_counter() + each
+            while time.perf_counter() < until:  # a step this long
                 pass
             yield
         return "read"
 
-    async def beside() -> tuple[str, int]:
+    async def beside(steps: int, each: float) -> tuple[str, int]:
         ticks = 0
 
         async def ticker() -> None:
@@ -572,9 +600,43 @@ def test_the_reading_of_a_pass_gives_the_loop_back_between_its_slices() -> None:
 
         task = asyncio.create_task(ticker())
         await asyncio.sleep(0)
-        read = await reclaimer_module._in_slices(reading())
+        read = await reclaimer_module._in_slices(reading(steps, each))
         task.cancel()
         return read, ticks
 
-    read, ticks = asyncio.run(beside())
+    read, ticks = asyncio.run(beside(100, reclaimer_module.SLICE))  # steps as long as a slice
     assert read == "read" and ticks >= 50
+    read, ticks = asyncio.run(beside(2000, reclaimer_module.SLICE / 50))  # 2,000 short steps
+    assert read == "read" and 10 <= ticks < 1000
+
+
+def _stuck(packed: Any) -> list[tidal.Plan]:
+    """A solver that never answers in time (run in the worker)."""
+    time.sleep(60)
+    return []
+
+
+def test_a_solver_that_does_not_answer_in_time_is_stopped_and_the_pass_reported(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its search is budgeted; a worker that takes longer than the deadline is stuck: it is
+    stopped (not left running), the pass ends as an unavailable API server's does, and the next
+    pass starts a new one."""
+    monkeypatch.setattr(reclaimer_module, "SOLVE_DEADLINE", 2.0)
+    monkeypatch.setattr(reclaimer_module, "_solve_packed", _stuck)
+    asked = done(tidal.problems(seed_002(*inference(2)), lambda uid: True))
+
+    async def stuck() -> list[Any]:
+        solver = InProcess()
+        task = asyncio.create_task(solver(asked))
+        while solver._pool is None or not solver._pool._processes:
+            await asyncio.sleep(0.05)
+        workers = list(solver._pool._processes.values())
+        with pytest.raises(cache.Unavailable, match="the reclaim solver did not answer in 2 s"):
+            await task
+        assert solver._pool is None
+        return workers
+
+    for worker in asyncio.run(stuck()):
+        worker.join(5)
+        assert not worker.is_alive()

@@ -27,7 +27,7 @@ from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import replace
-from itertools import islice
+from itertools import islice, zip_longest
 from typing import Any, TypeVar
 
 from webhook.cluster import cache
@@ -87,21 +87,29 @@ class InProcess:
             )
         packed = [await _packed(problem) for problem in asked]
         try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, _solve_packed, packed)
+            solving = asyncio.get_running_loop().run_in_executor(self._pool, _solve_packed, packed)
+            return await asyncio.wait_for(solving, SOLVE_DEADLINE)
         except BrokenProcessPool as exc:
             self._pool = None
             raise cache.Unavailable(f"the reclaim solver's process died: {exc}") from exc
+        except TimeoutError as exc:  # its search is budgeted: a worker this late is stuck
+            self.close()
+            raise cache.Unavailable(f"the reclaim solver did not answer in {SOLVE_DEADLINE:g} s") from exc
 
     def close(self) -> None:
-        """Stop the worker, once the questions it answers now are answered (a pass's search is
-        budgeted): a worker left running would outlive this process's exit."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+        """Stop the worker now, whatever it is solving (a worker left running would outlive this
+        process's exit; one stuck would never end)."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        for process in list((getattr(pool, "_processes", None) or {}).values()):  # none public before 3.14
+            process.terminate()
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 Packed = tuple[bytes, list[bytes], list[bytes]]  # a question, its free cards and its gangs, pickled
 NICE = 10  # the solver's process's niceness, added to the server's
+SOLVE_DEADLINE = 30.0  # seconds a pass's search may take in its process (budgeted: under 5 s at 100,000 pods)
 PIECE = 16  # gangs (or 25 times as many nodes) pickled at once on the loop
 
 
@@ -171,6 +179,8 @@ class Reclaimer:
         # waiting pod uid -> what the API server shows of it (the cache keeps none of it), until when
         self._learned: dict[str, tuple[placement.PodPlace, float]] = {}
         self._back: dict[str, float] = {}  # pod uid -> until when it backs off (a reclaim did not help)
+        # pod uid -> until when the windows pass it over (it waits for something else, or backs off)
+        self._passed: dict[str, float] = {}
         self._adopted: set[str] = set()  # PodGroups an earlier leader's marks hold, their gangs finished here
         self._tests: dict[str, Callable[[str], bool]] = {}  # ``_usable``'s node tests, for one pass
 
@@ -229,9 +239,17 @@ class Reclaimer:
                 await self._reclaim(plan, now)
 
     def _asking(self, now: float) -> dict[CardName, dict[str, list[str]]]:
-        """Per model and queue, the pods of its window that waited ``after`` seconds and do not back
-        off. A line's window keeps its pods until they are bound or gone, and takes newcomers up to
-        ``WINDOW``: a pass reads a few hundred pods of a line, never every unbound pod."""
+        """Per model and queue, the pods of its window that waited ``after`` seconds. A line's window
+        keeps its pods until they are bound or gone, and takes newcomers up to ``WINDOW``: a pass
+        reads a few hundred pods of a line, never every unbound pod. A pod read as not unschedulable
+        (it waits for something else), or backing off, leaves the window until that ends, and the
+        ones behind it take its place."""
+        self._passed = {uid: until for uid, until in self._passed.items() if until > now}
+        for uid, (place, until) in self._learned.items():
+            if not place.unschedulable and until > now:
+                self._passed[uid] = until
+        for uid, until in self._back.items():  # only those not over (``_land`` keeps no other)
+            self._passed[uid] = max(until, self._passed.get(uid, 0.0))
         windows: dict[tuple[CardName, str], dict[str, float]] = {}
         out: dict[CardName, dict[str, list[str]]] = {}
         takes: dict[str, bool] = {}
@@ -241,11 +259,18 @@ class Reclaimer:
                 takes[queue] = tidal.may_take(self.state, queue)
             if not takes[queue]:  # no other queue could give to it: nothing read, nothing solved
                 continue
-            kept = {uid: at for uid, at in self._window.get(line, {}).items() if self._in_line(uid, line)}
+            kept = {
+                uid: at
+                for uid, at in self._window.get(line, {}).items()
+                if uid not in self._passed and self._in_line(uid, line)
+            }
             if len(kept) < WINDOW:
-                kept.update((uid, now) for uid in tidal.newcomers(self.state, line, kept, WINDOW - len(kept)))
+                known = kept.keys() | self._passed.keys()
+                kept.update(
+                    (uid, now) for uid in tidal.newcomers(self.state, line, known, WINDOW - len(kept))
+                )
             windows[line] = kept
-            ripe = [u for u, at in kept.items() if now - at >= self.after and self._back.get(u, 0.0) <= now]
+            ripe = [uid for uid, at in kept.items() if now - at >= self.after]
             if ripe:
                 out.setdefault(card, {})[queue] = ripe
         self._window = windows
@@ -263,12 +288,17 @@ class Reclaimer:
         )
 
     async def _learn(self, waiting: Mapping[Any, Mapping[str, list[str]]], now: float) -> None:
-        """Read from the API server the waiting pods not read lately (at most ``LEARN_PER_PASS``,
-        first in line first): whether the scheduler found no node for them, and where they may land."""
-        uids = [uid for queues in waiting.values() for pods in queues.values() for uid in pods]
-        self._learned = {uid: self._learned[uid] for uid in uids if uid in self._learned}
-        due = [uid for uid in uids if uid not in self._learned or self._learned[uid][1] <= now]
-        for uid in due[:LEARN_PER_PASS]:
+        """Read from the API server the waiting pods not read lately (at most ``LEARN_PER_PASS``, the
+        lines in turn, each first in line first): whether the scheduler found no node for them, and
+        where they may land."""
+        lines = [pods for queues in waiting.values() for pods in queues.values()]
+        self._learned = {uid: self._learned[uid] for pods in lines for uid in pods if uid in self._learned}
+        due = [
+            [uid for uid in pods if uid not in self._learned or self._learned[uid][1] <= now]
+            for pods in lines
+        ]
+        turns = (uid for each in zip_longest(*due) for uid in each if uid is not None)  # a line each in turn
+        for uid in islice(turns, LEARN_PER_PASS):
             pod = self.state.pods.get(uid)
             if pod is None:
                 continue
@@ -309,9 +339,9 @@ class Reclaimer:
                     self._done.append(key)
                 for uid in taken.for_pods:
                     pod = self.state.pods.get(uid)
-                    since = next((w.pop(uid) for w in self._window.values() if uid in w), None)
-                    if pod is not None and pod.node_name and since is not None:
-                        self.on_bound(now - since)
+                    window = next((w for w in self._window.values() if uid in w), None)
+                    if pod is not None and pod.node_name and window is not None:
+                        self.on_bound(now - window.pop(uid))
                     elif pod is not None and not pod.node_name:  # the cards did not help it: back off
                         self._back[uid] = now + BACK_OFF
                         log.warning(

@@ -117,12 +117,17 @@ def newcomers(
     type inference), first in line first. A PodGroup's (or an owner's) pods are judged at once, so
     a line of training pods in front of a few inference pods costs a look per PodGroup."""
     out: list[str] = []
-    for _, uids in state.charged.unbound_lines.line(line):
-        if _beneficiary(state, next(iter(uids))) != INFERENCE:
+    for who, uids in state.charged.unbound_lines.line(line):
+        # one look for a PodGroup's pods, or an owner's; a pod by pod look where the PodGroup they
+        # name is not there (each then goes by its own owner)
+        alike = "/" not in who or who in state.podgroups
+        if alike and _beneficiary(state, next(iter(uids))) != INFERENCE:
             continue
         for uid in uids:
             pod = state.pods.get(uid)
             if uid in known or pod is None or not pod.is_live:
+                continue
+            if not alike and _beneficiary(state, uid) != INFERENCE:
                 continue
             out.append(uid)
             if wanted is not None and len(out) >= wanted:
@@ -238,7 +243,9 @@ def _gang(state: ClusterState, key: str, uids: Iterable[str], card: CardName) ->
     if group is not None:
         preemptable = preemptable and objects.preemptable(group.annotations.get(keys.PREEMPTABLE))
         queue = group.queue or queue
-    first = next(iter(sorted(uids)))
+    first = next((uid for uid in sorted(uids) if uid in state.pods), None)
+    if first is None:  # every pod of it gone since the reading saw it
+        return None
     owner = state.workloads.by_uid.get(group.owner.uid) if group is not None and group.owner else None
     return Gang(
         ends=owner.evicted_ends if owner is not None else "",

@@ -60,9 +60,9 @@ class Members:
 class Unbound:
     """The live pods of one card model that no node holds yet (tidal reclaim's beneficiaries to
     be): by uid, and in one line per model and queue, each line by what its pods belong to (their
-    PodGroup, else their owner, else the pod itself: one service type each), first seen first (an
-    update of a pod puts it at the end of its PodGroup's). A pass reads a few of a line, never
-    every unbound pod of the cluster."""
+    PodGroup, else their owner, else "": pods of neither, no service type; one service type each),
+    first seen first (an update of a pod puts it at the end of its PodGroup's). A pass reads a few
+    of a line, never every unbound pod of the cluster."""
 
     __slots__ = ("_all", "_lines")
 
@@ -100,7 +100,7 @@ class Unbound:
         return self._lines.keys()
 
     def line(self, line: tuple[CardName, str]) -> Iterator[tuple[str, Set[str]]]:
-        """A line's pods, per what they belong to (a PodGroup's key, an owner's or a pod's uid)."""
+        """A line's pods, per what they belong to (a PodGroup's key, an owner's uid, or "")."""
         for who, uids in self._lines.get(line, {}).items():
             yield who, uids.keys()
 
@@ -228,7 +228,7 @@ class PodIndex:
         if charge.bound and charge.card is not None:
             self._free.use(pod.node_name, charge.card, sign * charge.count)
         elif charge.card is not None and not pod.node_name:
-            who = charge.group or (pod.owner.uid if pod.owner is not None else pod.uid)
+            who = charge.group or (pod.owner.uid if pod.owner is not None else "")
             if sign > 0:
                 self._unbound.add(pod.uid, (charge.card, charge.queue), who)
             else:
