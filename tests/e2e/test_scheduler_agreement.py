@@ -617,6 +617,28 @@ def line_waiters(front: Process, queue: str) -> int:
     )
 
 
+def seen_by_the_webhook(soak: Soak, front: Process) -> str:
+    """What the webhook and the cluster say of a line that did not move: the webhook's line and
+    queue figures for this queue, each ReplicaSet's last refusal, the PodGroups' phases and the
+    namespace's last Events (what a failure needs to be understood once its cluster is gone)."""
+    t = soak.t
+    with front.client() as client:
+        lines = client.get("/metrics").text.splitlines()
+        figures = [x for x in lines if f'"{t.queue}"' in x and "_bucket" not in x]
+    sets = []
+    for r in t.plane.get("replicasets", namespace=t.ns)["items"]:
+        status = r.get("status") or {}
+        said = [c.get("message", "") for c in status.get("conditions") or []]
+        sets.append((r["metadata"]["name"], r["spec"].get("replicas"), status.get("replicas"), said))
+    groups = [(g["metadata"]["name"], (g.get("status") or {}).get("phase")) for g in soak._groups()]
+    events = sorted(
+        t.plane.get("events", namespace=t.ns)["items"],
+        key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "",
+    )
+    told = [f"{e['involvedObject'].get('name')}: {e.get('reason')}: {e.get('message')}" for e in events[-12:]]
+    return f"the webhook's figures: {figures}; replicasets: {sets}; podgroups: {groups}; last events: {told}"
+
+
 def squeeze(soak: Soak, front: Process, wanted: dict[str, tuple[str, int, int]]) -> None:
     """The waiting line under the real scheduler: the Deployments are made again while hogs hold a
     quota of 2 of every card, so every pod is refused and each ReplicaSet waits in line (deny mode)
@@ -677,7 +699,14 @@ def squeeze(soak: Soak, front: Process, wanted: dict[str, tuple[str, int, int]])
     t.set_quota(quota)
     for i in range(len(cards)):
         t.plane.kubectl("delete", "-n", t.ns, f"deployment/hog{i}", "--wait=false")
-    soak.settle()  # and no waiter that fits after those ahead of it is left without a pod
+    try:
+        soak.settle()  # and no waiter that fits after those ahead of it is left without a pod
+    except AssertionError as exc:
+        try:
+            seen = seen_by_the_webhook(soak, front)
+        except Exception as unread:  # the diagnosis must not hide the failure
+            seen = f"(not read: {unread!r})"
+        raise AssertionError(f"{exc}; {seen}") from exc
     left = soak.waiting(t.pods())
     if all("|" not in spec for spec, _, _ in wanted.values()):
         assert not left, left  # they ran together: each got every pod it wants
