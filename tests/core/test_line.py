@@ -391,3 +391,22 @@ def test_a_head_waiter_the_quota_can_no_longer_hold_leaves_and_those_behind_are_
     assert [(c.waiter.what, c.pods) for c in calls.call_next(state, now=13.0)] == [("replicaset ns/small", 1)]
     assert order(state) == [("replicaset ns/small", 1)]
     assert calls.unfit(state) == ()
+
+
+def test_a_called_pod_admitted_but_not_seen_yet_is_not_called_again() -> None:
+    """A called ReplicaSet's pod is admitted (its card moves from the call's hold to the pod's own)
+    and another card frees before the cache shows the pod: the ReplicaSet, whose pods are all made,
+    is not called again for it (that card would be held for nothing), and the next in line gets it."""
+    state = full_queue(rs("web", 1), rs("late", 1))
+    for name, at in (("web", 10.0), ("late", 11.0)):
+        assert isinstance(create(state, controller_pod(name, 0), now=at), Denied)
+    state.delete_pod("uid-ns-occupant-0")
+    assert [(c.waiter.what, c.pods) for c in calls.call_next(state, now=20.0)] == [("replicaset ns/web", 1)]
+    review = request(controller_pod("web", 0))
+    decision = admission.validate(state, review, 21.0)
+    assert isinstance(decision, Allowed)
+    admission.admit(state, review, decision, 21.0)  # admitted; the cache has not shown it yet
+    state.delete_pod("uid-ns-occupant-1")
+    assert [(c.waiter.what, c.pods) for c in calls.call_next(state, now=21.5)] == [("replicaset ns/late", 1)]
+    state.upsert_pod(pod_record(controller_pod("web", 0)))  # now it has: web leaves the line served
+    assert order(state) == [("replicaset ns/late", 1)]

@@ -250,9 +250,9 @@ def test_shared_tallies_stay_exact_and_never_pass_a_quota(
 ) -> None:
     state = cluster(*NODES, queue("q", f'{{"{H200}": {quota}, "{H800}": {quota}}}'))
     live: dict[int, dict[str, Any]] = {}
-    for action, i, card, limits in steps:
-        if action == "create" and i not in live:
-            obj = pod(f"p{i}", card, None, spec=shared(limits))
+    for made, (action, i, card, limits) in enumerate(steps):
+        if action == "create" and i not in live:  # a new pod: a uid of its own (a finished one stays)
+            obj = pod(f"p{i}", card, None, spec=shared(limits), uid=f"uid-ns-p{i}-{made}")
             decision = admission.validate(state, request(obj), 0.0)
             if isinstance(decision, Allowed):
                 ingest.upsert(state, obj)

@@ -140,6 +140,7 @@ def _record(state: ClusterState, hold: Hold, now: float) -> None:
         hold.task,
         hold.demand,
         hold.charged,
+        hold.transfer_from[0] if hold.transfer_from else "",
     )
     for claim in hold.claims:  # a claim by name it is charged for: its other pods are not
         state.claims.expect(claim, hold.queue, hold.key, expires)

@@ -100,9 +100,12 @@ class Waiting:
         return self._refused.all()
 
     def waiting_pods(self, waiter: Waiter) -> int:
-        """The pods ``waiter`` still waits for: those not called yet (held in the ledger)."""
+        """The pods ``waiter`` still waits for: those not called yet (held in the ledger), nor
+        admitted out of its call and not seen yet (called again for those, it would hold cards its
+        controller, its pods all made, never uses, keeping them from those behind it)."""
         entry = self._ledger.get(waiter.hold)
-        return max(0, waiter.pods - (entry.pods if entry is not None else 0))
+        called = entry.pods if entry is not None else 0
+        return max(0, waiter.pods - called - self._ledger.admitted_from(waiter.hold))
 
     def gating(self, owner_uid: str, name: str, until: float) -> None:
         """A mutation put pod ``name`` of ``owner_uid`` under our gate, not seen yet (``name`` is

@@ -43,6 +43,7 @@ class Entry:
     task: str = ""  # a Volcano Job task's pods all get one model: "<job uid>/<task>"
     demand: PodDemand | None = None  # a DRA pod's demand as admitted: what it is charged at arrival
     charged: tuple[tuple[str, str], ...] | None = None  # its card and queue annotations as admitted
+    came_from: str = ""  # the workload's scale-up hold its cards came out of, until the cache sees it
 
 
 class Ledger:
@@ -83,6 +84,11 @@ class Ledger:
 
     def get(self, key: str) -> Entry | None:
         return self._entries.get(key)
+
+    def admitted_from(self, key: str) -> int:
+        """The pods admitted out of the scale-up hold ``key`` that the cache does not show yet: its
+        workload has them, though its controller's count does not say so yet."""
+        return sum(e.pods for e in self._entries.values() if e.came_from == key) if key else 0
 
     def settle(self, key: str, pods: int = 1) -> None:
         """The cache now shows ``pods`` of this entry: stop holding them."""
