@@ -263,15 +263,11 @@ def _gang(state: ClusterState, key: str, uids: Iterable[str], card: CardName) ->
     )
 
 
-def freeing(state: ClusterState, card: CardName, leaving: Collection[str]) -> dict[str, int]:
-    """Each node's free cards of ``card``, counting those of pods being deleted and of the pods
-    ``leaving`` (evicted, not yet seen going) as free already."""
-    return done(_freeing(state, card, leaving, done(_nodes_of(state, card))))
-
-
 def _freeing(
     state: ClusterState, card: CardName, leaving: Collection[str], nodes: Mapping[str, int]
 ) -> Steps[dict[str, int]]:
+    """Each node's free cards of ``card``, counting those of pods being deleted and of the pods
+    ``leaving`` (evicted, not yet seen going) as free already."""
     free: dict[str, int] = {}
     for node, count in nodes.items():  # ``nodes`` is the reading's own: nothing changes it
         for uid in state.charged.on_node(node):

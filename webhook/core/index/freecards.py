@@ -47,11 +47,7 @@ class FreeCards:
 
     def nodes_of(self, card: CardName) -> dict[str, int]:
         """Every node that has ``card``, and how many of it are free there."""
-        return {
-            node: next(c.count for c in cards if c.name == card) - self._used.get((node, card), 0)
-            for node, cards in self._cards.items()
-            if any(c.name == card for c in cards)
-        }
+        return {node: free for node in self._cards if (free := self.free_of(node, card)) is not None}
 
     def nodes(self) -> list[str]:
         """Every node with cards, as a list of its own (a reading in steps walks it while the
