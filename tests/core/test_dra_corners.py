@@ -270,14 +270,19 @@ def test_a_claim_whose_pod_the_webhook_does_not_know_is_refused_not_let_through_
     )
 
 
-def test_a_reviewed_pod_is_read_once_for_every_step(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Parse once (STYLE): the live-read step and the decision read the same record."""
+@pytest.mark.parametrize("webhook", ["validate", "mutate"])
+def test_a_reviewed_pod_is_read_once_for_every_step(monkeypatch: pytest.MonkeyPatch, webhook: str) -> None:
+    """Parse once (STYLE): the live-read step and the decision read the same template, read once;
+    the pod's record (its metadata) is built once by the validation and not at all by the mutation
+    of a pod that waits for nothing (it reads only the template: the device-plugin pod's hot path)."""
     from webhook.core.model import objects
     from webhook.serve import review, wire
 
-    calls: list[object] = []
-    real = objects.pod_record
-    monkeypatch.setattr(objects, "pod_record", lambda *a, **k: calls.append(a) or real(*a, **k))
+    templates: list[object] = []
+    records: list[object] = []
+    read_resources, read_waiting = objects.resources_of, objects.pod_waiting
+    monkeypatch.setattr(objects, "resources_of", lambda *a: templates.append(a) or read_resources(*a))
+    monkeypatch.setattr(objects, "pod_waiting", lambda *a: records.append(a) or read_waiting(*a))
     state = dra_cluster(claim_template("t", gpu_request("g", "h200", 1)))
     body = {
         "apiVersion": "admission.k8s.io/v1",
@@ -294,9 +299,10 @@ def test_a_reviewed_pod_is_read_once_for_every_step(monkeypatch: pytest.MonkeyPa
     import json
 
     read = review.read(wire.parse_review(json.dumps(body)))
+    assert read.template is not None and read.template.claims  # what the live-read step looks at
     assert review.dra_to_fetch(state, read) == []
-    assert isinstance(review.decide_request(state, read, "validate", 0.0), Allowed)
-    assert len(calls) == 1
+    assert isinstance(review.decide_request(state, read, webhook, 0.0), Allowed)  # type: ignore[arg-type]
+    assert (len(templates), len(records)) == (1, 1 if webhook == "validate" else 0)
 
 
 @pytest.mark.parametrize(

@@ -45,9 +45,9 @@ def dra_to_fetch(state: ClusterState, request: Request) -> list[OwnerRef]:
     obj, namespace = request.obj, request.namespace
     devices = state.inventory.devices
     api = "resource.k8s.io/v1"
-    if request.pod is not None:
+    if request.template is not None:
         out = []
-        for ref in request.pod.template.claims:
+        for ref in request.template.claims:
             if ref.claim and f"{namespace}/{ref.claim}" not in devices.claims:
                 out.append(OwnerRef("ResourceClaim", ref.claim, "", api))
             elif (

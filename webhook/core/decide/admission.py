@@ -5,7 +5,7 @@ from webhook.core.decide import claiming, decisions, enqueue, patches, scaling, 
 from webhook.core.index.state import ClusterState
 from webhook.core.model import shapes
 from webhook.core.model.ledger import Entry
-from webhook.core.model.objects import reviewed_pod
+from webhook.core.model.objects import pod_template_of
 from webhook.core.model.verdicts import Allowed, Decision, Denied, Hold, Request
 
 VOLCANO_BATCH = "batch.volcano.sh"
@@ -18,13 +18,13 @@ DRA = "resource.k8s.io"
 
 
 def parsed(request: Request) -> Request:
-    """``request`` with its pod read into its record, once, at the entry (every front then reads
-    that record): a pod create or update whose shape the core can read."""
-    if request.resource != "pods" or request.sub_resource or request.pod is not None:
+    """``request`` with its pod's template read, once, at the entry (every front then reads it): a
+    pod create or update whose shape the core can read."""
+    if request.resource != "pods" or request.sub_resource or request.template is not None:
         return request
     if request.operation not in ("CREATE", "UPDATE") or shapes.problem("pods", "", request.obj):
         return request
-    return request.with_pod(reviewed_pod(request.obj, request.namespace))
+    return request.with_template(pod_template_of(request.obj))
 
 
 def validate(state: ClusterState, request: Request, now: float) -> Decision:
@@ -88,7 +88,7 @@ def mutate(
 def _malformed(request: Request) -> Denied | None:
     """A denial naming the field the core cannot read, in the object or the old object."""
     for label, value in (("", request.obj), ("old ", request.old_obj)):
-        if (label and not value) or (not label and request.pod is not None):
+        if (label and not value) or (not label and request.template is not None):
             continue  # no old object; a pod read at the entry (``parsed``), its shape checked then
         problem = shapes.problem(request.resource, request.sub_resource, value)
         if problem:

@@ -26,7 +26,7 @@ GATED_OWNERS = frozenset({("ReplicaSet", "apps"), ("StatefulSet", "apps"), ("Job
 
 
 def decide_pod_create(state: ClusterState, request: Request, now: float) -> Decision:
-    pod = request.pod if request.pod is not None else reviewed_pod(request.obj, request.namespace)
+    pod = reviewed_pod(request.obj, request.namespace, request.template)
     what = f"pod {pod.namespace}/{pod.name or request.name}"
     demand = state.demand_of(pod)
     match demand:
@@ -218,7 +218,7 @@ def decide_pod_update(state: ClusterState, request: Request) -> Decision:
     """Only the webhook removes its scheduling gate (SPEC §5c), and a card pod's charge is fixed
     while it lives (SPEC §4b): the registration sends a pod UPDATE here only when someone else
     removes the gate or edits an annotation the count reads."""
-    old, new = pod_record(request.old_obj), pod_record(request.obj)
+    old, new = pod_record(request.old_obj), pod_record(request.obj, request.template)
     if old.waiting is None or new.waiting is not None:
         return _charge_edit(state, old, new)
     waiter = state.line.get(old.uid)

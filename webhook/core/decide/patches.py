@@ -45,15 +45,15 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
     In wait mode a controller's pod that does not fit now is put under our scheduling gate instead
     (SPEC §5c), with its place; an ``A|B`` one keeps both models until it is released."""
     pod = request.obj
-    template = request.pod.template if request.pod is not None else pod_template_of(pod)
+    template = request.template or pod_template_of(pod)
     demand = pod_demand(template, state.inventory, state.policy)
     if not isinstance(demand, PodDemand):
         return Allowed("not a card pod (or refused by validation)")
     gate = _gate_ops(state, request, template, now)
-    chosen = None
+    chosen, dra = None, demand.only_claims
     if gate is not None:
-        ops = [*_card_name_ops(template, demand.spec, dra=demand.only_claims), *gate]
-        if not demand.only_claims:
+        ops = [*_card_name_ops(template, demand.spec, dra=dra), *gate]
+        if not dra:
             ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, demand.spec)))
         record = pod_record(pod, template)
         return Allowed(
@@ -68,13 +68,13 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
             record = replace(record, namespace=request.namespace or record.namespace)
         chosen = assign_model(state, record, demand)
     spec = CardSpec((chosen.card,)) if chosen else demand.spec
-    ops = _card_name_ops(template, spec, assigned=chosen is not None, dra=demand.only_claims)
+    ops = _card_name_ops(template, spec, assigned=chosen is not None, dra=dra)
     if chosen is not None:
         ops.append({"op": "add", "path": _CARD_SPEC_PATH, "value": demand.spec.text})
-    if not demand.only_claims:
+    if not dra:
         ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, spec)))
     if chosen is None:
-        if demand.only_claims:
+        if dra:
             return Allowed(
                 "its GPUs come through claims, pinned to its model when made",
                 patch=tuple(ops),
@@ -95,7 +95,7 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
     )
     return Allowed(
         f"assigned {chosen.card} of {demand.spec.text} ({where})"
-        + (", its claims pinned to it when made" if demand.only_claims else " and confined to it"),
+        + (", its claims pinned to it when made" if dra else " and confined to it"),
         patch=tuple(ops),
         hold=hold,
         queue=chosen.queue,

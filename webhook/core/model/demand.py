@@ -166,6 +166,9 @@ def pod_demand(template: PodTemplate, inventory: Inventory, policy: Policy) -> D
     return PodDemand(found.spec, resource, found.count, _origin(template, found.spec), None, found)
 
 
+_CORE = frozenset({"cpu", "memory", "ephemeral-storage"})  # never a class's extended resource
+
+
 def _extended(template: PodTemplate, inventory: Inventory, policy: Policy) -> tuple[DeviceRequest, ...]:
     """The pod's DRA extended resources (SPEC §4b): a class's implicit
     ``deviceclass.resource.kubernetes.io/<class>``, or its ``extendedResourceName`` where no device
@@ -174,11 +177,12 @@ def _extended(template: PodTemplate, inventory: Inventory, policy: Policy) -> tu
     if not devices.drivers:
         return ()
     asked: dict[str, int] = {}
+    classes = devices.classes
     for resource in {*template.resources.limits, *template.resources.requests}:
-        if is_card_resource(resource, inventory, policy):
+        if resource in _CORE or is_card_resource(resource, inventory, policy):
             continue
-        if resource.startswith(IMPLICIT_PREFIX) or any(
-            c.extended_resource == resource for c in devices.classes.values()
+        if resource.startswith(IMPLICIT_PREFIX) or (
+            classes and any(c.extended_resource == resource for c in classes.values())
         ):
             asked[resource] = quantity_of(template, resource) or 0
     return extended_requests(asked, devices) if asked else ()

@@ -201,14 +201,18 @@ def preemptable(value: str | None) -> bool:
 def with_preemptable(annotations: dict[str, str], labels: Any) -> dict[str, str]:
     """``annotations`` with ``volcano.sh/preemptable`` as Volcano reads it: the annotation, else
     the label of that name (kept under the annotation's key: the core reads one value)."""
-    if keys.PREEMPTABLE in annotations or (type(labels) is not dict and not isinstance(labels, Mapping)):
+    if (
+        not labels
+        or keys.PREEMPTABLE in annotations
+        or (type(labels) is not dict and not isinstance(labels, Mapping))
+    ):
         return annotations
     label = labels.get(keys.PREEMPTABLE)
     return annotations if label is None else {**annotations, keys.PREEMPTABLE: str(label)}
 
 
 def _strings(value: Any) -> dict[str, str]:
-    if type(value) is not dict and not isinstance(value, Mapping):
+    if not value or (type(value) is not dict and not isinstance(value, Mapping)):
         return {}
     return {str(k): str(v) for k, v in value.items() if v is not None}
 
@@ -229,8 +233,8 @@ def controller_of(obj: Raw) -> OwnerRef | None:
 def pod_template_of(template: Raw, namespace: str = "") -> PodTemplate:
     """Slim view of a Pod or a PodTemplateSpec (``metadata`` + ``spec``); ``namespace``: where its
     claims are (a pod's own, else the workload's)."""
-    spec = template.get("spec") or {}
-    claims = claim_refs(spec, template.get("status") if isinstance(template.get("status"), Mapping) else None)
+    spec, meta = template.get("spec") or {}, _meta(template)
+    claims = claim_refs(spec, template.get("status")) if spec.get("resourceClaims") else ()
     affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
         "requiredDuringSchedulingIgnoredDuringExecution"
     )
@@ -238,15 +242,13 @@ def pod_template_of(template: Raw, namespace: str = "") -> PodTemplate:
     if isinstance(affinity, Mapping):
         terms = tuple(t for t in affinity.get("nodeSelectorTerms") or [] if isinstance(t, Mapping))
     return PodTemplate(
-        annotations=with_preemptable(
-            _strings(_meta(template).get("annotations")), _meta(template).get("labels")
-        ),
+        annotations=with_preemptable(_strings(meta.get("annotations")), meta.get("labels")),
         resources=resources_of(spec),
         node_selector=_strings(spec.get("nodeSelector")),
         required_terms=terms,
         scheduler=str(spec.get("schedulerName") or ""),
         claims=claims,
-        namespace=(namespace or str(_meta(template).get("namespace") or "default")) if claims else "",
+        namespace=(namespace or str(meta.get("namespace") or "default")) if claims else "",
         priority=priority_of(spec.get("priority")),
     )
 
@@ -302,10 +304,10 @@ def event_targets(group: PodGroupRecord) -> list[dict[str, str]]:
     return targets
 
 
-def reviewed_pod(obj: Raw, namespace: str) -> PodRecord:
+def reviewed_pod(obj: Raw, namespace: str, template: PodTemplate | None = None) -> PodRecord:
     """The pod of a review: its record, in the request's namespace when the object names none (a
-    create by a controller sends the object without it)."""
-    return pod_record(obj, namespace=namespace)
+    create by a controller sends the object without it); ``template``: read already at the entry."""
+    return pod_record(obj, template, namespace=namespace)
 
 
 BEHIND: tuple[float, int] = (math.inf, -(2**31))  # the place of a gated pod whose mark is unreadable

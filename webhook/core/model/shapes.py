@@ -62,8 +62,8 @@ def obj(fields: Mapping[str, Check]) -> Check:
             return None
         if type(value) is not dict:
             return Problem(f"must be an object, got {_type_name(value)}")
-        for key, field_check in pairs:
-            if (problem := field_check(value.get(key))) is not None:
+        for key, field_check in pairs:  # an absent field passes every check: not called for it
+            if (field := value.get(key)) is not None and (problem := field_check(field)) is not None:
                 return problem.under(key)
         return None
 

@@ -6,7 +6,7 @@ from typing import Any
 from webhook.core.model.cards import CardSpec
 from webhook.core.model.demand import PodDemand
 from webhook.core.model.ledger import Cover
-from webhook.core.model.objects import PodRecord
+from webhook.core.model.objects import PodTemplate
 from webhook.core.model.values import value_class
 
 PatchOp = Mapping[str, Any]
@@ -90,15 +90,18 @@ class Request:
     obj: Mapping[str, Any]
     old_obj: Mapping[str, Any]
     dry_run: bool = False
-    pod: PodRecord | None = None  # ``obj`` read once at the entry, when it is a pod (``admission.parsed``)
+    # ``obj``'s pod template (containers, annotations, claims), read once at the entry when it is a
+    # pod whose shape the core can read (``admission.parsed``); the rest of its record is built by
+    # the step that needs it (the validation), not by the mutation, which reads only this
+    template: PodTemplate | None = None
 
     @property
     def target(self) -> str:
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
 
-    def with_pod(self, pod: PodRecord) -> "Request":
-        """This request with its pod read (built field by field: ``dataclasses.replace`` costs
-        more than the review's decision on the hot path)."""
+    def with_template(self, template: PodTemplate) -> "Request":
+        """This request with its pod's template read (built field by field: ``dataclasses.replace``
+        costs more than the review's decision on the hot path)."""
         return Request(
             self.uid,
             self.kind,
@@ -111,5 +114,5 @@ class Request:
             self.obj,
             self.old_obj,
             self.dry_run,
-            pod,
+            template,
         )
