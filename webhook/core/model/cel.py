@@ -30,9 +30,6 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any
 
-from cel_expr_python import cel
-from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
-
 from webhook.core.model.quantity import QuantityError, parse_quantity
 from webhook.core.model.quoting import shorten
 
@@ -135,72 +132,87 @@ def _version_part(index: int) -> Callable[[Mapping[str, Any]], int]:
     return part
 
 
-M = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
-S, B, N, D = cel.Type.STRING, cel.Type.BOOL, cel.Type.INT, cel.Type.DOUBLE
+@functools.cache
+def _runtime() -> Any:
+    """The CEL runtime, loaded with the first selector compiled: a replica whose cluster has no
+    DRA GPUs never loads it (9 MiB of memory)."""
+    from cel_expr_python import cel
+
+    return cel
 
 
-def _overload(
-    name: str, result: Any, params: list[Any], impl: Callable[..., Any], member: bool = False
-) -> Any:
-    return cel.Overload(name, result, params, is_member=member, impl=impl)
+def _functions(cel: Any) -> list[Any]:
+    """Kubernetes' quantity and semver functions, declared to the runtime."""
+    M = cel.Type.Map(cel.Type.STRING, cel.Type.DYN)
+    S, B, N, D = cel.Type.STRING, cel.Type.BOOL, cel.Type.INT, cel.Type.DOUBLE
 
+    def _overload(
+        name: str, result: Any, params: list[Any], impl: Callable[..., Any], member: bool = False
+    ) -> Any:
+        return cel.Overload(name, result, params, is_member=member, impl=impl)
 
-_FUNCTIONS = [
-    cel.FunctionDecl("quantity", [_overload("quantity_string", M, [S], _quantity)]),
-    cel.FunctionDecl("isQuantity", [_overload("is_quantity_string", B, [S], _is_quantity)]),
-    cel.FunctionDecl(
-        "semver",
-        [
-            _overload("semver_string", M, [S], _semver),
-            _overload("semver_string_bool", M, [S, B], _semver),
-        ],
-    ),
-    cel.FunctionDecl(
-        "isSemver",
-        [
-            _overload("is_semver_string", B, [S], _is_semver),
-            _overload("is_semver_string_bool", B, [S, B], _is_semver),
-        ],
-    ),
-    cel.FunctionDecl("compareTo", [_overload("k8s_compare_to", N, [M, M], _compare, True)]),
-    cel.FunctionDecl(
-        "isGreaterThan", [_overload("k8s_is_greater_than", B, [M, M], lambda a, b: _compare(a, b) > 0, True)]
-    ),
-    cel.FunctionDecl(
-        "isLessThan", [_overload("k8s_is_less_than", B, [M, M], lambda a, b: _compare(a, b) < 0, True)]
-    ),
-    cel.FunctionDecl(
-        "add",
-        [
-            _overload("quantity_add", M, [M, M], lambda a, b: _as_quantity(_q(a) + _q(b)), True),
-            _overload("quantity_add_int", M, [M, N], lambda a, b: _as_quantity(_q(a) + b), True),
-        ],
-    ),
-    cel.FunctionDecl(
-        "sub",
-        [
-            _overload("quantity_sub", M, [M, M], lambda a, b: _as_quantity(_q(a) - _q(b)), True),
-            _overload("quantity_sub_int", M, [M, N], lambda a, b: _as_quantity(_q(a) - b), True),
-        ],
-    ),
-    cel.FunctionDecl("asInteger", [_overload("quantity_as_integer", N, [M], _as_integer, True)]),
-    cel.FunctionDecl(
-        "asApproximateFloat", [_overload("quantity_as_float", D, [M], lambda a: float(_q(a)), True)]
-    ),
-    cel.FunctionDecl(
-        "isInteger", [_overload("quantity_is_integer", B, [M], lambda a: _q(a).denominator == 1, True)]
-    ),
-    cel.FunctionDecl("sign", [_overload("quantity_sign", N, [M], lambda a: (_q(a) > 0) - (_q(a) < 0), True)]),
-    cel.FunctionDecl("major", [_overload("semver_major", N, [M], _version_part(0), True)]),
-    cel.FunctionDecl("minor", [_overload("semver_minor", N, [M], _version_part(1), True)]),
-    cel.FunctionDecl("patch", [_overload("semver_patch", N, [M], _version_part(2), True)]),
-]
+    return [
+        cel.FunctionDecl("quantity", [_overload("quantity_string", M, [S], _quantity)]),
+        cel.FunctionDecl("isQuantity", [_overload("is_quantity_string", B, [S], _is_quantity)]),
+        cel.FunctionDecl(
+            "semver",
+            [
+                _overload("semver_string", M, [S], _semver),
+                _overload("semver_string_bool", M, [S, B], _semver),
+            ],
+        ),
+        cel.FunctionDecl(
+            "isSemver",
+            [
+                _overload("is_semver_string", B, [S], _is_semver),
+                _overload("is_semver_string_bool", B, [S, B], _is_semver),
+            ],
+        ),
+        cel.FunctionDecl("compareTo", [_overload("k8s_compare_to", N, [M, M], _compare, True)]),
+        cel.FunctionDecl(
+            "isGreaterThan",
+            [_overload("k8s_is_greater_than", B, [M, M], lambda a, b: _compare(a, b) > 0, True)],
+        ),
+        cel.FunctionDecl(
+            "isLessThan", [_overload("k8s_is_less_than", B, [M, M], lambda a, b: _compare(a, b) < 0, True)]
+        ),
+        cel.FunctionDecl(
+            "add",
+            [
+                _overload("quantity_add", M, [M, M], lambda a, b: _as_quantity(_q(a) + _q(b)), True),
+                _overload("quantity_add_int", M, [M, N], lambda a, b: _as_quantity(_q(a) + b), True),
+            ],
+        ),
+        cel.FunctionDecl(
+            "sub",
+            [
+                _overload("quantity_sub", M, [M, M], lambda a, b: _as_quantity(_q(a) - _q(b)), True),
+                _overload("quantity_sub_int", M, [M, N], lambda a, b: _as_quantity(_q(a) - b), True),
+            ],
+        ),
+        cel.FunctionDecl("asInteger", [_overload("quantity_as_integer", N, [M], _as_integer, True)]),
+        cel.FunctionDecl(
+            "asApproximateFloat", [_overload("quantity_as_float", D, [M], lambda a: float(_q(a)), True)]
+        ),
+        cel.FunctionDecl(
+            "isInteger", [_overload("quantity_is_integer", B, [M], lambda a: _q(a).denominator == 1, True)]
+        ),
+        cel.FunctionDecl(
+            "sign", [_overload("quantity_sign", N, [M], lambda a: (_q(a) > 0) - (_q(a) < 0), True)]
+        ),
+        cel.FunctionDecl("major", [_overload("semver_major", N, [M], _version_part(0), True)]),
+        cel.FunctionDecl("minor", [_overload("semver_minor", N, [M], _version_part(1), True)]),
+        cel.FunctionDecl("patch", [_overload("semver_patch", N, [M], _version_part(2), True)]),
+    ]
 
 
 @functools.cache
 def _env() -> Any:
+    from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
+
+    cel = _runtime()
     extensions = [ext_strings.ExtStrings(), ext_optional.ExtOptional(), ext_bindings.ExtBindings()]
-    return cel.NewEnv(variables={"device": cel.Type.DYN}, functions=_FUNCTIONS, extensions=extensions)
+    return cel.NewEnv(variables={"device": cel.Type.DYN}, functions=_functions(cel), extensions=extensions)
 
 
 # ---- compiling and evaluating -------------------------------------------------------------------
@@ -233,7 +245,7 @@ class Program:
         value = result.value()
         if isinstance(value, bool):
             return value
-        if result.type() == cel.Type.ERROR:
+        if result.type() == _runtime().Type.ERROR:
             raise self._fails(device, _reason(value))
         raise self._fails(device, f"its result is of type {result.type().name().lower()}, not bool")
 
