@@ -298,7 +298,7 @@ def test_a_reviewed_pod_is_read_once_for_every_step(monkeypatch: pytest.MonkeyPa
     }
     import json
 
-    read = review.read(wire.parse_review(json.dumps(body)))
+    read = wire.to_request(wire.parse_review(json.dumps(body)))
     assert read.template is not None and read.template.claims  # what the live-read step looks at
     assert review.dra_to_fetch(state, read) == []
     assert isinstance(review.decide_request(state, read, webhook, 0.0), Allowed)  # type: ignore[arg-type]

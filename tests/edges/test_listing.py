@@ -124,7 +124,7 @@ def agrees(body: bytes) -> listing.Page | None:
     items = orjson.loads(body)["items"]  # the fast path never takes what orjson cannot read
     pool = Pool()
     assert fast.pods == [ordinary(item, pool) for item in items]
-    assert [p.uid for p in fast.pods] == [ingest.identity({"kind": "Pod", **item}) for item in items]
+    assert [p.uid for p in fast.pods] == [ingest.identity(item, "Pod") for item in items]
     return fast
 
 

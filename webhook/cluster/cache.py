@@ -268,7 +268,7 @@ class Informer:
                     if isinstance(obj, dict):
                         obj.setdefault("kind", self.kind.name)  # list items carry no kind
                         obj.setdefault("apiVersion", self.kind.api_version)
-                        seen.add(ingest.identity(obj))
+                        seen.add(ingest.identity(obj, self.kind.name))
                         ordinary.add(ingest.key(obj))
                         ingest.upsert(self.state, obj)
                 version = str(meta.get("resourceVersion") or version)

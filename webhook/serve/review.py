@@ -18,12 +18,7 @@ Webhook = Literal["validate", "mutate"]
 def decide(state: ClusterState, body: bytes | str, webhook: Webhook, now: float) -> tuple[str, Decision]:
     """Parse, decide and (unless dry-run) record; raises ``BadReview`` for unanswerable input."""
     raw = wire.parse_review(body)
-    return raw.uid, decide_request(state, read(raw), webhook, now)
-
-
-def read(raw: wire.AdmissionRequest) -> Request:
-    """The request as the core reads it, its pod parsed once for every step that follows."""
-    return admission.parsed(wire.to_request(raw))
+    return raw.uid, decide_request(state, wire.to_request(raw), webhook, now)
 
 
 def owner_to_fetch(state: ClusterState, request: Request, webhook: Webhook) -> tuple[OwnerRef, str] | None:

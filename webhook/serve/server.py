@@ -21,6 +21,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from webhook.cluster.sources import StateSource
 from webhook.core.index import ingest
 from webhook.core.index.state import ClusterState
+from webhook.core.model.objects import OwnerRef
 from webhook.core.model.verdicts import TOO_COMPLEX, Allowed, Denied, Request
 from webhook.errors import BadReview, NotReady
 from webhook.serve import forward, review, wire
@@ -136,9 +137,12 @@ async def _answer_review(request: web.Request, webhook: review.Webhook) -> web.R
     state = source.state
     if not source.ready or state is None:
         raise NotReady(f"cache not ready: {source.not_ready_reason()}")
-    read = review.read(raw)
-    await _live_dra(source, state, read)
-    owner = await _live_owner(source, state, read, webhook)
+    read = wire.to_request(raw)
+    if dra := review.dra_to_fetch(state, read):  # what the cache lacks: read live (nearly never)
+        await _live_dra(source, state, read, dra)
+    owner = None
+    if (wanted := review.owner_to_fetch(state, read, webhook)) is not None:
+        owner = await _live_owner(source, read, *wanted)
     decision = review.decide_request(state, read, webhook, time.time(), owner)
     payload = orjson.dumps(wire.response(raw.uid, decision))
     outcome = "allowed" if isinstance(decision, Allowed) else "denied"
@@ -150,14 +154,8 @@ async def _answer_review(request: web.Request, webhook: review.Webhook) -> web.R
     return web.Response(body=payload, content_type="application/json")
 
 
-async def _live_owner(
-    source: StateSource, state: ClusterState, request: Request, webhook: review.Webhook
-) -> Any:
+async def _live_owner(source: StateSource, request: Request, ref: OwnerRef, namespace: str) -> Any:
     """SPEC §7: the PodGroup's owner, read live under a short timeout when the cache lacks it."""
-    wanted = review.owner_to_fetch(state, request, webhook)
-    if wanted is None:
-        return None
-    ref, namespace = wanted
     try:
         body = await asyncio.wait_for(source.fetch(ref, namespace), OWNER_READ_SECONDS)
     except TimeoutError:
@@ -168,13 +166,12 @@ async def _live_owner(
     return review.owner_from(ref, body)
 
 
-async def _live_dra(source: StateSource, state: ClusterState, request: Request) -> None:
+async def _live_dra(
+    source: StateSource, state: ClusterState, request: Request, wanted: list[OwnerRef]
+) -> None:
     """SPEC §4b: a pod's claims or templates, or a claim's pod, the cache lacks, read live under the
     same short timeout and put into the state as the watch will bring them; what cannot be read is
     left out, and the decision says so."""
-    wanted = review.dra_to_fetch(state, request)
-    if not wanted:
-        return
     namespace = request.namespace
     try:
         bodies = await asyncio.wait_for(

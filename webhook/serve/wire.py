@@ -6,13 +6,14 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from webhook.core.decide import admission
 from webhook.core.model.quoting import shorten
 from webhook.core.model.verdicts import Allowed, Decision, Denied, Request
 from webhook.errors import BadReview
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)  # the fields read, no more
 
 
 class GroupVersionKind(_Model):
@@ -76,21 +77,24 @@ def parse_review(body: bytes | str) -> AdmissionRequest:
 
 
 def to_request(req: AdmissionRequest) -> Request:
+    """The request as the core reads it, its pod's template read once for every step that follows."""
     obj = req.object or {}
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, dict) else {}  # its shape is judged by the core, with a message
+    resource, sub_resource = req.resource.resource, req.sub_resource
     return Request(
         uid=req.uid,
         kind=req.kind.kind,
         group=req.kind.group if not req.sub_resource else req.resource.group,
-        resource=req.resource.resource,
-        sub_resource=req.sub_resource,
+        resource=resource,
+        sub_resource=sub_resource,
         operation=req.operation,
         namespace=req.namespace or str(meta.get("namespace") or ""),
         name=req.name or str(meta.get("name") or ""),
         obj=obj,
         old_obj=req.old_object or {},
         dry_run=req.dry_run,
+        template=admission.pod_template(resource, sub_resource, req.operation, obj),
     )
 
 

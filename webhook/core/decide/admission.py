@@ -1,11 +1,13 @@
 """The two entry points every front (CLI, server) calls: ``validate`` and ``mutate``, and
 ``admit`` to record what was really admitted. Routing by resource lives here and nowhere else."""
 
+from typing import Any
+
 from webhook.core.decide import claiming, decisions, enqueue, patches, scaling, writes
 from webhook.core.index.state import ClusterState
 from webhook.core.model import shapes
 from webhook.core.model.ledger import Entry
-from webhook.core.model.objects import pod_template_of
+from webhook.core.model.objects import PodTemplate, pod_template_of
 from webhook.core.model.verdicts import Allowed, Decision, Denied, Hold, Request
 
 VOLCANO_BATCH = "batch.volcano.sh"
@@ -17,14 +19,12 @@ VOLCANO_SCHEDULING = "scheduling.volcano.sh"
 DRA = "resource.k8s.io"
 
 
-def parsed(request: Request) -> Request:
-    """``request`` with its pod's template read, once, at the entry (every front then reads it): a
-    pod create or update whose shape the core can read."""
-    if request.resource != "pods" or request.sub_resource or request.template is not None:
-        return request
-    if request.operation not in ("CREATE", "UPDATE") or shapes.problem("pods", "", request.obj):
-        return request
-    return request.with_template(pod_template_of(request.obj))
+def pod_template(resource: str, sub_resource: str, operation: str, obj: Any) -> PodTemplate | None:
+    """The template of a review's pod, read once at the entry (every step then reads it): a pod
+    create or update whose shape the core can read; None for anything else."""
+    if resource != "pods" or sub_resource or operation not in ("CREATE", "UPDATE"):
+        return None
+    return None if shapes.problem("pods", "", obj) else pod_template_of(obj)
 
 
 def validate(state: ClusterState, request: Request, now: float) -> Decision:
@@ -89,7 +89,7 @@ def _malformed(request: Request) -> Denied | None:
     """A denial naming the field the core cannot read, in the object or the old object."""
     for label, value in (("", request.obj), ("old ", request.old_obj)):
         if (label and not value) or (not label and request.template is not None):
-            continue  # no old object; a pod read at the entry (``parsed``), its shape checked then
+            continue  # no old object; a pod read at the entry (``pod_template``), its shape checked then
         problem = shapes.problem(request.resource, request.sub_resource, value)
         if problem:
             sub = request.sub_resource

@@ -161,6 +161,8 @@ class ClaimBook:
 
     def expire(self, now: float) -> list[str]:
         """Forget the admitted payers seen or past their hold; answers the pods to charge again."""
+        if not self._expected:
+            return []
         gone = [k for k, (_, uid, until) in self._expected.items() if until < now or uid in self._pods]
         out: list[str] = []
         for key in gone:  # never seen: the claim's pods in the cache pay for it again

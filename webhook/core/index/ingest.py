@@ -156,13 +156,19 @@ def _apply(state: ClusterState, where: str, obj: Mapping[str, Any]) -> None:
         state.upsert_pod(objects.pod_record(obj))
 
 
-def identity(obj: Mapping[str, Any]) -> str:
-    """How a watch names an object: a pod by uid (the state's key), anything else by namespace/name."""
+CLUSTER_SCOPED = frozenset({"Node", "Queue", "DeviceClass", "ResourceSlice"})
+
+
+def identity(obj: Mapping[str, Any], kind: str) -> str:
+    """How a relist of ``kind`` names an object, as the state holds it: a pod by uid (the state's
+    key), anything else by namespace/name, a namespaced object that names no namespace in
+    ``default`` (where it is applied: else the relist that applied it would remove it as gone)."""
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
-    if obj.get("kind") == "Pod" and meta.get("uid"):
+    if kind == "Pod" and meta.get("uid"):
         return str(meta["uid"])
-    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
+    namespace = meta.get("namespace") or ("" if kind in CLUSTER_SCOPED or kind == "Pod" else "default")
+    return f"{namespace}/{meta.get('name') or ''}"
 
 
 def identities(

@@ -204,7 +204,8 @@ class ClusterState:
             if pod is not None and pod.is_terminal(now):
                 self._unindex(uid, leaving=True)
         self.ledger.expire(now)
-        self._recharge(self.claims.expire(now))
+        if again := self.claims.expire(now):
+            self._recharge(again)
         self.waiting.expire(now)
 
     def compute_charged(self, template: PodTemplate) -> tuple[int, int] | None:

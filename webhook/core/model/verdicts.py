@@ -91,28 +91,10 @@ class Request:
     old_obj: Mapping[str, Any]
     dry_run: bool = False
     # ``obj``'s pod template (containers, annotations, claims), read once at the entry when it is a
-    # pod whose shape the core can read (``admission.parsed``); the rest of its record is built by
+    # pod whose shape the core can read (``admission.pod_template``); the rest of its record is built by
     # the step that needs it (the validation), not by the mutation, which reads only this
     template: PodTemplate | None = None
 
     @property
     def target(self) -> str:
         return f"{self.namespace}/{self.name}" if self.namespace else self.name
-
-    def with_template(self, template: PodTemplate) -> "Request":
-        """This request with its pod's template read (built field by field: ``dataclasses.replace``
-        costs more than the review's decision on the hot path)."""
-        return Request(
-            self.uid,
-            self.kind,
-            self.group,
-            self.resource,
-            self.sub_resource,
-            self.operation,
-            self.namespace,
-            self.name,
-            self.obj,
-            self.old_obj,
-            self.dry_run,
-            template,
-        )
