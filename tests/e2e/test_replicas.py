@@ -457,6 +457,7 @@ def kill_the_leader_then_free_the_card(
             "web's ReplicaSet refused by the new leader",
             lambda seen=seen: pod_refusals(successor) > seen,
             timeout=60,
+            every=0.1,  # the refusal seen soon after it came: the next retry's distance is known
         )
         refused, last = last, time.monotonic()
         retried = refused is None or last - refused < 2.0
