@@ -20,8 +20,15 @@ BUFFERED_LOGGER = "webhook.serve.review"
 FLUSH_SECONDS = 0.5
 
 
+_second: tuple[int, str] = (-1, "")  # the last second formatted, and its text: most lines share one
+
+
 def _time(created: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created)) + f".{int(created * 1000) % 1000:03d}Z"
+    global _second
+    second, text = _second  # read once: another thread may format the next second meanwhile
+    if second != int(created):
+        second, text = _second = int(created), time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
+    return f"{text}.{int(created * 1000) % 1000:03d}Z"
 
 
 class JsonFormatter(logging.Formatter):
@@ -65,7 +72,11 @@ _REVIEWS = logging.getLogger(BUFFERED_LOGGER)
 def configure(level: str) -> None:
     global _handler
     raw = io.FileIO(sys.stderr.fileno(), "w", closefd=False)
-    stream = io.TextIOWrapper(io.BufferedWriter(raw, 65536), encoding="utf-8", errors="replace")
+    # write_through: the text layer keeps nothing back, so a review line written as bytes into the
+    # buffer below it stays in order with the lines written as text
+    stream = io.TextIOWrapper(
+        io.BufferedWriter(raw, 65536), encoding="utf-8", errors="replace", write_through=True
+    )
     _handler = _Handler(stream)
     _handler.setFormatter(JsonFormatter())
     logging.basicConfig(level=level, handlers=[_handler], force=True)
@@ -84,11 +95,10 @@ def review(fields: dict[str, object]) -> None:
     if _handler is None or not _REVIEWS.isEnabledFor(logging.INFO):
         _REVIEWS.info("review", extra={"fields": fields})
         return
-    line: dict[str, object] = {"time": _time(time.time()), "level": "info", "logger": BUFFERED_LOGGER}
-    line |= {"msg": "review", **fields}
-    text = orjson.dumps(line, default=str).decode()
+    line = {"time": _time(time.time()), "level": "info", "logger": BUFFERED_LOGGER, "msg": "review", **fields}
+    data = orjson.dumps(line, default=str, option=orjson.OPT_APPEND_NEWLINE)
     with _handler.lock or contextlib.nullcontext():
-        _handler.stream.write(text + "\n")
+        _handler.stream.buffer.write(data)
 
 
 def flush() -> None:
