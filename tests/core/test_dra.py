@@ -1,6 +1,7 @@
 """SPEC §4b: GPUs asked through ResourceClaims count against the same card quota as device-plugin
 GPUs. Table tests over small clusters built in memory, as ``test_pod_decisions`` does."""
 
+from dataclasses import replace
 from typing import Any
 
 import jsonpatch
@@ -763,3 +764,21 @@ def test_the_podgroup_of_a_pod_whose_claim_another_pod_pays_for_reserves_nothing
     }
     free = patches.podgroup_patch(state, group, state.pods["uid-ns-b"])
     assert not any("card.request" in str(op) for op in free.patch)
+
+
+@pytest.mark.parametrize("step", ["validate", "mutate"])
+def test_a_reviewed_pod_naming_no_namespace_has_its_claims_read_in_the_requests(step: str) -> None:
+    """A review whose pod names no namespace (hand-written: the API server fills it in) is read in
+    the request's namespace, its claim templates too: the pod asks 2 H200 of a quota of 1."""
+    state = dra_cluster(claim_template("t", gpu_request("g", "h200", 2)), quota='{"NVIDIA-H200": 1}')
+    obj = dra_pod("a", templates=("t",))
+    del obj["metadata"]["namespace"]
+    review = replace(request(obj), namespace="ns")
+    review = replace(review, template=admission.pod_template("pods", "", "CREATE", obj, "ns"))
+    if step == "validate":
+        decision = admission.validate(state, review, 0.0)
+        assert isinstance(decision, Denied), decision
+        assert "pod ns/a" in decision.message and "2 NVIDIA-H200" in decision.message, decision.message
+    else:
+        decision = admission.mutate(state, review, None, 0.0)
+        assert isinstance(decision, Allowed) and decision.card == H200, decision

@@ -94,7 +94,7 @@ def to_request(req: AdmissionRequest) -> Request:
         obj=obj,
         old_obj=req.old_object or {},
         dry_run=req.dry_run,
-        template=admission.pod_template(resource, sub_resource, req.operation, obj),
+        template=admission.pod_template(resource, sub_resource, req.operation, obj, req.namespace),
     )
 
 

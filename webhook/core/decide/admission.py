@@ -7,7 +7,7 @@ from webhook.core.decide import claiming, decisions, enqueue, patches, scaling, 
 from webhook.core.index.state import ClusterState
 from webhook.core.model import shapes
 from webhook.core.model.ledger import Entry
-from webhook.core.model.objects import PodTemplate, pod_template_of
+from webhook.core.model.objects import PodTemplate, reviewed_template
 from webhook.core.model.verdicts import Allowed, Decision, Denied, Hold, Request
 
 VOLCANO_BATCH = "batch.volcano.sh"
@@ -19,12 +19,15 @@ VOLCANO_SCHEDULING = "scheduling.volcano.sh"
 DRA = "resource.k8s.io"
 
 
-def pod_template(resource: str, sub_resource: str, operation: str, obj: Any) -> PodTemplate | None:
+def pod_template(
+    resource: str, sub_resource: str, operation: str, obj: Any, namespace: str
+) -> PodTemplate | None:
     """The template of a review's pod, read once at the entry (every step then reads it): a pod
-    create or update whose shape the core can read; None for anything else."""
+    create or update whose shape the core can read; None for anything else. ``namespace``: the
+    request's, where the pod is when its object names none."""
     if resource != "pods" or sub_resource or operation not in ("CREATE", "UPDATE"):
         return None
-    return None if shapes.problem("pods", "", obj) else pod_template_of(obj)
+    return None if shapes.problem("pods", "", obj) else reviewed_template(obj, namespace)
 
 
 def validate(state: ClusterState, request: Request, now: float) -> Decision:

@@ -16,7 +16,7 @@ from webhook.core.model.cards import UNIT, CardSpec, amount
 from webhook.core.model.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
 from webhook.core.model.feasibility import TooComplex
 from webhook.core.model.ledger import Cover
-from webhook.core.model.objects import PodRecord, PodTemplate, pod_record, reviewed_pod
+from webhook.core.model.objects import PodRecord, PodTemplate, reviewed_pod
 from webhook.core.model.quota import AnnotationError, parse_card_request
 from webhook.core.model.verdicts import TOO_COMPLEX, WAITS, Allowed, Decision, Denied, Hold, Join, Request
 
@@ -218,7 +218,8 @@ def decide_pod_update(state: ClusterState, request: Request) -> Decision:
     """Only the webhook removes its scheduling gate (SPEC §5c), and a card pod's charge is fixed
     while it lives (SPEC §4b): the registration sends a pod UPDATE here only when someone else
     removes the gate or edits an annotation the count reads."""
-    old, new = pod_record(request.old_obj), pod_record(request.obj, request.template)
+    old = reviewed_pod(request.old_obj, request.namespace)
+    new = reviewed_pod(request.obj, request.namespace, request.template)
     if old.waiting is None or new.waiting is not None:
         return _charge_edit(state, old, new)
     waiter = state.line.get(old.uid)

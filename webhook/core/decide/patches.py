@@ -2,7 +2,6 @@
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 from webhook.core.decide import decisions
@@ -21,6 +20,8 @@ from webhook.core.model.objects import (
     pod_record,
     pod_template_of,
     pod_waiting,
+    reviewed_pod,
+    reviewed_template,
     waiting_mark,
     workload_record,
 )
@@ -45,7 +46,7 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
     In wait mode a controller's pod that does not fit now is put under our scheduling gate instead
     (SPEC §5c), with its place; an ``A|B`` one keeps both models until it is released."""
     pod = request.obj
-    template = request.template or pod_template_of(pod)
+    template = request.template or reviewed_template(pod, request.namespace)
     demand = pod_demand(template, state.inventory, state.policy)
     if not isinstance(demand, PodDemand):
         return Allowed("not a card pod (or refused by validation)")
@@ -55,7 +56,7 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
         ops = [*_card_name_ops(template, demand.spec, dra=dra), *gate]
         if not dra:
             ops.extend(affinity_ops(pod.get("spec") or {}, _expression(state, demand.spec)))
-        record = pod_record(pod, template)
+        record = reviewed_pod(pod, request.namespace, template)
         return Allowed(
             "waits in its queue's line under our scheduling gate",
             patch=tuple(ops),
@@ -63,9 +64,7 @@ def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
             gated=(record.owner.uid, record.own_name) if record.owner is not None else None,
         )
     if demand.spec.is_multi:
-        record = pod_record(pod, template)
-        if not record.namespace or record.namespace == "default":
-            record = replace(record, namespace=request.namespace or record.namespace)
+        record = reviewed_pod(pod, request.namespace, template)
         chosen = assign_model(state, record, demand)
     spec = CardSpec((chosen.card,)) if chosen else demand.spec
     ops = _card_name_ops(template, spec, assigned=chosen is not None, dra=dra)
@@ -140,9 +139,7 @@ def _gate_ops(
     if pod_waiting(gates, annotations) is None:
         if not state.policy.waiting_line or controller_of(pod) is None:
             return None
-        record = pod_record(pod, template)
-        if not record.namespace or record.namespace == "default":
-            record = replace(record, namespace=request.namespace or record.namespace)
+        record = reviewed_pod(pod, request.namespace, template)
         if state.waiting.over_quota(state.queue_of_pod(record)) != "wait":
             return None  # deny mode: validation alone decides (no second check on the hot path)
         decision = decisions.decide_pod_create(state, request, now)

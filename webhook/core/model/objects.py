@@ -266,16 +266,23 @@ def _timestamp(value: Any) -> float | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
-def pod_record(obj: Raw, template: PodTemplate | None = None, namespace: str = "") -> PodRecord:
-    """``template``: the pod's own, read already (``pod_template_of(obj)``); ``namespace``: where
-    it is when the object names none or ``default`` (a review's)."""
-    meta, spec = _meta(obj), obj.get("spec") or {}
+def pod_namespace(meta: Raw, namespace: str) -> str:
+    """Where a pod is: the namespace its object names, else (none, or ``default``) ``namespace``, a
+    review's, else ``default``."""
     named = str(meta.get("namespace") or "default")
+    return (namespace or named) if named == "default" else named
+
+
+def pod_record(obj: Raw, template: PodTemplate | None = None, namespace: str = "") -> PodRecord:
+    """``template``: the pod's own, read already (``reviewed_template``); ``namespace``: where it is
+    when the object names none or ``default`` (a review's)."""
+    meta, spec = _meta(obj), obj.get("spec") or {}
+    where = pod_namespace(meta, namespace)
     return PodRecord(
         uid=str(meta.get("uid") or f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"),
-        namespace=(namespace or named) if named == "default" else named,
+        namespace=where,
         name=str(meta.get("name") or meta.get("generateName") or ""),
-        template=template or pod_template_of(obj),
+        template=template or pod_template_of(obj, where),
         node_name=str(spec.get("nodeName") or ""),
         phase=str((obj.get("status") or {}).get("phase") or "Pending"),
         deletion_deadline=deletion_deadline(
@@ -308,6 +315,11 @@ def reviewed_pod(obj: Raw, namespace: str, template: PodTemplate | None = None) 
     """The pod of a review: its record, in the request's namespace when the object names none (a
     create by a controller sends the object without it); ``template``: read already at the entry."""
     return pod_record(obj, template, namespace=namespace)
+
+
+def reviewed_template(obj: Raw, namespace: str) -> PodTemplate:
+    """The template of a review's pod, its claims read where the pod is (``pod_namespace``)."""
+    return pod_template_of(obj, pod_namespace(_meta(obj), namespace))
 
 
 BEHIND: tuple[float, int] = (math.inf, -(2**31))  # the place of a gated pod whose mark is unreadable
