@@ -331,6 +331,36 @@ def test_a_task_whose_podgroup_is_not_seen_enqueued_yet_is_given_a_model_that_ho
     assert all(m.allowed for m in (first, *rest)), [m.validation for m in (first, *rest)]
 
 
+def test_a_task_whose_enqueue_was_admitted_but_not_seen_yet_is_given_a_model_that_holds_it_whole() -> None:
+    """On stock Volcano our enqueue gate admits the PodGroup's move to Inqueue and holds its cards in
+    flight; the job controller sees the move and creates the pods before the cache does. The first
+    pod's model must hold the whole task beside all else but that hold, which the task's pods come
+    out of: 4090 holds one of the two, so 4090-D. (The stock wait-mode soak, seed 4050932668: its
+    first pod was given 4090 and admitted, and its second, which must follow it, was refused for
+    ever.)"""
+    job = vcjob("train", [(2, {"metadata": {"annotations": {keys.CARD_NAME: FLEX}}, "spec": {}})])
+    pending = podgroup("pg", "Pending", request=json.dumps({FLEX: 2}), owner_ref=JOB_REF)
+    inqueue = podgroup("pg", "Inqueue", request=json.dumps({FLEX: 2}), owner_ref=JOB_REF)
+    state = cluster(*NODES, queue("q", quota(a=1, b=2)), job, pending)
+    move = request(
+        inqueue, resource="podgroups", operation="UPDATE", old=pending, group="scheduling.volcano.sh"
+    )
+    enqueued = admission.validate(state, move, 0.0)
+    admission.admit(state, move, enqueued, 0.0)
+    assert isinstance(enqueued, Allowed), enqueued
+    early = Created(state, task_pod(0), uid="uid-t0")
+    assert early.card == R4090D
+    # Its validation counts it beside the enqueue's hold, not out of it (the hold is the group's 2
+    # cards whole): refused, and its job controller creates it again. The server reads such a
+    # PodGroup live first (tests/edges/test_server.py), so this is the case of a failed read.
+    assert isinstance(early.validation, Denied)
+    assert early.validation.message.startswith(f'queue "q" has 0 {R4090D} left (quota 2: 2 admitted')
+    ingest.upsert(state, inqueue)  # the cache catches up: the group's reservation takes over
+    made = [Created(state, task_pod(i), uid=f"uid-t{i}") for i in range(2)]
+    assert [m.card for m in made] == [R4090D, R4090D]
+    assert all(m.allowed for m in made), [m.validation for m in made]
+
+
 def test_a_task_pod_given_a_model_its_quota_cannot_hold_is_refused_though_its_group_holds_cards() -> None:
     """Its PodGroup reserves 2 of A|B, which fit as 1 A + 1 B; its sibling is already charged on A
     (pending), the only A there is: a second pod pinned to A would leave the queue over its quota of

@@ -158,7 +158,8 @@ READS = (
         ("cluster/reclaimer.py Reclaimer._refusal list_in",),
     ),
 )
-# A PodGroup's owner read live when the cache has not seen it yet: any kind the informers watch
+# What a review needs read live when the cache lacks it or shows it behind (a PodGroup's owner, a
+# pod's claims and templates, a claim's pod, a pod's PodGroup): any kind the informers watch
 # (cache.kind_of), whose get is checked with their list and watch below.
 OWNER_READ = "cluster/sources.py LiveSource.fetch get"
 

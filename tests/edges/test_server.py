@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.builders import H200, H800, cluster, node, pod, queue
+from tests.builders import H200, H800, R4090, R4090D, cluster, node, pod, podgroup, queue, vcjob
 from tests.edges.serving import CLUSTER, REVIEWS, Process, client_context, serve_in_thread, serve_process
 from webhook.cluster import snapshot
 from webhook.core.index.state import ClusterState
@@ -605,3 +605,85 @@ def test_a_claim_whose_pod_the_cache_lacks_reads_the_pod_live_and_is_pinned(tmp_
             out = post(client, "/mutate", json.dumps(body).encode()).json()["response"]
         assert ("patch" in out) == pinned, out
         assert source.reads == [("Pod", "tune-9")]
+
+
+class Behind(FakeSource):
+    """A cache that does not show a PodGroup enqueued yet; a live read returns it as the API server
+    has it (enqueued, or gone)."""
+
+    def __init__(self, state: ClusterState, group: dict[str, Any] | None) -> None:
+        self.state, self.group = state, group
+        self.reads: list[tuple[str, str, str]] = []
+
+    async def fetch(self, ref: Any, namespace: str) -> dict[str, Any] | None:
+        self.reads.append((ref.kind, namespace, ref.name))
+        return self.group
+
+
+def test_a_pod_of_a_podgroup_enqueued_here_but_not_seen_yet_reads_it_live_and_comes_out_of_it(
+    tmp_path: Path,
+) -> None:
+    """SPEC §5d: on stock Volcano our enqueue gate admits a PodGroup's move to Inqueue; the job
+    controller sees it and creates the pods before the cache does. The pod's review reads the
+    PodGroup live, so the pod is counted out of its reservation: admitted, given the model that
+    holds its whole task (4090-D: 4090's quota holds one of its two pods). A read that finds
+    nothing leaves the pod counted beside the enqueue's hold: refused, its controller retries."""
+    flex = f"{R4090}|{R4090D}"
+    ref = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "train", "uid": "uid-job-train"}
+    ref["controller"] = True  # type: ignore[assignment]
+    job = vcjob("train", [(2, {"metadata": {"annotations": {"volcano.sh/card.name": flex}}, "spec": {}})])
+    pending = podgroup("pg", "Pending", request=json.dumps({flex: 2}), owner_ref=ref)
+    inqueue = podgroup("pg", "Inqueue", request=json.dumps({flex: 2}), owner_ref=ref)
+    made = pod("train-t0-0", flex, owner=ref, group="pg", uid="")
+    made["metadata"]["annotations"]["volcano.sh/task-spec"] = "t0"
+    for live, allowed in ((inqueue, True), (None, False)):
+        state = cluster(
+            node("r", R4090, 4),
+            node("rd", R4090D, 4),
+            queue("q", json.dumps({R4090: 1, R4090D: 2})),
+            job,
+            pending,
+        )
+        move = {
+            "uid": "enqueue",
+            "kind": {"group": "scheduling.volcano.sh", "version": "v1beta1", "kind": "PodGroup"},
+            "resource": {"group": "scheduling.volcano.sh", "version": "v1beta1", "resource": "podgroups"},
+            "namespace": "ns",
+            "operation": "UPDATE",
+            "object": inqueue,
+            "oldObject": pending,
+        }
+        created = {
+            "uid": "create",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "ns",
+            "operation": "CREATE",
+            "object": made,
+        }
+        source = Behind(state, live)
+        with (
+            serve_in_thread(source, tmp_path) as url,
+            httpx.Client(base_url=url, verify=client_context(tmp_path)) as client,
+        ):
+            assert post(client, "/validate", envelope(move)).json()["response"]["allowed"]
+            mutation = post(client, "/mutate", envelope(created)).json()["response"]
+            patch = json.loads(base64.b64decode(mutation["patch"]))
+            assert {
+                "op": "replace",
+                "path": "/metadata/annotations/volcano.sh~1card.name",
+                "value": R4090D,
+            } in patch
+            assigned = json.loads(json.dumps(made))
+            assigned["metadata"]["annotations"]["volcano.sh/card.name"] = R4090D
+            assigned["metadata"]["annotations"]["cardquota.volcano.sh/card.spec"] = flex
+            assigned["metadata"]["uid"] = "uid-t0"
+            out = post(client, "/validate", envelope({**created, "object": assigned})).json()["response"]
+        assert out["allowed"] is allowed, out
+        assert source.reads[0] == ("PodGroup", "ns", "pg")
+
+
+def envelope(request: dict[str, Any]) -> bytes:
+    return json.dumps(
+        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
+    ).encode()

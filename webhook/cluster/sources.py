@@ -34,7 +34,8 @@ class StateSource(Protocol):
         """Bring the state up to date and keep it so; raise ``ConfigError`` if it cannot."""
 
     async def fetch(self, ref: OwnerRef, namespace: str) -> dict[str, Any] | None:
-        """The one live read (a PodGroup's owner the cache has not seen yet), or None."""
+        """A live read of what a review needs and the cache lacks (a PodGroup's owner, a pod's
+        claims, a PodGroup the cache shows behind), or None."""
 
     def not_ready_reason(self) -> str:
         """Why ``ready`` is false (this replica does not answer reviews): the 503 answer."""
@@ -244,9 +245,7 @@ class LiveSource:
         try:
             return await self._transport.get(kind, namespace, ref.name)
         except cache.Unavailable as exc:
-            log.warning(
-                "live read of a PodGroup's owner failed", extra={"owner": ref.name, "error": str(exc)}
-            )
+            log.warning("live read failed", extra={"kind": ref.kind, "name": ref.name, "error": str(exc)})
             return None
 
     async def run(self) -> None:

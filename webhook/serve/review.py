@@ -7,7 +7,7 @@ import orjson
 
 from webhook.core.decide import admission, patches
 from webhook.core.index.state import ClusterState
-from webhook.core.model import shapes
+from webhook.core.model import keys, shapes
 from webhook.core.model.objects import OwnerRef
 from webhook.core.model.verdicts import Allowed, Decision, Denied, Request
 from webhook.serve import logs, wire
@@ -30,6 +30,25 @@ def owner_to_fetch(state: ClusterState, request: Request, webhook: Webhook) -> t
         return None
     ref = patches.owner_to_fetch(state, request.obj)
     return None if ref is None else (ref, request.namespace)
+
+
+def to_fetch(state: ClusterState, request: Request) -> list[OwnerRef]:
+    """What a create needs that the cache lacks or has not caught up on, to read live (nearly never)."""
+    return dra_to_fetch(state, request) + group_to_fetch(state, request)
+
+
+def group_to_fetch(state: ClusterState, request: Request) -> list[OwnerRef]:
+    """SPEC §5d: a pod of a PodGroup whose move to Inqueue was admitted here but that the cache does
+    not show enqueued yet (the job controller, which creates the pods, saw it first): the PodGroup,
+    so the pod is counted out of its reservation, not beside the enqueue's hold."""
+    template = request.template
+    name = template.annotations.get(keys.GROUP_NAME) if template is not None else None
+    if not name or request.operation != "CREATE":
+        return []
+    group = state.groups.enqueued_unseen(f"{request.namespace}/{name}")
+    if group is None:
+        return []
+    return [OwnerRef("PodGroup", group.name, group.uid, f"{admission.VOLCANO_SCHEDULING}/v1beta1")]
 
 
 def dra_to_fetch(state: ClusterState, request: Request) -> list[OwnerRef]:

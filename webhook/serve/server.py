@@ -138,8 +138,8 @@ async def _answer_review(request: web.Request, webhook: review.Webhook) -> web.R
     if not source.ready or state is None:
         raise NotReady(f"cache not ready: {source.not_ready_reason()}")
     read = wire.to_request(raw)
-    if dra := review.dra_to_fetch(state, read):  # what the cache lacks: read live (nearly never)
-        await _live_dra(source, state, read, dra)
+    if lacking := review.to_fetch(state, read):  # what the cache lacks: read live (nearly never)
+        await _live_read(source, state, read, lacking)
     owner = None
     if (wanted := review.owner_to_fetch(state, read, webhook)) is not None:
         owner = await _live_owner(source, read, *wanted)
@@ -166,19 +166,19 @@ async def _live_owner(source: StateSource, request: Request, ref: OwnerRef, name
     return review.owner_from(ref, body)
 
 
-async def _live_dra(
+async def _live_read(
     source: StateSource, state: ClusterState, request: Request, wanted: list[OwnerRef]
 ) -> None:
-    """SPEC §4b: a pod's claims or templates, or a claim's pod, the cache lacks, read live under the
-    same short timeout and put into the state as the watch will bring them; what cannot be read is
-    left out, and the decision says so."""
+    """SPEC §4b, §5d: a pod's claims or templates, a claim's pod, or a pod's PodGroup the cache
+    lacks or shows behind, read live under the same short timeout and put into the state as the
+    watch will bring them; what cannot be read is left out, and the decision says so."""
     namespace = request.namespace
     try:
         bodies = await asyncio.wait_for(
             asyncio.gather(*(source.fetch(ref, namespace) for ref in wanted)), OWNER_READ_SECONDS
         )
     except TimeoutError:
-        log.warning("live read for a DRA review timed out", extra={"uid": request.uid})
+        log.warning("live read for a review timed out", extra={"uid": request.uid})
         return
     for ref, body in zip(wanted, bodies, strict=True):
         if body is None or (ref.uid and (body.get("metadata") or {}).get("uid") != ref.uid):

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from webhook.core.decide.constraints import allowed_cards
 from webhook.core.decide.decisions import ancestors_refuse, covering, queue_refuses, volcano_task
+from webhook.core.index.groups import enqueue_key
 from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import QueueUsage, queue_usage, tree_has_room
 from webhook.core.model import keys
@@ -54,7 +55,7 @@ def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assi
             pods = task[1]
         if less is not None and less.origin == "reserved":
             less = _reserved(less, demand.count, pods)
-    whole = less
+    whole = less if less is not None or task is None else _enqueued(state, pod, demand)
     if less is not None and pods > 1:
         less = _reserved(less, demand.count, 1)  # what this one pod's hold covers
     found = _model(state, queue, candidates, demand, pods, whole)
@@ -65,7 +66,11 @@ def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assi
         low, high = 0, pods - 1
         while low < high:
             middle = (low + high + 1) // 2
-            part = None if whole is None else _reserved(whole, demand.count, middle)
+            part = (
+                whole
+                if whole is None or whole.origin != "reserved"
+                else _reserved(whole, demand.count, middle)
+            )
             if (held := _model(state, queue, candidates, demand, middle, part)) is not None:
                 low, found = middle, held
             else:
@@ -73,6 +78,19 @@ def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assi
     if found is None:
         return None
     return Assignment(found[0], queue, found[1], less, task[0] if task else "")
+
+
+def _enqueued(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Cover | None:
+    """The hold of the pod's PodGroup's enqueue, admitted here, for the spec the pod asks, while
+    the cache does not show the group enqueued yet (its job's pods are created as soon as it is):
+    the task's pods come out of it, so it is left out when sizing their model (SPEC §5d)."""
+    group = state.groups.enqueued_unseen(f"{pod.namespace}/{pod.group_name}") if pod.group_name else None
+    index = 0
+    while group is not None and (entry := state.ledger.get(key := enqueue_key(group.uid, index))) is not None:
+        if entry.spec == demand.spec:
+            return Cover(entry.spec, entry.per_pod, entry.pods, "in flight", key)
+        index += 1
+    return None
 
 
 def _reserved(cover: Cover, count: int, pods: int) -> Cover:

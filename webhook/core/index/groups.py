@@ -132,6 +132,15 @@ class PodGroups:
             del self._gated[key]
         self.refresh(key)
 
+    def enqueued_unseen(self, key: str) -> PodGroupRecord | None:
+        """The group ``key`` when its move to Inqueue was admitted here (its enqueue hold is in the
+        ledger) but the cache does not show it yet; else None. Its pods, created once it is, are
+        counted against its reservation only once the cache shows it (SPEC §5d)."""
+        group = self.by_key.get(key)
+        if group is None or group.phase in RESERVING_PHASES:
+            return None
+        return group if self._ledger.get(enqueue_key(group.uid, 0)) is not None else None
+
     def refresh(self, key: str) -> None:
         """Count again what the group ``key`` reserves: it, its owner or its pods changed."""
         group = self.by_key.get(key)
