@@ -666,8 +666,8 @@ def test_a_pod_of_a_podgroup_enqueued_here_but_not_seen_yet_reads_it_live_and_co
             serve_in_thread(source, tmp_path) as url,
             httpx.Client(base_url=url, verify=client_context(tmp_path)) as client,
         ):
-            assert post(client, "/validate", envelope(move)).json()["response"]["allowed"]
-            mutation = post(client, "/mutate", envelope(created)).json()["response"]
+            assert post(client, "/validate", review_with(move)).json()["response"]["allowed"]
+            mutation = post(client, "/mutate", review_with(created)).json()["response"]
             patch = json.loads(base64.b64decode(mutation["patch"]))
             assert {
                 "op": "replace",
@@ -678,12 +678,6 @@ def test_a_pod_of_a_podgroup_enqueued_here_but_not_seen_yet_reads_it_live_and_co
             assigned["metadata"]["annotations"]["volcano.sh/card.name"] = R4090D
             assigned["metadata"]["annotations"]["cardquota.volcano.sh/card.spec"] = flex
             assigned["metadata"]["uid"] = "uid-t0"
-            out = post(client, "/validate", envelope({**created, "object": assigned})).json()["response"]
+            out = post(client, "/validate", review_with({**created, "object": assigned})).json()["response"]
         assert out["allowed"] is allowed, out
         assert source.reads[0] == ("PodGroup", "ns", "pg")
-
-
-def envelope(request: dict[str, Any]) -> bytes:
-    return json.dumps(
-        {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}
-    ).encode()
