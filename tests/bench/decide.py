@@ -2,8 +2,9 @@
 
 Run with ``python -m tests.bench.decide [--pods 1000,100000] [--repeat 6000]``. Prints one table;
 the figures in docs/performance.md come from it. For each cluster size the flat queues, the
-three-level tree and the flat queues with half the one-model pods sharing GPUs are timed turn by
-turn in the same loop, and their ratios to the flat queues printed.
+three-level tree, the flat queues with half the one-model pods sharing GPUs, and the flat queues
+during a burst (``IN_FLIGHT`` pods of the other queues admitted, not yet seen by the cache) are timed
+turn by turn in the same loop, and their ratios to the flat queues printed.
 """
 
 import argparse
@@ -18,20 +19,35 @@ from tests.bench.synthetic import MODELS
 from tests.builders import R4090, R4090D, cluster, pod, request
 from webhook.core.decide import admission
 from webhook.core.index.state import ClusterState
+from webhook.core.model import keys
+from webhook.core.model.cards import UNIT, CardName, CardSpec
+from webhook.core.model.ledger import Entry
 from webhook.core.model.verdicts import Allowed
 
+IN_FLIGHT = 1000  # the burst: pods admitted in other queues than the one decided, not yet in the cache
+OTHERS = [f"q{n}" for n in range(50) if n != 7]  # every timed decision is in q7
 
-def build(pods: int, tree: bool = False, sharing: bool = False) -> ClusterState:
-    return cluster(*synthetic.cluster_objects(pods, tree, sharing))
+
+def build(pods: int, tree: bool = False, sharing: bool = False, burst: bool = False) -> ClusterState:
+    state = cluster(*synthetic.cluster_objects(pods, tree, sharing))
+    for i in range(IN_FLIGHT if burst else 0):  # one pod of one card each
+        entry = Entry(OTHERS[i % len(OTHERS)], CardSpec((CardName(MODELS[i % 2]),)), UNIT, 1, 1e12)
+        state.ledger.record(f"burst-{i}", entry)
+    return state
+
+
+def _candidate(i: int) -> dict[str, object]:
+    """A pod create as validated: two in three of one model, one in three ``A|B`` as its mutation
+    left it (assigned one model, the spec it asked noted beside it)."""
+    if i % 3:
+        return pod(f"new-{i}", MODELS[i % 2], 1, queue_name="q7")
+    return pod(f"new-{i}", R4090D, 1, queue_name="q7", annotations={keys.CARD_SPEC: f"{R4090}|{R4090D}"})
 
 
 def time_decisions(states: list[ClusterState], repeat: int) -> list[tuple[float, float, float]]:
     """Median, p99 and max (µs) of one decision in each state, the states taking turns request by
     request (in alternating order), so the machine's noise falls on all of them alike."""
-    candidates = [
-        request(pod(f"new-{i}", MODELS[i % 2] if i % 3 else f"{R4090}|{R4090D}", 1, queue_name="q7"))
-        for i in range(64)
-    ]
+    candidates = [request(_candidate(i)) for i in range(64)]
     for state in states:  # warm up
         for req in candidates:
             admission.validate(state, req, 0.0)
@@ -66,15 +82,20 @@ def main() -> None:
     )
     for pods in (int(n) for n in args.pods.split(",")):
         states, built = [], []
-        for tree, sharing in ((False, False), (True, False), (False, True)):
+        for tree, sharing, burst in (
+            (False, False, False),
+            (True, False, False),
+            (False, True, False),
+            (False, False, True),
+        ):
             gc.collect()
             tracemalloc.start()
             started = time.perf_counter()
-            states.append(build(pods, tree, sharing))
+            states.append(build(pods, tree, sharing, burst))
             built.append((time.perf_counter() - started, tracemalloc.get_traced_memory()[0] / 2**20))
             tracemalloc.stop()
         timed = time_decisions(states, args.repeat)
-        shapes = ("flat", "tree", "shared")
+        shapes = ("flat", "tree", "shared", "burst")
         for shape, (seconds, size), (median, p99, worst) in zip(shapes, built, timed, strict=True):
             print(
                 f"{shape:>6} {pods:>8} {seconds:>8.1f} {size:>10.1f} {median:>10.1f} {p99:>8.1f} {worst:>8.1f}"
@@ -83,6 +104,10 @@ def main() -> None:
         print(
             f"{'':>6} {pods:>8} shared/flat median: {timed[2][0] / timed[0][0]:.3f},"
             f" p99: {timed[2][1] / timed[0][1]:.3f} (half the one-model pods share GPUs)"
+        )
+        print(
+            f"{'':>6} {pods:>8} burst/flat median: {timed[3][0] / timed[0][0]:.3f},"
+            f" p99: {timed[3][1] / timed[0][1]:.3f} ({IN_FLIGHT:,} pods of other queues in flight)"
         )
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 

@@ -7,6 +7,7 @@ until its validation: assignments of one queue, model and size are interchangeab
 validation takes any one of them over. Time is always passed in; nothing here reads a clock.
 """
 
+import heapq
 from collections import Counter
 from dataclasses import dataclass
 
@@ -47,8 +48,14 @@ class Entry:
 
 
 class Ledger:
+    """The entries by key, and by queue (a review reads its queue's, not every one: a burst of
+    admitted pods the cache has not seen yet costs the other queues' reviews nothing); their
+    deadlines in a heap (a review expires those due, not a scan of all)."""
+
     def __init__(self) -> None:
         self._entries: dict[str, Entry] = {}
+        self._queues: dict[str, dict[str, Entry]] = {}
+        self._deadlines: list[tuple[float, str]] = []  # an entry's, or earlier: looked at again when due
         self._assignments: dict[Slot, list[str]] = {}  # oldest first; keys leave lazily
 
     def __len__(self) -> int:
@@ -56,17 +63,29 @@ class Ledger:
 
     def clear(self) -> None:
         """Forget every hold: a replica that takes the Lease starts from what its cache counts."""
-        self._entries.clear()
-        self._assignments.clear()
+        for kept in (self._entries, self._queues, self._assignments):
+            kept.clear()
+        self._deadlines.clear()
 
     def record(self, key: str, entry: Entry) -> None:
+        self._remove(key)
         self._entries[key] = entry
+        self._queues.setdefault(entry.queue, {})[key] = entry
+        heapq.heappush(self._deadlines, (entry.expires, key))
 
     def record_assignment(self, key: str, entry: Entry) -> None:
         """Hold a multi-card pod's assigned model (``entry.spec``: that one model) until its validation."""
         assert entry.spec is not None and not entry.spec.is_multi
-        self._entries[key] = entry
+        self.record(key, entry)
         self._assignments.setdefault((entry.queue, entry.spec.cards[0], entry.per_pod), []).append(key)
+
+    def _remove(self, key: str) -> None:
+        entry = self._entries.pop(key, None)
+        if entry is not None:
+            held = self._queues[entry.queue]
+            del held[key]
+            if not held:
+                del self._queues[entry.queue]
 
     def assignment(self, queue: str, card: CardName, per_pod: int) -> str:
         """The key of the oldest assignment still held for this queue, model and size, or ""."""
@@ -80,7 +99,7 @@ class Ledger:
 
     def drop(self, key: str) -> None:
         """Stop holding an entry at once, whatever it still holds."""
-        self._entries.pop(key, None)
+        self._remove(key)
 
     def get(self, key: str) -> Entry | None:
         return self._entries.get(key)
@@ -97,13 +116,23 @@ class Ledger:
             return
         entry.pods -= pods
         if entry.pods <= 0:
-            del self._entries[key]
+            self._remove(key)
 
     def expire(self, now: float) -> None:
-        for key in [k for k, e in self._entries.items() if e.expires <= now]:
-            del self._entries[key]
-        for slot in [s for s, keys in self._assignments.items() if not any(k in self._entries for k in keys)]:
-            del self._assignments[slot]
+        deadlines = self._deadlines
+        while deadlines and deadlines[0][0] <= now:
+            due, key = heapq.heappop(deadlines)
+            entry = self._entries.get(key)
+            if entry is None:
+                continue
+            if entry.expires <= now:
+                self._remove(key)
+            elif entry.expires != due:  # held longer since (a call), or replaced: due later
+                heapq.heappush(deadlines, (entry.expires, key))
+        if self._assignments:
+            entries = self._entries
+            for slot in [s for s, keys in self._assignments.items() if not any(k in entries for k in keys)]:
+                del self._assignments[slot]
 
     def held(self, queue: str, exclude: str = "") -> Counter[tuple[CardSpec, int]]:
         """Pods held per (spec, per-pod count) for one queue, leaving out entry ``exclude``."""
@@ -112,9 +141,10 @@ class Ledger:
     def held_in(self, queues: frozenset[str], exclude: str = "") -> Counter[tuple[CardSpec, int]]:
         """The same for a set of queues (an ancestor and its descendants)."""
         held: Counter[tuple[CardSpec, int]] = Counter()
-        for key, entry in self._entries.items():
-            if entry.queue in queues and entry.pods > 0 and entry.spec is not None and key != exclude:
-                held[(entry.spec, entry.per_pod)] += entry.pods
+        for queue in queues:
+            for key, entry in self._queues.get(queue, {}).items():
+                if entry.pods > 0 and entry.spec is not None and key != exclude:
+                    held[(entry.spec, entry.per_pod)] += entry.pods
         return held
 
     def task_model(self, task: str) -> CardName | None:
@@ -128,15 +158,16 @@ class Ledger:
         """What the held entries of these queues take over from flexible demand counted elsewhere."""
         return [
             e.covers
-            for key, e in self._entries.items()
-            if e.covers is not None and e.queue in queues and e.pods > 0 and key != exclude
+            for queue in queues
+            for key, e in self._queues.get(queue, {}).items()
+            if e.covers is not None and e.pods > 0 and key != exclude
         ]
 
     def held_compute(self, queue: str, exclude: str = "") -> tuple[int, int]:
         """CPU (millicores) and memory (bytes) held for ``queue``, leaving out entry ``exclude``."""
         cpu = memory = 0
-        for key, entry in self._entries.items():
-            if entry.queue == queue and entry.pods > 0 and key != exclude:
+        for key, entry in self._queues.get(queue, {}).items():
+            if entry.pods > 0 and key != exclude:
                 cpu += entry.cpu * entry.pods
                 memory += entry.memory * entry.pods
         return cpu, memory
