@@ -12,7 +12,6 @@ from collections.abc import Sequence
 
 from webhook.core.decide.constraints import allowed_cards
 from webhook.core.decide.decisions import ancestors_refuse, covering, queue_refuses, volcano_task
-from webhook.core.index.groups import enqueue_key
 from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import QueueUsage, queue_usage, tree_has_room
 from webhook.core.model import keys
@@ -85,11 +84,9 @@ def _enqueued(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Cover |
     the cache does not show the group enqueued yet (its job's pods are created as soon as it is):
     the task's pods come out of it, so it is left out when sizing their model (SPEC §5d)."""
     group = state.groups.enqueued_unseen(f"{pod.namespace}/{pod.group_name}") if pod.group_name else None
-    index = 0
-    while group is not None and (entry := state.ledger.get(key := enqueue_key(group.uid, index))) is not None:
+    for key, entry in state.groups.enqueue_holds(group.uid) if group is not None else ():
         if entry.spec == demand.spec:
             return Cover(entry.spec, entry.per_pod, entry.pods, "in flight", key)
-        index += 1
     return None
 
 

@@ -17,7 +17,7 @@ from webhook.core.index.queues import QueueTree
 from webhook.core.index.reservations import RESERVING_PHASES, Reservations, asks_more
 from webhook.core.model import keys
 from webhook.core.model.cards import CardSpec
-from webhook.core.model.ledger import Ledger
+from webhook.core.model.ledger import Entry, Ledger
 from webhook.core.model.objects import PodGroupRecord, PodRecord
 
 # A PodGroup's annotations its reservation is read from (besides spec.minResources and spec.queue)
@@ -140,6 +140,13 @@ class PodGroups:
         if group is None or group.phase in RESERVING_PHASES:
             return None
         return group if self._ledger.get(enqueue_key(group.uid, 0)) is not None else None
+
+    def enqueue_holds(self, uid: str) -> list[tuple[str, Entry]]:
+        """The in-flight holds of the group ``uid``'s admitted enqueue, one per card spec, by key."""
+        holds: list[tuple[str, Entry]] = []
+        while (entry := self._ledger.get(key := enqueue_key(uid, len(holds)))) is not None:
+            holds.append((key, entry))
+        return holds
 
     def refresh(self, key: str) -> None:
         """Count again what the group ``key`` reserves: it, its owner or its pods changed."""
