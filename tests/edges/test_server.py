@@ -620,6 +620,51 @@ class Behind(FakeSource):
         return self.group
 
 
+FLEX = f"{R4090}|{R4090D}"
+
+
+class Enqueued:
+    """A Volcano Job of one task of 2 ``A|B`` pods in queue ``q`` (1 4090, 2 4090-D), its PodGroup
+    ``pg`` Pending in a fresh cache; the reviews of its move to Inqueue and of its first pod."""
+
+    def __init__(self) -> None:
+        ref: dict[str, Any] = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "train"}
+        ref.update(uid="uid-job-train", controller=True)
+        self.job = vcjob(
+            "train", [(2, {"metadata": {"annotations": {"volcano.sh/card.name": FLEX}}, "spec": {}})]
+        )
+        self.pending = podgroup("pg", "Pending", request=json.dumps({FLEX: 2}), owner_ref=ref)
+        self.inqueue = podgroup("pg", "Inqueue", request=json.dumps({FLEX: 2}), owner_ref=ref)
+        self.pod = pod("train-t0-0", FLEX, owner=ref, group="pg", uid="")
+        self.pod["metadata"]["annotations"]["volcano.sh/task-spec"] = "t0"
+        self.move = {
+            "uid": "enqueue",
+            "kind": {"group": "scheduling.volcano.sh", "version": "v1beta1", "kind": "PodGroup"},
+            "resource": {"group": "scheduling.volcano.sh", "version": "v1beta1", "resource": "podgroups"},
+            "namespace": "ns",
+            "operation": "UPDATE",
+            "object": self.inqueue,
+            "oldObject": self.pending,
+        }
+        self.created = {
+            "uid": "create",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "ns",
+            "operation": "CREATE",
+            "object": self.pod,
+        }
+
+    def state(self) -> ClusterState:
+        return cluster(
+            node("r", R4090, 4),
+            node("rd", R4090D, 4),
+            queue("q", json.dumps({R4090: 1, R4090D: 2})),
+            self.job,
+            self.pending,
+        )
+
+
 def test_a_pod_of_a_podgroup_enqueued_here_but_not_seen_yet_reads_it_live_and_comes_out_of_it(
     tmp_path: Path,
 ) -> None:
@@ -628,39 +673,10 @@ def test_a_pod_of_a_podgroup_enqueued_here_but_not_seen_yet_reads_it_live_and_co
     PodGroup live, so the pod is counted out of its reservation: admitted, given the model that
     holds its whole task (4090-D: 4090's quota holds one of its two pods). A read that finds
     nothing leaves the pod counted beside the enqueue's hold: refused, its controller retries."""
-    flex = f"{R4090}|{R4090D}"
-    ref = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "name": "train", "uid": "uid-job-train"}
-    ref["controller"] = True  # type: ignore[assignment]
-    job = vcjob("train", [(2, {"metadata": {"annotations": {"volcano.sh/card.name": flex}}, "spec": {}})])
-    pending = podgroup("pg", "Pending", request=json.dumps({flex: 2}), owner_ref=ref)
-    inqueue = podgroup("pg", "Inqueue", request=json.dumps({flex: 2}), owner_ref=ref)
-    made = pod("train-t0-0", flex, owner=ref, group="pg", uid="")
-    made["metadata"]["annotations"]["volcano.sh/task-spec"] = "t0"
-    for live, allowed in ((inqueue, True), (None, False)):
-        state = cluster(
-            node("r", R4090, 4),
-            node("rd", R4090D, 4),
-            queue("q", json.dumps({R4090: 1, R4090D: 2})),
-            job,
-            pending,
-        )
-        move = {
-            "uid": "enqueue",
-            "kind": {"group": "scheduling.volcano.sh", "version": "v1beta1", "kind": "PodGroup"},
-            "resource": {"group": "scheduling.volcano.sh", "version": "v1beta1", "resource": "podgroups"},
-            "namespace": "ns",
-            "operation": "UPDATE",
-            "object": inqueue,
-            "oldObject": pending,
-        }
-        created = {
-            "uid": "create",
-            "kind": {"group": "", "version": "v1", "kind": "Pod"},
-            "resource": {"group": "", "version": "v1", "resource": "pods"},
-            "namespace": "ns",
-            "operation": "CREATE",
-            "object": made,
-        }
+    scenario = Enqueued()
+    move, created, made, flex = scenario.move, scenario.created, scenario.pod, FLEX
+    for live, allowed in ((scenario.inqueue, True), (None, False)):
+        state = scenario.state()
         source = Behind(state, live)
         with (
             serve_in_thread(source, tmp_path) as url,
