@@ -1,16 +1,19 @@
 """Hostile input at the running server: only 200 or 400 answers, never a 500 or a hang.
 
-Four generators, 8,000 bodies in all: valid reviews with any node replaced by any JSON value, sent
+Six generators, 8,600 bodies in all: valid reviews with any node replaced by any JSON value, sent
 to both webhooks of a ``cardquota serve`` process and of a server whose live reads find whatever
-they ask for (what runs before the decision, the owner and DRA reads, takes them too); hostile
-quantities and card annotations where the core reads them; truncated and corrupted bytes; deep
-nesting. Afterwards the same server still answers good reviews exactly as the core does.
+they ask for (what runs before the decision, the owner and DRA reads, takes them too); live reads
+that return anything (a PodGroup's owner, a PodGroup the cache shows behind); hostile quantities
+and card annotations where the core reads them; truncated and corrupted bytes; deep nesting.
+Afterwards the same server still answers good reviews exactly as the core does.
 """
 
 import copy
 import json
+import tempfile
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -19,7 +22,14 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from tests.edges.serving import CLUSTER, REVIEWS, Process, client_context, serve_in_thread, serve_process
-from tests.edges.test_server import Loaded
+from tests.edges.test_server import (
+    Behind,
+    Enqueued,
+    Loaded,
+    OwnerNotCached,
+    podgroup_for_new_pod,
+    review_with,
+)
 from webhook.cluster import snapshot
 from webhook.core.model.objects import OwnerRef
 from webhook.serve import review
@@ -301,3 +311,61 @@ def test_after_the_fuzzing_good_reviews_are_still_answered_exactly(client: httpx
     body = (REVIEWS / name).read_bytes()
     expected = review.answer(snapshot.load_snapshot(CLUSTER), body, webhook, time.time())  # type: ignore[arg-type]
     assert send(client, webhook, body).json() == expected
+
+
+@pytest.fixture(scope="module")
+def behind() -> Iterator[tuple[httpx.Client, Behind]]:
+    certs = Path(tempfile.mkdtemp())
+    source = Behind(Enqueued().state(), None)
+    with (
+        serve_in_thread(source, certs) as url,
+        httpx.Client(base_url=url, verify=client_context(certs), timeout=10) as c,
+    ):
+        yield c, source
+
+
+SCENARIO = Enqueued()
+
+
+@fuzz(300)
+@given(path=st.sampled_from(list(paths(SCENARIO.inqueue))), value=json_values)
+def test_a_podgroup_read_live_in_any_shape_is_answered(
+    behind: tuple[httpx.Client, Behind], path: tuple[Any, ...], value: Any
+) -> None:
+    """A pod of a PodGroup enqueued here but not seen yet reads the PodGroup live (SPEC §5d): what
+    the read returns, any node of it replaced by anything, gets a 200 or a 400, never a 500."""
+    client, source = behind
+    source.state, source.group = SCENARIO.state(), replaced(SCENARIO.inqueue, path, value)
+    send(client, "validate", review_with(SCENARIO.move))  # the enqueue admitted: its hold in flight
+    reads = len(source.reads)
+    for webhook in ("mutate", "validate"):
+        send(client, webhook, review_with(SCENARIO.created))
+    assert len(source.reads) > reads, "the PodGroup was not read live"
+
+
+@pytest.fixture(scope="module")
+def owner_behind() -> Iterator[tuple[httpx.Client, OwnerNotCached]]:
+    certs = Path(tempfile.mkdtemp())
+    source = OwnerNotCached(None)
+    with (
+        serve_in_thread(source, certs) as url,
+        httpx.Client(base_url=url, verify=client_context(certs), timeout=10) as c,
+    ):
+        yield c, source
+
+
+OWNED = podgroup_for_new_pod()
+
+
+@fuzz(300)
+@given(path=st.sampled_from(list(paths(OWNED[1]))), value=json_values)
+def test_a_podgroups_owner_read_live_in_any_shape_is_answered(
+    owner_behind: tuple[httpx.Client, OwnerNotCached], path: tuple[Any, ...], value: Any
+) -> None:
+    """A PodGroup whose owner the cache lacks reads it live (SPEC §7): what the read returns, any
+    node of the owner replaced by anything, gets a 200 or a 400, never a 500."""
+    client, source = owner_behind
+    source.owner = replaced(OWNED[1], path, value)
+    reads = source.reads
+    send(client, "mutate", OWNED[0])
+    assert source.reads > reads, "the owner was not read live"

@@ -82,7 +82,7 @@ def dra_to_fetch(state: ClusterState, request: Request) -> list[OwnerRef]:
 
 
 def owner_from(ref: OwnerRef, body: dict[str, Any] | None) -> patches.Owner | None:
-    return None if body is None else patches.owner_from(ref, body)
+    return patches.owner_from(ref, body) if isinstance(body, dict) else None  # a read of no object: none
 
 
 def decide_request(

@@ -181,8 +181,10 @@ async def _live_read(
         log.warning("live read for a review timed out", extra={"uid": request.uid})
         return
     for ref, body in zip(wanted, bodies, strict=True):
-        if body is None or (ref.uid and (body.get("metadata") or {}).get("uid") != ref.uid):
-            continue  # gone, or another object of that name
+        if not isinstance(body, dict) or not isinstance(meta := body.get("metadata"), dict):
+            continue  # gone, or no object at all
+        if ref.uid and meta.get("uid") != ref.uid:
+            continue  # another object of that name
         ingest.upsert(state, {**body, "kind": ref.kind, "apiVersion": ref.api_version})
 
 
