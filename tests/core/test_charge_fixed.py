@@ -253,3 +253,65 @@ def test_an_enqueued_podgroup_raised_past_the_webhook_reserves_what_it_was_enque
     assert queue_usage(state, "other").card(CardName(H200)).reserved == 0
     add(state, enqueued(f'{{"{H200}": 1}}'))
     assert queue_usage(state, "q").card(CardName(H200)).reserved == UNIT
+
+
+@pytest.mark.parametrize(
+    ("new", "change"),
+    [
+        pytest.param(
+            podgroup("train", "Inqueue", None, queue_name="q", minMember=2),
+            "lose its volcano.sh/card.request annotation",
+            id="card.request removed",
+        ),
+        pytest.param(
+            podgroup("train", "Running", "", queue_name="q", minMember=2),
+            "lose its volcano.sh/card.request annotation",
+            id="card.request emptied as it runs",
+        ),
+    ],
+)
+def test_an_enqueued_podgroup_stripped_of_its_card_annotations_is_refused(
+    new: dict[str, Any], change: str
+) -> None:
+    old = enqueued()
+    state = dra_cluster(old, quota=QUOTA)
+    refused = group_edit(state, old, new)
+    assert isinstance(refused, Denied)
+    assert refused.message.startswith(
+        f'podgroup ns/train was enqueued in queue "q" with 2 NVIDIA-H200: it cannot {change} while it is'
+    )
+
+
+def test_a_pending_podgroup_may_lose_its_card_annotations() -> None:
+    old = enqueued(phase="Pending")
+    state = dra_cluster(old, quota=QUOTA)
+    assert isinstance(group_edit(state, old, podgroup("train", "Pending", None, minMember=2)), Allowed)
+
+
+# ---- a PodGroup is born Pending -----------------------------------------------------------------
+def group_create(state: ClusterState, new: dict[str, Any]) -> Allowed | Denied:
+    review = request(new, resource="podgroups", operation="CREATE", group="scheduling.volcano.sh")
+    return admission.validate(state, review, 0.0)
+
+
+@pytest.mark.parametrize("phase", ["Inqueue", "Running", "Completed", "Unknown"])
+def test_a_podgroup_created_in_any_phase_but_pending_is_refused_naming_what_it_asks(phase: str) -> None:
+    state = dra_cluster(quota=QUOTA)
+    refused = group_create(state, podgroup("train", phase, f'{{"{R4090}": 3}}', minMember=3))
+    assert isinstance(refused, Denied)
+    assert refused.message.startswith(
+        f'podgroup ns/train is created in phase {phase!r}, asking 3 {R4090} of queue "q": a PodGroup is'
+        " created Pending (or with no status) and only the scheduler enqueues it"
+    )
+    assert (refused.queue, refused.card) == ("q", R4090)
+
+
+@pytest.mark.parametrize("status", [{"phase": "Pending"}, {}, None], ids=["Pending", "no phase", "no status"])
+def test_a_podgroup_created_pending_or_without_status_passes(status: dict[str, Any] | None) -> None:
+    group = podgroup("train", "Pending", f'{{"{R4090}": 3}}', minMember=3)
+    if status is None:
+        del group["status"]
+    else:
+        group["status"] = status
+    state = dra_cluster(quota=QUOTA)
+    assert isinstance(group_create(state, group), Allowed)

@@ -49,6 +49,8 @@ def validate(state: ClusterState, request: Request, now: float) -> Decision:
         return writes.decide_volcano_job(state, request)
     if resource == "podgroups" and request.group == VOLCANO_SCHEDULING and request.operation == "UPDATE":
         return enqueue.decide_enqueue(state, request, now)
+    if resource == "podgroups" and request.group == VOLCANO_SCHEDULING and request.operation == "CREATE":
+        return enqueue.decide_create(state, request)
     if resource == "resourceclaims" and request.group == DRA and request.operation == "CREATE" and not sub:
         return claiming.decide_claim_create(state, request)
     if (

@@ -16,7 +16,7 @@ from dataclasses import replace
 from webhook.core.decide import messages, tidal
 from webhook.core.decide.decisions import ancestors_refuse, ever_fits, queue_refuses, too_complex
 from webhook.core.index import line
-from webhook.core.index.groups import enqueue_key
+from webhook.core.index.groups import ENQUEUED_WITH, enqueue_key
 from webhook.core.index.reservations import RESERVING_PHASES, asks_more
 from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage
@@ -24,6 +24,7 @@ from webhook.core.model import keys
 from webhook.core.model.cards import CardSpec, amount
 from webhook.core.model.feasibility import TooComplex
 from webhook.core.model.objects import PodGroupRecord, podgroup_record
+from webhook.core.model.quoting import shorten
 from webhook.core.model.verdicts import ENQUEUE, Allowed, Decision, Denied, Hold, Join, Request
 
 
@@ -130,18 +131,44 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
     )
 
 
+def decide_create(state: ClusterState, request: Request) -> Decision:
+    """A PodGroup is created Pending (or with no status): only the scheduler enqueues one, through
+    the gate. A group created Inqueue or Running would reserve cards, and cover its pods, that no
+    check ever admitted (the PodGroup CRD has no status subresource, so a create can set it)."""
+    group = podgroup_record(request.obj)
+    if group.phase == "Pending":
+        return Allowed("a PodGroup created Pending reserves nothing until it is enqueued")
+    if not group.namespace or group.namespace == "default":
+        group = replace(group, namespace=request.namespace or group.namespace)
+    queue, asked = group.queue or keys.DEFAULT_QUEUE, state.group_request(group)
+    return Denied(
+        f"{describe(group)} is created in phase {shorten(group.phase)}, asking {_listed(asked)} of queue"
+        f' "{queue}": a PodGroup is created Pending (or with no status) and only the scheduler enqueues'
+        " it, through the card quota's enqueue gate; create it without status.phase",
+        queue=queue,
+        card=next(iter(asked)).text if asked else "",
+    )
+
+
 def _edit(state: ClusterState, old: PodGroupRecord, group: PodGroupRecord) -> Decision:
     """An enqueued PodGroup's reservation was admitted at its enqueue: an edit that would have it
-    reserve more, another model or in another queue is refused (SPEC §4b); less passes."""
+    reserve more, another model or in another queue, or that removes the card annotations it was
+    enqueued with, is refused (SPEC §4b); less passes."""
     was, now = state.group_request(old), state.group_request(group)
     queue, moved_to = old.queue or keys.DEFAULT_QUEUE, group.queue or keys.DEFAULT_QUEUE
-    if not asks_more(was, now, moved_to != queue):
+    removed = [k for k in sorted(ENQUEUED_WITH) if old.annotations.get(k) and not group.annotations.get(k)]
+    if not removed and not asks_more(was, now, moved_to != queue):
         return Allowed("an enqueued PodGroup's request is not raised")
-    change = f'move to queue "{moved_to}"' if moved_to != queue else f"ask {_listed(now)}"
+    if removed:
+        change = f"lose its {' and '.join(removed)} annotation{'s' if len(removed) > 1 else ''}"
+    elif moved_to != queue:
+        change = f'move to queue "{moved_to}"'
+    else:
+        change = f"ask {_listed(now)}"
     return Denied(
         f'{describe(group)} was enqueued in queue "{queue}" with {_listed(was)}: it cannot {change}'
-        f" while it is {old.phase} (its reservation was admitted at its enqueue); lower it, or delete"
-        " the job and create it anew",
+        f" while it is {old.phase} (its reservation was admitted at its enqueue);"
+        f" {'keep it' if removed else 'lower it'}, or delete the job and create it anew",
         queue=queue,
         card=next(iter(now or was)).text if now or was else "",
     )
