@@ -204,10 +204,12 @@ def test_a_closed_queue_keeps_its_line_and_calls_nobody() -> None:
 
 
 def test_a_raised_quota_calls_the_line() -> None:
-    state = full_queue(rs("web", 3))
+    state = full_queue(rs("web", 2))
     assert isinstance(create(state, controller_pod("web", 0), now=10.0), Denied)
-    state.upsert_queue(queue_record(queue("q", f'{{"{H200}": 4}}')))
-    assert [c.pods for c in calls.call_next(state, now=11.0)] == [2]
+    state.upsert_queue(queue_record(queue("q", f'{{"{H200}": 3}}')))
+    assert [c.pods for c in calls.call_next(state, now=11.0)] == [1]
+    state.upsert_queue(queue_record(queue("q", f'{{"{H200}": 5}}')))
+    assert [c.pods for c in calls.call_next(state, now=12.0)] == [1]
 
 
 def test_a_deleted_or_complete_workload_leaves_the_line() -> None:
@@ -410,3 +412,37 @@ def test_a_called_pod_admitted_but_not_seen_yet_is_not_called_again() -> None:
     assert [(c.waiter.what, c.pods) for c in calls.call_next(state, now=21.5)] == [("replicaset ns/late", 1)]
     state.upsert_pod(pod_record(controller_pod("web", 0)))  # now it has: web leaves the line served
     assert order(state) == [("replicaset ns/late", 1)]
+
+
+def test_a_workload_whose_missing_pods_could_never_all_fit_waits_in_no_line_and_blocks_nobody() -> None:
+    """A squatter's 1,000 replicas (1 card each) in a queue of 2: each pod alone could fit, but the
+    whole it waits for never can; holding the head of the line it would refuse everyone after it."""
+    state = full_queue(rs("squat", 1000), rs("web", 1))
+    decision = create(state, controller_pod("squat", 0), now=100.0)
+    assert isinstance(decision, Denied) and order(state) == []
+    assert decision.message == (
+        'queue "q" has 0 NVIDIA-H200 left (quota 2: 2 running); pod ns/squat-0 needs 1; replicaset ns/squat'
+        " still wants 1000 pods, 1000 NVIDIA-H200 in all, more than the whole quota of its queue (or of a"
+        " queue above it) holds, so it waits in no line (lower its replicas, or raise the quota)"
+    )
+    assert isinstance(create(state, controller_pod("web", 0), now=101.0), Denied)
+    assert order(state) == [("replicaset ns/web", 1)]  # first in line: nothing ahead of it
+
+
+def test_its_twin_that_could_fit_whole_waits_in_line() -> None:
+    state = full_queue(rs("web", 2))
+    assert isinstance(create(state, controller_pod("web", 0), now=100.0), Denied)
+    assert order(state) == [("replicaset ns/web", 2)]
+
+
+def test_a_waiter_whose_missing_pods_the_quota_no_longer_holds_leaves_the_line_saying_why() -> None:
+    state = full_queue(rs("web", 2))
+    assert isinstance(create(state, controller_pod("web", 0), now=100.0), Denied)
+    ingest.upsert(state, queue("q", f'{{"{H200}": 1, "{R4090}": 2}}'))
+    (waiter,) = calls.unfit(state)
+    assert order(state) == []
+    assert calls.unfit_message(state, waiter) == (
+        'replicaset ns/web left queue "q"\'s line: the 2 pods it still wants need 2 NVIDIA-H200, more than'
+        ' the whole quota of queue "q" (or of a queue above it) holds now, so waiting would be forever;'
+        " those behind it are called (raise the quota, or ask for less)"
+    )

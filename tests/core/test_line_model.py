@@ -164,7 +164,10 @@ class Model:
             return FITS
         if size > self.quota:  # never fits the whole quota: refused, in no line
             return REFUSED
-        return GATED if self.mode == "wait" else JOINS
+        if self.mode == "wait":
+            return GATED
+        missing = self.replicas[name] - len(self.pods_of(name))
+        return JOINS if missing * size <= self.quota else REFUSED  # the whole it waits for never fits
 
     def callable(self) -> list[tuple[Waiting, int]]:
         """Who a call must call, head first, and for how many pods: as many as fit after all that

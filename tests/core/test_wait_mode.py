@@ -298,7 +298,7 @@ def test_a_volcano_workload_holds_one_gated_pod_and_none_once_its_podgroup_is_en
     pods as reserved (by card name; it deducts them only under nvidia.com/gpu), which would keep a
     group released ahead of them from being enqueued: its pods are refused too, never gated."""
     ref = owner("ReplicaSet", "web", "uid-web")
-    rs = replicaset_obj("web", 3, "web")
+    rs = replicaset_obj("web", 2, "web")
     rs["metadata"]["uid"] = "uid-web"
     state = full(rs, podgroup("pg-web", "Pending", f'{{"{H200}": 1}}', owner_ref=ref))
     volcano = {"schedulerName": "volcano"}
@@ -385,3 +385,37 @@ def test_a_gated_pod_the_quota_can_no_longer_hold_leaves_the_line_and_rejoins_wh
     assert [w.what for w in state.line.line("q")] == ["pod ns/big-0"]
     assert calls.unfit(state) == ()
     assert [r["metadata"]["name"] for r in release(state, now=103.0)] == ["big-0"]
+
+
+FORGED = '{"since":"1970-01-01T00:00:00Z","priority":2147483647}'
+
+
+@pytest.mark.parametrize("gated", [True, False], ids=["with the gate", "mark alone"])
+def test_a_forged_waiting_mark_on_a_new_pod_is_replaced_so_it_cannot_jump_the_line(gated: bool) -> None:
+    state = full()
+    held(state, rs_pod("early"), 50.0)
+    forged = rs_pod("squat")
+    forged["metadata"]["annotations"][keys.WAITING] = FORGED
+    if gated:
+        forged["spec"]["schedulingGates"] = [{"name": keys.GATE}]
+    decision, made = create(state, forged, now=100.0)
+    assert (
+        isinstance(decision, Allowed)
+        and decision.reason == "waits 2nd in the queue's line under its scheduling gate"
+    )
+    assert (
+        made["metadata"]["annotations"][keys.WAITING] == '{"since":"1970-01-01T00:01:40.000Z","priority":0}'
+    )
+    assert [w.what for w in state.line.line("q")] == ["pod ns/early", "pod ns/squat"]
+
+
+def test_the_mark_a_first_pass_of_the_same_create_wrote_is_kept() -> None:
+    state = full()
+    again = rs_pod("web-0")
+    again["metadata"]["annotations"][keys.WAITING] = '{"since":"1970-01-01T00:01:39.500Z","priority":0}'
+    again["spec"]["schedulingGates"] = [{"name": keys.GATE}]
+    decision, made = create(state, again, now=100.0)
+    assert isinstance(decision, Allowed)
+    assert (
+        made["metadata"]["annotations"][keys.WAITING] == '{"since":"1970-01-01T00:01:39.500Z","priority":0}'
+    )

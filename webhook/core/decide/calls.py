@@ -47,29 +47,35 @@ class Mark:
 
 
 def unfit(state: ClusterState) -> tuple[Waiter, ...]:
-    """The waiters one pod of which the whole quota of their queue (or of an ancestor) can no
-    longer hold, its quota cut below it, or their queue gone: they leave the line (waiting would be
+    """The waiters whose missing pods the whole quota of their queue (or of an ancestor) can never
+    hold, its quota cut below them, or their queue gone: they leave the line (waiting would be
     forever, and everyone behind them on those cards with them)."""
     out = [
         waiter
         for waiter in state.line
         if waiter.queue not in state.tree.queues
-        or not decisions.ever_fits(state, waiter.queue, waiter.spec, waiter.per_pod)
+        or not decisions.ever_fits(state, waiter.queue, waiter.spec, waiter.per_pod * _wanted(state, waiter))
     ]
     for waiter in out:
         state.waiting.unfit(waiter)
     return tuple(out)
 
 
+def _wanted(state: ClusterState, waiter: Waiter) -> int:
+    """The pods a waiter waits for, at least one (a called one waits for none until seen)."""
+    return max(1, state.waiting.waiting_pods(waiter))
+
+
 def unfit_message(state: ClusterState, waiter: Waiter) -> str:
     """Why ``waiter`` left its queue's line (``unfit``), for its Event."""
-    one = "it" if waiter.group else "one pod of it"
+    wanted = _wanted(state, waiter)
+    one = "it" if waiter.group else ("one pod of it" if wanted == 1 else f"the {wanted} pods it still wants")
     if waiter.queue not in state.tree.queues:
         why = f'queue "{waiter.queue}" is gone'
     else:
         why = (
-            f"{one} needs {amount(waiter.per_pod)} {waiter.spec.text}, more than the whole quota of queue"
-            f' "{waiter.queue}" (or of a queue above it) holds now'
+            f"{one} need{'s' if wanted == 1 else ''} {amount(waiter.per_pod * wanted)} {waiter.spec.text},"
+            f' more than the whole quota of queue "{waiter.queue}" (or of a queue above it) holds now'
         )
     return (
         f'{waiter.what} left queue "{waiter.queue}"\'s line: {why}, so waiting would be forever;'

@@ -16,7 +16,7 @@ from webhook.core.model.cards import UNIT, CardSpec, amount
 from webhook.core.model.demand import BadDemand, NotCardPod, PodDemand, UnnamedCardPod, pod_demand
 from webhook.core.model.feasibility import TooComplex
 from webhook.core.model.ledger import Cover
-from webhook.core.model.objects import PodRecord, PodTemplate, reviewed_pod
+from webhook.core.model.objects import PodRecord, PodTemplate, WorkloadRecord, reviewed_pod
 from webhook.core.model.quota import AnnotationError, parse_card_request
 from webhook.core.model.verdicts import TOO_COMPLEX, WAITS, Allowed, Decision, Denied, Hold, Join, Request
 
@@ -188,6 +188,9 @@ def _refused(
     elif waits == "wait":
         cause = WAITS
         message += messages.gated_next(ahead + 1)
+    elif waits == "never":
+        owner = state.workloads.by_uid[pod.owner.uid]  # type: ignore[union-attr]
+        message += messages.never_whole(f"{owner.kind.lower()} {owner.key}", _missing(state, owner), demand)
     return Denied(message, queue=queue, card=demand.spec.text, release=release, join=join, cause=cause)
 
 
@@ -290,13 +293,22 @@ def pod_priority(obj: Mapping[str, Any]) -> int:
 def _waits(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand) -> str:
     """How a controller's pod that does not fit now waits (SPEC §5c): "deny" (a cached ReplicaSet's
     or StatefulSet's controller joins the line), "wait" (the pod is created under our gate), or ""
-    (it is refused: the line is off, it is no controller's pod, or it could never fit)."""
+    (it is refused: the line is off, it is no controller's pod, or it could never fit), "never"
+    (refused in no line: the pods its controller still wants could never all fit)."""
     if not state.policy.waiting_line or not _may_wait(state, pod, queue, demand):
         return ""
     if state.waiting.over_quota(queue) == "wait" and not _one_gated_already(state, pod):
         return "wait"
     owner = state.workloads.by_uid.get(pod.owner.uid) if pod.owner is not None else None
-    return "deny" if owner is not None and owner.kind in line.CALLED_KINDS else ""
+    if owner is None or owner.kind not in line.CALLED_KINDS:
+        return ""
+    return "deny" if ever_fits(state, queue, demand.spec, demand.count * _missing(state, owner)) else "never"
+
+
+def _missing(state: ClusterState, workload: WorkloadRecord) -> int:
+    """How many pods ``workload`` still wants (at least the one being created): what its place in
+    the line waits for, so what the line would hold ahead of everyone behind it."""
+    return max(1, workload.replicas - state.live_pods_of(workload))
 
 
 def _one_gated_already(state: ClusterState, pod: PodRecord) -> bool:

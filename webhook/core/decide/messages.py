@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from webhook.core.index.line import Waiter, ordinal
 from webhook.core.index.usage import CardUse, QueueUsage
 from webhook.core.model.cards import CardName, CardSpec, amount
+from webhook.core.model.demand import PodDemand
 from webhook.core.model.feasibility import TooComplex
 from webhook.core.model.reclaim import Taken
 
@@ -140,6 +141,16 @@ def joins_line(place: int, surge_of: str) -> str:
     return (
         f"; its controller waits {ordinal(place)} in the queue's line and is told to retry the moment"
         " its cards free"
+    )
+
+
+def never_whole(what: str, missing: int, demand: PodDemand) -> str:
+    """Why a refused controller's pod's controller waits in no line: what it still wants could never
+    all fit the queue's whole quota (or an ancestor's), so its place would hold up everyone behind."""
+    return (
+        f"; {what} still wants {missing} pods, {amount(missing * demand.count)} {demand.spec.text} in all,"
+        " more than the whole quota of its queue (or of a queue above it) holds, so it waits in no line"
+        " (lower its replicas, or raise the quota)"
     )
 
 

@@ -38,6 +38,9 @@ def pointer(*parts: str | int) -> str:
 _CARD_NAME_PATH = pointer("metadata", "annotations", keys.CARD_NAME)
 _CARD_SPEC_PATH = pointer("metadata", "annotations", keys.CARD_SPEC)
 _WAITING_PATH = pointer("metadata", "annotations", keys.WAITING)
+# How old a new pod's waiting mark may be and still be the one an earlier pass of its own create's
+# mutation wrote (a create's webhooks answer within seconds; the assignment's hold lasts as long).
+_MARK_FRESH = 10.0
 
 
 def pod_patch(state: ClusterState, request: Request, now: float) -> Allowed:
@@ -152,10 +155,20 @@ def _gate_ops(
         ]
     else:
         ops = []
-    if waiting_mark(annotations.get(keys.WAITING)) is None:
-        mark = mark_text(now, decisions.pod_priority(pod))
-        ops.append({"op": "add", "path": _WAITING_PATH, "value": mark})
+    priority = decisions.pod_priority(pod)
+    found = waiting_mark(annotations.get(keys.WAITING))
+    if found is None or not _ours(found, priority, now):
+        verb = "add" if keys.WAITING not in annotations else "replace"
+        ops.append({"op": verb, "path": _WAITING_PATH, "value": mark_text(now, priority)})
     return ops
+
+
+def _ours(mark: tuple[float, int], priority: int, now: float) -> bool:
+    """Whether a new pod's waiting mark is the one this mutation wrote in an earlier pass of the same
+    create (moments ago, with the pod's own priority): anything else was written by someone else (a
+    template or a hand-made pod claiming the head of the line) and is replaced."""
+    since, marked = mark
+    return marked == priority and now - _MARK_FRESH <= since <= now + 1.0
 
 
 def release_patch(state: ClusterState, pod: Raw, card: CardName | None) -> list[PatchOp] | None:
