@@ -14,7 +14,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from webhook.core.model.policy import Policy
+from webhook.core.model.policy import SENT_RESOURCE_PREFIXES, Policy
 from webhook.errors import ConfigError
 
 MiB = 2**20
@@ -99,6 +99,12 @@ class PolicySettings(BaseSettings):
         "volcano",
         description="with --cpu-memory-check: the schedulerNames whose pods it counts, comma-separated",
     )
+    sent_resource_prefixes: str = Field(
+        ",".join(SENT_RESOURCE_PREFIXES),
+        description="the resource prefixes the registered webhooks' filters send (the chart's "
+        "webhook.cardResourcePrefixes), comma-separated: a node card resource outside them is warned "
+        "of (status, an Event on the node, a metric), since its pods are never checked",
+    )
 
     @field_validator("service_types", "preemptable")
     @classmethod
@@ -128,6 +134,9 @@ class PolicySettings(BaseSettings):
             dra_drivers=tuple(filter(None, (d.strip() for d in self.dra_drivers.split(",")))),
             volcano_schedulers=frozenset(
                 filter(None, (n.strip() for n in self.volcano_schedulers.split(",")))
+            ),
+            sent_resource_prefixes=tuple(
+                filter(None, (p.strip() for p in self.sent_resource_prefixes.split(",")))
             ),
         )
 

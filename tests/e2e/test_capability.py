@@ -31,7 +31,12 @@ def checked_namespace(control_plane: ControlPlane, tmp_path_factory: pytest.Temp
     process = Process(tmp / "certs", tmp / "server.log", *flags, cluster=None)
     prefix = f"cq-cpu-{uuid.uuid4().hex[:6]}"
     registered = configurations(
-        process.url, process.certs / "ca.crt", CHECKED, prefix, control_plane.webhook_user
+        process.url,
+        process.certs / "ca.crt",
+        CHECKED,
+        prefix,
+        control_plane.webhook_user,
+        values=("cpuMemoryCheck.enabled=true",),
     )
     name = f"e2e-cpu-{uuid.uuid4().hex[:6]}"
     probe_queue = f"probe-{name}"  # a queue without a capability: the check refuses any CPU in it

@@ -14,6 +14,7 @@ import ast
 import json
 import re
 import subprocess
+import uuid
 from collections.abc import Iterator
 from typing import Any, NamedTuple
 
@@ -68,7 +69,18 @@ WRITES = (
     Right("patch", "pods", "", "", TENANT, ("cluster/caller.py LineCaller._release patch",)),
     Right("create", "events", "", "", TENANT, EVENTS),
     # the auditor's CardQuotaOvercommitted on a Queue (cluster-scoped: its Events live in default)
-    Right("create", "events", "", "", "default", ("cluster/sources.py LiveSource.audit_once warn_queue",)),
+    # and its CardQuotaResourceNotSent on a Node whose card resource the filters never send
+    Right(
+        "create",
+        "events",
+        "",
+        "",
+        "default",
+        (
+            "cluster/sources.py LiveSource.audit_once warn_queue",
+            "cluster/sources.py LiveSource.audit_once warn_node",
+        ),
+    ),
     # tidal reclaim: a dry run of each pod of a training gang (once its budgets allow the gang whole),
     # then each pod evicted, tried again until the whole gang is gone
     Right(
@@ -200,6 +212,7 @@ SENDS = {
     "evict": ("KubeTransport.evict", "create"),
     "record_event": ("KubeTransport.record_event", "create"),
     "warn_queue": ("KubeTransport.record_event", "create"),  # through record_event, in default
+    "warn_node": ("KubeTransport.record_event", "create"),  # through record_event, in default
     "dry_run_create": ("KubeTransport.dry_run_create", "create"),
     "create": ("KubeLeaseClient.create", "create"),
     "replace": ("KubeLeaseClient.replace", "update"),
@@ -400,7 +413,10 @@ def own_writes(control_plane: ControlPlane) -> Iterator[ControlPlane]:
 
     def in_force() -> bool:  # the API server applies a new policy once its informer has it
         refused = as_webhook(plane, "annotate", "rs", "r", "probe=x", "-n", OWN)
-        return refused.returncode != 0 and "ValidatingAdmissionPolicy" in refused.stderr
+        marks = plane.kubectl(
+            "annotate", "rs", "r", "cardquota.volcano.sh/called=probe", "-n", OWN, check=False
+        )
+        return all(r.returncode != 0 and "ValidatingAdmissionPolicy" in r.stderr for r in (refused, marks))
 
     try:
         wait_for("the chart's admission policy to be in force", in_force, timeout=30)
@@ -485,3 +501,96 @@ def test_the_charts_policy_lets_the_webhooks_account_evict_no_pod_in_an_excluded
     done = as_webhook(own_writes, "create", "--raw", path, "-f", "-", stdin=json.dumps(eviction))
     assert done.returncode != 0 and f"evicts no pod in namespace {namespace}" in done.stderr, done.stderr
     assert own_writes.get("pod", "p", namespace=namespace)["metadata"].get("deletionTimestamp") is None
+
+
+MARK = '{"since":"1970-01-01T00:00:00Z","priority":2147483647}'
+MARKS_REFUSED = "only the card-quota webhook sets, changes or removes its marks"
+
+
+def as_tenant(plane: ControlPlane, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """``kubectl`` as anyone but the webhook (the tests' admin: every right a tenant could have)."""
+    return plane.kubectl(*args, "-n", OWN, stdin=stdin, check=False)
+
+
+TENANT_MARKS = [
+    # (what, kubectl args, refused with, or "" when allowed)
+    (
+        "the line's mark on a ReplicaSet",
+        ["annotate", "rs", "r", f"cardquota.volcano.sh/waiting={MARK}"],
+        MARKS_REFUSED,
+    ),
+    (
+        "the line's call on a ReplicaSet",
+        ["annotate", "rs", "r", "cardquota.volcano.sh/called=now"],
+        MARKS_REFUSED,
+    ),
+    (
+        "reclaim's hold mark on a PodGroup",
+        ["annotate", "podgroup", "g", "cardquota.volcano.sh/reclaimed={}"],
+        MARKS_REFUSED,
+    ),
+    ("another annotation on a ReplicaSet", ["annotate", "rs", "r", "team=a", "--overwrite"], ""),
+    ("another annotation on a PodGroup", ["annotate", "podgroup", "g", "team=a", "--overwrite"], ""),
+]
+
+
+@pytest.mark.parametrize(("what", "args", "refused"), TENANT_MARKS, ids=[w[0] for w in TENANT_MARKS])
+def test_the_charts_policy_keeps_the_webhooks_marks_from_everyone_else(
+    own_writes: ControlPlane, what: str, args: list[str], refused: str
+) -> None:
+    """The line's and reclaim's marks decide who is called and who is held back: a tenant who could
+    set them would head any queue's line (decisions.md §29)."""
+    done = as_tenant(own_writes, *args)
+    if refused:
+        assert done.returncode != 0, f"{what}: {done.stdout}"
+        assert "ValidatingAdmissionPolicy" in done.stderr and refused in done.stderr, done.stderr
+    else:
+        assert done.returncode == 0, f"{what}: {done.stderr}"
+
+
+def test_a_mark_the_webhook_wrote_cannot_be_removed_or_changed_by_anyone_else(
+    own_writes: ControlPlane,
+) -> None:
+    made = as_webhook(
+        own_writes, "annotate", "rs", "r", "cardquota.volcano.sh/called=then", "--overwrite", "-n", OWN
+    )
+    assert made.returncode == 0, made.stderr
+    for args in (["cardquota.volcano.sh/called-"], ["cardquota.volcano.sh/called=later", "--overwrite"]):
+        done = as_tenant(own_writes, "annotate", "rs", "r", *args)
+        assert done.returncode != 0 and MARKS_REFUSED in done.stderr, done.stderr
+    annotations = own_writes.get("rs", "r", namespace=OWN)["metadata"]["annotations"]
+    assert annotations["cardquota.volcano.sh/called"] == "then"
+
+
+@pytest.mark.parametrize(
+    ("template", "refused"),
+    [
+        pytest.param({"annotations": {"cardquota.volcano.sh/waiting": MARK}}, True, id="the waiting mark"),
+        pytest.param({"gates": True}, True, id="the waiting gate"),
+        pytest.param({"annotations": {"team": "a"}}, False, id="its twin: another annotation"),
+    ],
+)
+def test_no_workload_template_may_carry_the_waiting_mark_or_gate(
+    own_writes: ControlPlane, template: dict[str, Any], refused: bool
+) -> None:
+    meta: dict[str, Any] = {"labels": {"app": "t"}, "annotations": template.get("annotations", {})}
+    spec: dict[str, Any] = {"containers": [{"name": "main", "image": "registry.example/app:1"}]}
+    if template.get("gates"):
+        spec["schedulingGates"] = [{"name": "cardquota.volcano.sh/waiting"}]
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": f"t-{uuid.uuid4().hex[:6]}"},
+        "spec": {
+            "replicas": 0,
+            "selector": {"matchLabels": {"app": "t"}},
+            "template": {"metadata": meta, "spec": spec},
+        },
+    }
+    done = as_tenant(own_writes, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(deployment))
+    if refused:
+        assert done.returncode != 0 and "its pod template carries the waiting mark" in done.stderr, (
+            done.stderr
+        )
+    else:
+        assert done.returncode == 0, done.stderr

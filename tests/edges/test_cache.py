@@ -360,6 +360,9 @@ class Warnings:
     async def warn_queue(self, queue: str, reason: str, message: str) -> None:
         self.sent.append((queue, reason, message))
 
+    async def warn_node(self, node: str, reason: str, message: str) -> None:
+        self.sent.append((f"node/{node}", reason, message))
+
 
 def test_the_auditor_warns_once_per_interval_about_a_queue_above_its_quota() -> None:
     now = [0.0]
@@ -418,3 +421,49 @@ def test_catch_up_lists_again_while_the_watch_is_silent_and_resumes_from_that_li
     before, after, watched_from, lists = asyncio.run(scenario())
     assert before == {"a"} and after == {"b"}
     assert watched_from == ["5", "9"] and lists == 2
+
+
+def vendor_node(name: str, vendor: str, resource: str) -> dict[str, Any]:
+    """A node whose card another vendor's device plugin advertises, with its product labels."""
+    labels = {f"{vendor}/gpu.product": "MI300X", f"{vendor}/gpu.count": "8", f"{vendor}/gpu.memory": "196608"}
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "status": {"allocatable": {"cpu": "64", resource: "8"}},
+    }
+
+
+@pytest.mark.parametrize(
+    ("prefixes", "warned"),
+    [
+        pytest.param(("nvidia.com/",), True, id="a vendor the filters leave out"),
+        pytest.param(("nvidia.com/", "acme.io/"), False, id="its prefix sent"),
+    ],
+)
+def test_a_node_card_resource_the_filters_never_send_is_warned_of_on_the_node(
+    prefixes: tuple[str, ...], warned: bool
+) -> None:
+    now = [0.0]
+    policy = Policy(sent_resource_prefixes=prefixes)
+    source = LiveSource(lambda: None, policy, clock=lambda: now[0])  # type: ignore[arg-type,return-value]
+    objects = [
+        node("h0", H200),
+        vendor_node("m0", "acme.io", "acme.io/gpu"),
+        vendor_node("m1", "acme.io", "acme.io/gpu"),
+    ]
+    source._state = build_state([(f"o{i}", o) for i, o in enumerate(objects)], policy)
+    events = Warnings()
+    asyncio.run(source.audit_once(events))  # type: ignore[arg-type]
+    asyncio.run(source.audit_once(events))  # type: ignore[arg-type]
+    expected = (
+        "nodes m0 and 1 more advertise card resource acme.io/gpu, which the webhooks' filters never send"
+        " (webhook.cardResourcePrefixes): a pod asking it without volcano.sh/card.name is never checked;"
+        " add its prefix to that list"
+    )
+    assert events.sent == ([("node/m0", "CardQuotaResourceNotSent", expected)] if warned else [])
+    assert (expected in cluster_status(source._state)["warnings"]) is warned
+    metrics = Metrics()
+    metrics.watch_state(lambda: source._state)
+    scraped = generate_latest(metrics.registry).decode()
+    assert ('cardquota_unsent_card_resource_nodes{resource="acme.io/gpu"} 2.0' in scraped) is warned

@@ -116,6 +116,9 @@ class Transport(Protocol):
     async def warn_queue(self, queue: str, reason: str, message: str) -> None:
         """Record a Warning Event on a Queue."""
 
+    async def warn_node(self, node: str, reason: str, message: str) -> None:
+        """Record a Warning Event on a Node."""
+
     async def record_event(
         self, namespace: str, involved: dict[str, str], reason: str, message: str, kind: str = "Normal"
     ) -> None:

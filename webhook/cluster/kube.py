@@ -22,7 +22,7 @@ from webhook.errors import ConfigError
 
 LIST_TIMEOUT = 60.0
 WRITE_TIMEOUT = 5.0  # an Event, a mark or a call: small writes off the review path
-EVENT_NAMESPACE = "default"  # Events about cluster-scoped objects (Queues) live here
+EVENT_NAMESPACE = "default"  # Events about cluster-scoped objects (Queues, Nodes) live here
 WATCH_SECONDS = 300  # the server ends each watch after this; the informer resumes it
 
 
@@ -122,6 +122,10 @@ class KubeTransport:
 
     async def warn_queue(self, queue: str, reason: str, message: str) -> None:
         involved = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "name": queue}
+        await self.record_event(EVENT_NAMESPACE, involved, reason, message, "Warning")
+
+    async def warn_node(self, node: str, reason: str, message: str) -> None:
+        involved = {"apiVersion": "v1", "kind": "Node", "name": node}
         await self.record_event(EVENT_NAMESPACE, involved, reason, message, "Warning")
 
     async def record_event(

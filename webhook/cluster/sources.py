@@ -100,6 +100,7 @@ def settle_heap() -> None:
 
 log = logging.getLogger(__name__)
 OVERCOMMITTED = "CardQuotaOvercommitted"
+UNSENT = "CardQuotaResourceNotSent"  # a node's card resource the webhooks' filters never send
 EVENT_INTERVAL = 600.0
 BARRIER_KINDS = frozenset({"Pod", "PodGroup"})  # what an admission charges: listed again at a takeover
 
@@ -221,7 +222,8 @@ class LiveSource:
 
     async def _audit(self, transport: cache.Transport) -> None:
         """Usage above quota (quota lowered, nodes lost, webhook bypassed) becomes a Warning Event on
-        the Queue, at most one per queue and card every ``EVENT_INTERVAL`` seconds. Nothing is evicted."""
+        the Queue, at most one per queue and card every ``EVENT_INTERVAL`` seconds. Nothing is evicted.
+        A node's card resource the webhooks' filters never send becomes one on the (first) node."""
         while True:
             await asyncio.sleep(self.audit_seconds)
             await self.audit_once(transport)
@@ -237,6 +239,17 @@ class LiveSource:
                 await transport.warn_queue(queue, OVERCOMMITTED, message)
             except cache.Unavailable as exc:
                 log.warning("could not record an Event", extra={"queue": queue, "error": str(exc)})
+        for resource, nodes, message in report.unsent(self._state):
+            if now - self._warned.get(("", resource), -EVENT_INTERVAL) < EVENT_INTERVAL:
+                continue
+            self._warned[("", resource)] = now
+            log.warning(
+                "a card resource the filters never send", extra={"resource": resource, "detail": message}
+            )
+            try:
+                await transport.warn_node(nodes[0], UNSENT, message)
+            except cache.Unavailable as exc:
+                log.warning("could not record an Event", extra={"node": nodes[0], "error": str(exc)})
 
     async def fetch(self, ref: OwnerRef, namespace: str) -> dict[str, Any] | None:
         kind = cache.kind_of(ref.kind, ref.api_version)

@@ -14,7 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from webhook.core.decide.report import cluster_status
+from webhook.core.decide.report import cluster_status, unsent
 from webhook.core.index.line import Waiter
 from webhook.core.index.state import ClusterState
 from webhook.core.model.cards import UNIT
@@ -189,6 +189,14 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily(
             "cardquota_in_flight_holds", "in-flight ledger entries", value=len(state.ledger)
         )
+        unsent_resources = GaugeMetricFamily(
+            "cardquota_unsent_card_resource_nodes",
+            "nodes advertising a card resource the webhooks' filters never send",
+            labels=["resource"],
+        )
+        for resource, nodes, _ in unsent(state):
+            unsent_resources.add_metric([resource], len(nodes))
+        yield unsent_resources
         off_model = GaugeMetricFamily(
             "cardquota_claims_off_model",
             "resource claims allocated another GPU model than their pod was charged for, by model allocated",

@@ -62,10 +62,19 @@ caBundle: {{ .caBundle | quote }}
 
 {{- define "cqw.namespaceSelector" -}}
 namespaceSelector:
+  {{- with .Values.webhook.namespaceLabels }}
+  matchLabels: {{- toYaml . | nindent 4 }}
+  {{- end }}
   matchExpressions:
     - key: kubernetes.io/metadata.name
       operator: NotIn
       values: {{ concat (list .Release.Namespace "kube-system" "kube-node-lease") .Values.webhook.excludeNamespaces | uniq | toJson }}
+{{- end -}}
+
+{{/* The user the webhook writes as: its ServiceAccount in the cluster, or webhook.username for a
+server run outside it (URL mode) with credentials of its own. */}}
+{{- define "cqw.username" -}}
+{{- .Values.webhook.username | default (printf "system:serviceaccount:%s:%s" .Release.Namespace (include "cqw.name" .)) -}}
 {{- end -}}
 
 {{/* A map as "key=value,key=value" (sorted), the form of the server's mapping settings. */}}
@@ -101,11 +110,11 @@ renames the PodGroup it had (SPEC §4b: a charge lives as long as its pod). */}}
 {{- end }}
 
 {{/* A PodGroup UPDATE that edits what an enqueued PodGroup's reservation is read from: its
-card.request, card.name or queue (SPEC §4b). */}}
+card.request, card.name, queue or minResources (SPEC §4b). */}}
 {{- define "cqw.requestEdited" -}}
 {{- $in := "has(oldObject.status) && has(oldObject.status.phase) && oldObject.status.phase in ['Inqueue', 'Running']" -}}
 {{- $value := "(has(%s.metadata.annotations) && '%s' in %s.metadata.annotations ? %s.metadata.annotations['%s'] : '')" -}}
-{{- $edits := list "(has(object.spec.queue) ? object.spec.queue : '') != (has(oldObject.spec.queue) ? oldObject.spec.queue : '')" -}}
+{{- $edits := list "(has(object.spec.queue) ? object.spec.queue : '') != (has(oldObject.spec.queue) ? oldObject.spec.queue : '')" "(has(object.spec.minResources) ? object.spec.minResources : {}) != (has(oldObject.spec.minResources) ? oldObject.spec.minResources : {})" -}}
 {{- range list "volcano.sh/card.request" "volcano.sh/card.name" -}}
 {{- $edits = append $edits (printf "%s != %s" (printf $value "object" . "object" "object" .) (printf $value "oldObject" . "oldObject" "oldObject" .)) -}}
 {{- end -}}
@@ -115,6 +124,13 @@ card.request, card.name or queue (SPEC §4b). */}}
 {{/* A PodGroup with card demand: the PodGroup mutation gives every card PodGroup these. */}}
 {{- define "cqw.cardPodGroup" -}}
 has(object.metadata.annotations) && ('volcano.sh/card.request' in object.metadata.annotations || 'volcano.sh/card.name' in object.metadata.annotations)
+{{- end }}
+
+{{/* An UPDATE of a PodGroup that has card demand now or had it before (an edit stripping its card
+annotations is sent too). */}}
+{{- define "cqw.cardPodGroupBefore" -}}
+{{- $card := "has(%s.metadata.annotations) && ('volcano.sh/card.request' in %s.metadata.annotations || 'volcano.sh/card.name' in %s.metadata.annotations)" -}}
+{{- printf "(%s) || (%s)" (printf $card "object" "object" "object") (printf $card "oldObject" "oldObject" "oldObject") -}}
 {{- end }}
 
 {{/* A ResourceClaim made for a pod: from its template by the resource claim controller, or for an

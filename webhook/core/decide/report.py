@@ -84,6 +84,7 @@ def cluster_status(state: ClusterState, now: float = 0.0) -> dict[str, Any]:
             f"resourceclaim {entry['claim']} of pod {entry['pod']} was allocated {entry['allocated']} but"
             f" charged for {entry['charged']}: counted as allocated"
         )
+    warnings += [message for _, _, message in unsent(state)]
     notes = [*state.notes, *(f"{what}: skipped, {why}" for what, why in sorted(state.skipped.items()))]
     status = {"cards": cards, "queues": queues, "tree": _tree(state), "warnings": warnings, "notes": notes}
     if off_model:
@@ -253,3 +254,30 @@ def overcommitted(state: ClusterState) -> list[tuple[str, CardName, int, str]]:
                 )
                 found.append((name, card, use.used - use.quota, message))
     return found
+
+
+def unsent(state: ClusterState) -> list[tuple[str, list[str], str]]:
+    """Every card resource a node advertises that the registered filters never send (the policy's
+    ``sent_resource_prefixes``, the chart's ``webhook.cardResourcePrefixes``): ``(resource, nodes,
+    one-line message)``. A pod asking it without naming its card is never checked."""
+    prefixes = state.policy.sent_resource_prefixes
+    nodes: dict[str, list[str]] = {}
+    for name, cards in sorted(state.inventory.by_node.items()):
+        advertised = {card.resource for card in cards.cards} | {resource for resource, _ in cards.shared}
+        for resource in advertised:
+            if not resource.startswith(prefixes):
+                nodes.setdefault(resource, []).append(name)
+    return [(resource, names, _unsent_message(resource, names)) for resource, names in sorted(nodes.items())]
+
+
+def _unsent_message(resource: str, nodes: list[str]) -> str:
+    who = (
+        f"nodes {nodes[0]} and {len(nodes) - 1} more advertise"
+        if len(nodes) > 1
+        else f"node {nodes[0]} advertises"
+    )
+    return (
+        f"{who} card resource {resource}, which the webhooks' filters never send"
+        " (webhook.cardResourcePrefixes): a pod asking it without volcano.sh/card.name is never checked;"
+        " add its prefix to that list"
+    )

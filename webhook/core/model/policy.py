@@ -11,6 +11,31 @@ _SERVICE_TYPES = MappingProxyType(
 )
 _PREEMPTABLE = MappingProxyType({"inference": "false", "training": "true"})
 
+# What the chart's filters send the webhooks (its webhook.cardResourcePrefixes, whose default is this
+# list, checked by a test): a pod asking a resource starting with none of these, naming no card and
+# claiming no device, is never reviewed. It covers every resource name the code counts whatever the
+# nodes say (NVIDIA's whole cards, MPS and MIG, DRA's implicit extended resources, Volcano vGPU, HAMi
+# and Koordinator shares) and the device-plugin resources of the GPU vendors whose nodes discovery
+# reads from their product labels. A node advertising a card resource outside it is warned of
+# (status, an Event, a metric): discovery reads any vendor's labels, no static list can.
+SENT_RESOURCE_PREFIXES = (
+    "nvidia.com/",
+    "deviceclass.resource.kubernetes.io/",
+    "volcano.sh/vgpu-",
+    "koordinator.sh/gpu",
+    "kubernetes.io/gpu",
+    "huawei.com/Ascend",
+    "amd.com/",
+    "gpu.intel.com/",
+    "cambricon.com/",
+    "hygon.com/",
+    "metax-tech.com/",
+    "iluvatar.ai/",
+    "mthreads.com/",
+    "enflame.com/",
+    "kunlunxin.com/",
+)
+
 
 @value_class
 class Policy:
@@ -52,3 +77,6 @@ class Policy:
     dra_drivers: tuple[str, ...] = ("gpu.nvidia.com", "hami-core-gpu.project-hami.io")
     # The schedulers whose pods a queue's capability limits (spec.schedulerName).
     volcano_schedulers: frozenset[str] = frozenset({"volcano"})
+    # The resource prefixes the registered filters send (the chart's webhook.cardResourcePrefixes):
+    # a node card resource outside them is warned of.
+    sent_resource_prefixes: tuple[str, ...] = SENT_RESOURCE_PREFIXES

@@ -47,7 +47,7 @@ KOORD_GPU = "gpu"  # core and memory ratio at once
 VOLCANO, HAMI, KOORDINATOR = "Volcano vGPU", "HAMi", "Koordinator"
 
 # Every pod resource that makes a request a share (``nvidia.com/gpu`` alone is a whole card).
-_POD_RESOURCES = frozenset(
+POD_RESOURCES = frozenset(
     {
         VGPU_NUMBER,
         VGPU_MEMORY,
@@ -104,7 +104,7 @@ class Share:
 def share_of(limits: Mapping[str, Any], requests: Mapping[str, Any], policy: Policy) -> Share | str | None:
     """The pod's share through Volcano vGPU, HAMi or Koordinator; a reason string if it is malformed;
     None when it uses none of them. ``limits``/``requests``: the pod's effective parsed amounts."""
-    if limits.keys().isdisjoint(_POD_RESOURCES) and requests.keys().isdisjoint(_POD_RESOURCES):
+    if limits.keys().isdisjoint(POD_RESOURCES) and requests.keys().isdisjoint(POD_RESOURCES):
         return None  # nearly every pod: one look at its few resources
     merged = {**requests, **limits}  # limits first
     try:
@@ -123,7 +123,7 @@ def share_of(limits: Mapping[str, Any], requests: Mapping[str, Any], policy: Pol
 
 def uses_sharing(resources: Iterable[str]) -> bool:
     """Whether any resource name is one of the sharing systems' (a pod that names no card)."""
-    return not _POD_RESOURCES.isdisjoint(resources)
+    return not POD_RESOURCES.isdisjoint(resources)
 
 
 class _Refused(Exception):
