@@ -48,6 +48,8 @@ def configurations(
         "--set",
         "certs.mode=provided",
         "--set",
+        "certs.secretName=unused",  # provided mode's Secret: the server outside reads its own files
+        "--set",
         f"certs.caBundle={base64.b64encode(ca.read_bytes()).decode()}",
         "--set",
         f"webhook.username={identity}",

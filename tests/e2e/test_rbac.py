@@ -516,17 +516,17 @@ TENANT_MARKS = [
     # (what, kubectl args, refused with, or "" when allowed)
     (
         "the line's mark on a ReplicaSet",
-        ["annotate", "rs", "r", f"cardquota.volcano.sh/waiting={MARK}"],
+        ["annotate", "rs", "r", f"cardquota.volcano.sh/waiting={MARK}", "--overwrite"],
         MARKS_REFUSED,
     ),
     (
         "the line's call on a ReplicaSet",
-        ["annotate", "rs", "r", "cardquota.volcano.sh/called=now"],
+        ["annotate", "rs", "r", "cardquota.volcano.sh/called=by-a-tenant", "--overwrite"],
         MARKS_REFUSED,
     ),
     (
         "reclaim's hold mark on a PodGroup",
-        ["annotate", "podgroup", "g", "cardquota.volcano.sh/reclaimed={}"],
+        ["annotate", "podgroup", "g", "cardquota.volcano.sh/reclaimed={}", "--overwrite"],
         MARKS_REFUSED,
     ),
     ("another annotation on a ReplicaSet", ["annotate", "rs", "r", "team=a", "--overwrite"], ""),
