@@ -162,7 +162,8 @@ META = obj(
         "deletionGracePeriodSeconds": integer,
     }
 )
-CONTAINER = obj({"resources": obj({"requests": quantities, "limits": quantities}), "restartPolicy": text})
+RESOURCES = obj({"requests": quantities, "limits": quantities})
+CONTAINER = obj({"resources": RESOURCES, "restartPolicy": text})
 EXPRESSION = obj({"key": text, "operator": text, "values": items(text)})
 TERM = obj({"matchExpressions": items(EXPRESSION)})
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -172,6 +173,7 @@ POD_SPEC = obj(
         "containers": items(CONTAINER),
         "initContainers": items(CONTAINER),
         "overhead": quantities,
+        "resources": RESOURCES,  # pod-level resources (KEP-2837)
         "nodeSelector": strings,
         "nodeName": text,
         "affinity": AFFINITY,
