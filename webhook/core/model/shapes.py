@@ -240,8 +240,13 @@ BY_RESOURCE: Mapping[str, Check] = {
 
 def problem(resource: str, sub_resource: str, value: Any) -> str:
     """What is wrong with an object of ``resource`` (one line), or "" when the core can read it."""
-    check = SCALE if sub_resource == "scale" else BY_RESOURCE.get(resource)
-    if check is None or sub_resource not in ("", "scale"):
+    if sub_resource == "scale":
+        check: Check | None = SCALE
+    elif sub_resource:
+        check = POD if (resource, sub_resource) == ("pods", "resize") else None  # the whole pod
+    else:
+        check = BY_RESOURCE.get(resource)
+    if check is None:
         return ""
     if type(value) is not dict:
         return f"the object must be a JSON object, got {_type_name(value)}"
