@@ -20,6 +20,7 @@ VALIDATING_RULES = [
     _rule("apps", "v1", APPS, ["CREATE", "UPDATE"]),
     _rule("scheduling.volcano.sh", "v1beta1", ["queues"], ["CREATE", "UPDATE"]),
     _rule("batch.volcano.sh", "v1alpha1", ["jobs"], ["CREATE", "UPDATE"]),
+    _rule("", "v1", ["pods/resize"], ["UPDATE"]),
 ]
 
 
