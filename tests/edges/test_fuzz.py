@@ -1,11 +1,12 @@
 """Hostile input at the running server: only 200 or 400 answers, never a 500 or a hang.
 
-Six generators, 8,600 bodies in all: valid reviews with any node replaced by any JSON value, sent
+Seven generators, 9,100 bodies in all: valid reviews with any node replaced by any JSON value, sent
 to both webhooks of a ``cardquota serve`` process and of a server whose live reads find whatever
 they ask for (what runs before the decision, the owner and DRA reads, takes them too); live reads
 that return anything (a PodGroup's owner, a PodGroup the cache shows behind); hostile quantities
-and card annotations where the core reads them; truncated and corrupted bytes; deep nesting.
-Afterwards the same server still answers good reviews exactly as the core does.
+and card annotations where the core reads them; a pod's in-place resize under the CPU/memory
+check; truncated and corrupted bytes; deep nesting. Afterwards the same server still answers good
+reviews exactly as the core does.
 """
 
 import copy
@@ -32,6 +33,7 @@ from tests.edges.test_server import (
 )
 from webhook.cluster import snapshot
 from webhook.core.model.objects import OwnerRef
+from webhook.core.model.policy import Policy
 from webhook.serve import review
 from webhook.tools.cli import example_files
 
@@ -369,3 +371,55 @@ def test_a_podgroups_owner_read_live_in_any_shape_is_answered(
     reads = source.reads
     send(client, "mutate", OWNED[0])
     assert source.reads > reads, "the owner was not read live"
+
+
+class CpuChecked(Loaded):
+    """The bundled cluster under the CPU/memory check: a resize review reaches its decision."""
+
+    def __init__(self) -> None:
+        self.state = snapshot.load_snapshot(CLUSTER, Policy(cpu_memory_check=True))
+
+
+@pytest.fixture(scope="module")
+def checking_client() -> Iterator[httpx.Client]:
+    certs = Path(tempfile.mkdtemp())
+    with (
+        serve_in_thread(CpuChecked(), certs) as url,
+        httpx.Client(base_url=url, verify=client_context(certs), timeout=10) as c,
+    ):
+        yield c
+
+
+RESIZE = TREES["pod-resize-over-capability.json"]
+RESIZED = [  # where the resize's requests are read, including fields the example does not have
+    (*side, *where, name)
+    for side in (("request", "object"), ("request", "oldObject"))
+    for where in (("spec", "containers", 0, "resources", "requests"), ("spec", "resources", "requests"))
+    for name in ("cpu", "memory")
+] + [("request", "object", "spec", "resources", "limits"), ("request", "object", "spec", "resources")]
+
+
+@fuzz(500)
+@given(
+    path=st.sampled_from(RESIZED) | st.sampled_from(list(paths(RESIZE))),
+    value=json_values | hostile_quantities,
+)
+@example(path=("request", "oldObject"), value=None)
+def test_a_resize_review_in_any_shape_is_answered(
+    checking_client: httpx.Client, path: tuple[Any, ...], value: Any
+) -> None:
+    """A pod's in-place resize (``pods/resize`` UPDATE) with the CPU/memory check on: any node of
+    the review, or any request it is read from, replaced by anything, gets a 200 or a 400."""
+    body = dump(replaced(RESIZE, path, value))
+    for webhook in ("validate", "mutate"):
+        send(checking_client, webhook, body)
+
+
+def test_after_the_fuzzing_a_resize_past_the_capability_is_still_refused(
+    checking_client: httpx.Client,
+) -> None:
+    answer = send(checking_client, "validate", dump(RESIZE)).json()["response"]
+    assert answer["allowed"] is False
+    assert answer["status"]["message"].endswith(
+        "resize of pod team-c/vllm-6f7c9-a from 1 to 4 cpu needs 3 cpu more"
+    )

@@ -3,8 +3,8 @@
 Whatever a page holds, the fast path either gives up (None: the page is read the ordinary way) or
 gives, pod for pod, the very records the ordinary reading gives, and only for pods the shape check
 accepts. Pages come from real pods (one recorded from the local control plane, and builder pods
-with init containers, overhead, deletion times, owners) with any node, or any field the core reads,
-replaced by hostile JSON.
+with init containers, overhead, pod-level resources, deletion times, owners) with any node, or any
+field the core reads, replaced by hostile JSON.
 """
 
 import asyncio
@@ -34,6 +34,7 @@ PODS = [
     pod("plain", H200, 2, owner=owner("ReplicaSet", "rs", "rs-1")),
     pod("bound", f"{H200}|{H800}", 1, node_name="n1", phase="Running", group="pg"),
     pod("init", H800, 1, spec={"initContainers": [INIT, SIDECAR], "overhead": {"nvidia.com/gpu": "1"}}),
+    pod("pod-level", None, None, spec={"resources": {"requests": {"cpu": "2"}, "limits": {"memory": "1Gi"}}}),
     pod(
         "two",
         None,
@@ -87,6 +88,8 @@ READ = [
     ("spec", "containers", 0, "restartPolicy"),
     ("spec", "initContainers"),
     ("spec", "overhead", "nvidia.com/gpu"),
+    ("spec", "resources", "requests", "cpu"),
+    ("spec", "resources", "limits"),
     ("spec", "nodeSelector", "x"),
     ("spec", "nodeName"),
     ("spec", "affinity", "nodeAffinity", shapes.REQUIRED, "nodeSelectorTerms", 0, "matchExpressions"),
@@ -132,6 +135,8 @@ def test_real_pods_take_the_fast_path_and_give_the_ordinary_records() -> None:
     fast = agrees(page_of(PODS))
     assert fast is not None and fast.version == "7" and len(fast.pods) == len(PODS)
     going, gated, labelled = fast.pods[-3:]
+    (level,) = [p for p in fast.pods if p.name == "pod-level"]
+    assert (level.template.resources.cpu, level.template.resources.memory) == (2000, 2**30)
     assert labelled.template.annotations == {keys.PREEMPTABLE: "F"}  # the label, as Volcano reads it
     assert gated.waiting == (objects.waiting_mark('{"since":"2026-11-24T18:00:00.123Z"}')[0], 7)  # type: ignore[index]
     assert (

@@ -92,6 +92,7 @@ class Spec(_Struct):
     containers: list[Container] | None = None
     initContainers: list[Container] | None = None
     overhead: msgspec.Raw = NULL
+    resources: msgspec.Raw = NULL  # pod-level (KEP-2837), read with the containers'
     nodeSelector: Strings = None
     nodeName: str | None = None
     affinity: Affinity | None = None
@@ -194,11 +195,12 @@ class PodReader:
 
     def _resources_of(self, spec: Spec) -> Resources | None:
         containers, init = spec.containers or (), spec.initContainers
-        if init or spec.overhead is not NULL:
+        if init or spec.overhead is not NULL or spec.resources is not NULL:
             key: Any = (
                 tuple(bytes(c.resources) for c in containers),
                 tuple((bytes(c.resources), c.restartPolicy) for c in init or ()),
                 bytes(spec.overhead),
+                bytes(spec.resources),
             )
         elif len(containers) == 1:
             key = bytes(containers[0].resources)
@@ -208,7 +210,7 @@ class PodReader:
             return self._resources[key]
         except KeyError:
             pass
-        found = self._resources[key] = _read_resources(containers, init or (), spec.overhead)
+        found = self._resources[key] = _read_resources(containers, init or (), spec.overhead, spec.resources)
         return found
 
     def _template(
@@ -261,7 +263,9 @@ def _waiting(gates: list[Gate], annotations: Mapping[str, str | None] | None) ->
     return objects.waiting_mark((annotations or {}).get(keys.WAITING)) or objects.BEHIND
 
 
-def _read_resources(containers: Any, init: Any, overhead: msgspec.Raw) -> Resources | None:
+def _read_resources(
+    containers: Any, init: Any, overhead: msgspec.Raw, pod_level: msgspec.Raw
+) -> Resources | None:
     """The ordinary reading (shape check, then ``resources.resources_of``) of the fields kept raw."""
     try:
         spec = {
@@ -274,6 +278,7 @@ def _read_resources(containers: Any, init: Any, overhead: msgspec.Raw) -> Resour
                 for c in init
             ],
             "overhead": orjson.loads(bytes(overhead)),
+            "resources": orjson.loads(bytes(pod_level)),
         }
     except orjson.JSONDecodeError:
         return None

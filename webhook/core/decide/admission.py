@@ -3,7 +3,7 @@
 
 from typing import Any
 
-from webhook.core.decide import claiming, decisions, enqueue, patches, scaling, writes
+from webhook.core.decide import capability, claiming, decisions, enqueue, patches, scaling, writes
 from webhook.core.index.state import ClusterState
 from webhook.core.model import shapes
 from webhook.core.model.ledger import Entry
@@ -23,11 +23,11 @@ def pod_template(
     resource: str, sub_resource: str, operation: str, obj: Any, namespace: str
 ) -> PodTemplate | None:
     """The template of a review's pod, read once at the entry (every step then reads it): a pod
-    create or update whose shape the core can read; None for anything else. ``namespace``: the
-    request's, where the pod is when its object names none."""
-    if resource != "pods" or sub_resource or operation not in ("CREATE", "UPDATE"):
+    create, update or resize whose shape the core can read; None for anything else. ``namespace``:
+    the request's, where the pod is when its object names none."""
+    if resource != "pods" or sub_resource not in ("", "resize") or operation not in ("CREATE", "UPDATE"):
         return None
-    return None if shapes.problem("pods", "", obj) else reviewed_template(obj, namespace)
+    return None if shapes.problem("pods", sub_resource, obj) else reviewed_template(obj, namespace)
 
 
 def validate(state: ClusterState, request: Request, now: float) -> Decision:
@@ -41,6 +41,8 @@ def validate(state: ClusterState, request: Request, now: float) -> Decision:
         return decisions.decide_pod_create(state, request, now)
     if resource == "pods" and not sub and request.operation == "UPDATE":
         return decisions.decide_pod_update(state, request)
+    if resource == "pods" and sub == "resize" and request.operation == "UPDATE":
+        return capability.decide_resize(state, request)
     if resource in scaling.SCALABLE and sub == "scale" and request.operation == "UPDATE":
         return scaling.decide_scale(state, request)
     if resource in scaling.SCALABLE and not sub and request.operation in ("CREATE", "UPDATE"):

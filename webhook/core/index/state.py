@@ -26,7 +26,7 @@ from webhook.core.model.claims import Devices
 from webhook.core.model.demand import Demand, pod_demand
 from webhook.core.model.devices import ClaimRecord, ClassRecord, SliceRecord, TemplateRecord
 from webhook.core.model.inventory import Inventory
-from webhook.core.model.ledger import Ledger
+from webhook.core.model.ledger import Ledger, resize_key
 from webhook.core.model.nodes import NodeCards
 from webhook.core.model.objects import (
     TERMINAL_PHASES,
@@ -157,6 +157,8 @@ class ClusterState:
         if not pooled:
             pod = self.pool.pod(pod)
         self._unindex(pod.uid, leaving=old is not None and old.is_live and not pod.is_live)
+        if self.ledger and (old is None or (old.template is not pod.template and _resized(old, pod))):
+            self.ledger.settle(resize_key(pod.uid))  # its CPU and memory now count as resized
         self.pods[pod.uid] = pod
         self.waiting.seen(pod)
         if pod.waiting is None and (old is None or old.waiting is not None):
@@ -195,6 +197,7 @@ class ClusterState:
         if uid in self.pods:
             self._unindex(uid, leaving=True)
             del self.pods[uid]
+            self.ledger.settle(resize_key(uid))
 
     def expire(self, now: float) -> None:
         """Drop pods past their deletion grace period and stale in-flight entries."""
@@ -315,3 +318,9 @@ class ClusterState:
         self._recharge(list(self.charged.owned_by(uid)))
         for group in self.groups.of_owner(uid):
             self.groups.refresh(group)
+
+
+def _resized(old: PodRecord, new: PodRecord) -> bool:
+    """Whether ``new`` asks other CPU or memory than ``old`` (an in-place resize the cache sees)."""
+    was, now = old.template.resources, new.template.resources
+    return was.cpu != now.cpu or was.memory != now.memory

@@ -1,7 +1,8 @@
 """In-flight ledger: demand admitted but not yet seen in the cache (SPEC §7).
 
-An entry is keyed by pod UID (a pod create) or by workload (a scale-up, holding a number of
-pods). It leaves when the cache shows the pod, when the workload's pods arrive, or at its TTL.
+An entry is keyed by pod UID (a pod create), by workload (a scale-up, holding a number of
+pods) or by ``resize:`` and a pod UID (the CPU and memory an in-place resize adds). It leaves when
+the cache shows the pod (resized), when the workload's pods arrive, or at its TTL.
 A multi-card pod's assignment (SPEC §5b) is held from its mutation, when the pod has no UID yet,
 until its validation: assignments of one queue, model and size are interchangeable, so the
 validation takes any one of them over. Time is always passed in; nothing here reads a clock.
@@ -16,6 +17,11 @@ from webhook.core.model.demand import PodDemand
 from webhook.core.model.values import value_class
 
 Slot = tuple[str, CardName, int]  # queue, model, cards per pod
+
+
+def resize_key(uid: str) -> str:
+    """The ledger key of a pod's admitted resize: what it adds, until the cache sees the pod resized."""
+    return f"resize:{uid}"
 
 
 @value_class

@@ -66,11 +66,24 @@ def effective_resources(
     spec: Raw, which: str, pick: Callable[[Raw, str], dict[str, Any]] = _extended
 ) -> dict[str, Any]:
     """Kubernetes' pod-level value: max(sum of containers (+sidecars), running init max) + overhead."""
+    total = _containers(spec, which, pick)
+    wanted = COMPUTE if pick is _compute else None
+    overhead = {
+        k: v
+        for k, v in (spec.get("overhead") or {}).items()
+        if (k in wanted if wanted else k not in NOT_CARD_RESOURCES)
+    }
+    return _add(total, overhead) if overhead else total
+
+
+def _containers(spec: Raw, which: str, pick: Callable[[Raw, str], dict[str, Any]]) -> dict[str, Any]:
+    """The containers' part: max(sum of containers and sidecars, each init container beside the
+    sidecars before it); a resource no container names is absent, not 0."""
     containers = spec.get("containers") or []
-    if len(containers) == 1 and not spec.get("initContainers") and not spec.get("overhead"):
+    if len(containers) == 1 and not spec.get("initContainers"):
         return {name: _q(value) for name, value in pick(containers[0], which).items()}  # the usual pod
     total: dict[str, Any] = {}
-    for container in spec.get("containers") or []:
+    for container in containers:
         total = _add(total, pick(container, which))
     sidecars: dict[str, Any] = {}
     init_max: dict[str, Any] = {}
@@ -82,20 +95,34 @@ def effective_resources(
             init_max = _max(init_max, sidecars)
         else:
             init_max = _max(init_max, _add(sidecars, own))
-    total = _max(total, init_max)
-    wanted = COMPUTE if pick is _compute else None
-    overhead = {
-        k: v
-        for k, v in (spec.get("overhead") or {}).items()
-        if (k in wanted if wanted else k not in NOT_CARD_RESOURCES)
-    }
-    return _add(total, overhead) if overhead else total
+    return _max(total, init_max)
+
+
+def _pod_level(containers: dict[str, Any], resources: Raw) -> dict[str, Any]:
+    """The pod's CPU and memory requests under its ``spec.resources`` (KEP-2837), before overhead:
+    a pod-level request is the pod's request, whatever its containers ask; a pod-level limit with no
+    pod-level request stands in for it only when no container names that resource (the API server
+    defaults the pod-level request from the containers' requests when one does, else from the
+    pod-level limit: ``defaultPodRequests``)."""
+    requests, limits = resources.get("requests") or {}, resources.get("limits") or {}
+    out = dict(containers)
+    for name in COMPUTE:
+        if name in requests:
+            out[name] = _q(requests[name])
+        elif name in limits and name not in containers:
+            out[name] = _q(limits[name])
+    return out
 
 
 def compute_requests(spec: Raw) -> tuple[int, int]:
-    """The pod's effective CPU (millicores, rounded up) and memory (bytes, rounded up) requests."""
-    if spec.get("initContainers") or spec.get("overhead"):
-        total = effective_resources(spec, "", _compute)
+    """The pod's effective CPU (millicores, rounded up) and memory (bytes, rounded up) requests:
+    its containers', or its pod-level ones where it sets them (KEP-2837), plus its overhead."""
+    if spec.get("initContainers") or spec.get("overhead") or spec.get("resources"):
+        total = _containers(spec, "", _compute)
+        if pod_level := spec.get("resources"):
+            total = _pod_level(total, pod_level)
+        overhead = spec.get("overhead") or {}
+        total = _add(total, {k: overhead[k] for k in COMPUTE if k in overhead})
         cpu, memory = total.get("cpu", 0), total.get("memory", 0)
     else:  # the usual pod: a plain sum over its containers, read once (every review pays for it)
         cpu = memory = 0
@@ -117,10 +144,15 @@ def _ceil_times(value: Any, scale: int) -> int:
 
 
 def resources_of(spec: Raw) -> Resources:
-    """What a pod spec requests: reads only the containers', init containers' and overhead's
-    resources and the init containers' ``restartPolicy``."""
+    """What a pod spec requests: reads only the containers', init containers', the pod's own
+    (``spec.resources``) and overhead's resources and the init containers' ``restartPolicy``."""
     containers = spec.get("containers") or []
-    if len(containers) == 1 and not spec.get("initContainers") and not spec.get("overhead"):
+    if (
+        len(containers) == 1
+        and not spec.get("initContainers")
+        and not spec.get("overhead")
+        and not spec.get("resources")
+    ):
         return _one_container(containers[0].get("resources") or {})  # the usual pod, read in one pass
     cpu, memory = compute_requests(spec)
     return Resources(effective_resources(spec, "requests"), effective_resources(spec, "limits"), cpu, memory)

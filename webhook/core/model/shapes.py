@@ -162,7 +162,8 @@ META = obj(
         "deletionGracePeriodSeconds": integer,
     }
 )
-CONTAINER = obj({"resources": obj({"requests": quantities, "limits": quantities}), "restartPolicy": text})
+RESOURCES = obj({"requests": quantities, "limits": quantities})
+CONTAINER = obj({"resources": RESOURCES, "restartPolicy": text})
 EXPRESSION = obj({"key": text, "operator": text, "values": items(text)})
 TERM = obj({"matchExpressions": items(EXPRESSION)})
 REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
@@ -172,6 +173,7 @@ POD_SPEC = obj(
         "containers": items(CONTAINER),
         "initContainers": items(CONTAINER),
         "overhead": quantities,
+        "resources": RESOURCES,  # pod-level resources (KEP-2837)
         "nodeSelector": strings,
         "nodeName": text,
         "affinity": AFFINITY,
@@ -238,8 +240,13 @@ BY_RESOURCE: Mapping[str, Check] = {
 
 def problem(resource: str, sub_resource: str, value: Any) -> str:
     """What is wrong with an object of ``resource`` (one line), or "" when the core can read it."""
-    check = SCALE if sub_resource == "scale" else BY_RESOURCE.get(resource)
-    if check is None or sub_resource not in ("", "scale"):
+    if sub_resource == "scale":
+        check: Check | None = SCALE
+    elif sub_resource:
+        check = POD if (resource, sub_resource) == ("pods", "resize") else None  # the whole pod
+    else:
+        check = BY_RESOURCE.get(resource)
+    if check is None:
         return ""
     if type(value) is not dict:
         return f"the object must be a JSON object, got {_type_name(value)}"
