@@ -192,3 +192,12 @@ def test_every_podgroup_create_is_sent_to_validation(phase: str) -> None:
     assert sent(
         "validate.cardquota.volcano.sh", podgroup(phase), group="scheduling.volcano.sh", resource="podgroups"
     )
+
+
+@pytest.mark.parametrize("check", [True, False], ids=["CPU/memory check on", "off"])
+def test_an_in_place_resize_is_sent_only_with_the_cpu_memory_check_on(check: bool) -> None:
+    flags = ["--set", f"cpuMemoryCheck.enabled={str(check).lower()}"]
+    (validating,) = [c for c in render(flags) if c["kind"] == "ValidatingWebhookConfiguration"]
+    (validate,) = [h for h in validating["webhooks"] if h["name"] == "validate.cardquota.volcano.sh"]
+    resized = [r for r in validate["rules"] if "pods/resize" in r["resources"]]
+    assert (resized == [{**resized[0], "operations": ["UPDATE"]}]) if check else not resized
