@@ -26,6 +26,7 @@ from tests.e2e.agreement import (
     R4090,
     R4090D,
     Tenant,
+    card_template,
     flex_deployment,
     gated,
     long_job,
@@ -753,3 +754,111 @@ def soak_in(tenant: Tenant, front: Process, seed: int) -> None:
         print("\n".join(line for line in soak.log if line.startswith(("job", "finish", "squeeze"))))
     except BaseException as exc:
         raise AssertionError(f"soak seed {seed}, quota {tenant.quota}, after: {soak.log}") from exc
+
+
+# ---- what a tenant writes around its pods (decisions.md §29) -------------------------------------
+def owned_pod(t: Tenant, name: str, group: str, owner: dict[str, Any]) -> dict[str, Any]:
+    """A one-card pod of the PodGroup ``group``, controlled by ``owner`` (any object of the tenant's)."""
+    template = card_template(R4090, t.queue)
+    template["metadata"]["annotations"]["scheduling.k8s.io/group-name"] = group
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "controller": True, **owner}
+    metadata = {"name": name, "ownerReferences": [ref], **template["metadata"]}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": template["spec"]}
+
+
+def tenant_group(t: Tenant, name: str, ask: int, owner: dict[str, Any], phase: str = "") -> dict[str, Any]:
+    ref = {"apiVersion": "v1", "kind": "ConfigMap", "controller": True, **owner}
+    group: dict[str, Any] = {
+        "apiVersion": "scheduling.volcano.sh/v1beta1",
+        "kind": "PodGroup",
+        "metadata": {
+            "name": name,
+            "annotations": {"volcano.sh/card.request": json.dumps({R4090: ask})},
+            "ownerReferences": [ref],
+        },
+        "spec": {"queue": t.queue, "minMember": ask},
+    }
+    if phase:
+        group["status"] = {"phase": phase}
+    return group
+
+
+def test_a_podgroup_created_enqueued_is_refused_and_its_pending_twin_runs_only_what_its_quota_holds(
+    tenant: Tenant,
+) -> None:
+    """A PodGroup created Inqueue (the CRD has no status subresource) would skip the enqueue gate
+    and cover its pods: 3 of 3 one-card pods admitted at quota 1, all 3 bound on stock Volcano."""
+    t = tenant
+    t.set_quota({R4090: 1})
+    t.plane.kubectl("create", "configmap", "owner", "-n", t.ns)
+    owner = {"name": "owner", "uid": t.plane.get("configmap", "owner", namespace=t.ns)["metadata"]["uid"]}
+    for phase in ("Inqueue", "Running"):
+        forged = json.dumps(tenant_group(t, f"squat-{phase.lower()}", 3, owner, phase))
+        done = t.plane.kubectl("create", "-n", t.ns, "-f", "-", stdin=forged, check=False)
+        assert done.returncode != 0, done.stdout
+        assert f"is created in phase '{phase}', asking 3 {R4090} of queue \"{t.queue}\"" in done.stderr
+    assert t.plane.get("podgroups", namespace=t.ns)["items"] == []
+    # The twin: the same group created Pending, asking what its queue holds; its pods beyond it refused.
+    t.plane.apply(tenant_group(t, "honest", 1, owner), namespace=t.ns)
+    admitted = []
+    for index in range(3):
+        made = json.dumps(owned_pod(t, f"honest-{index}", "honest", owner))
+        done = t.plane.kubectl("create", "-n", t.ns, "-f", "-", stdin=made, check=False)
+        if done.returncode == 0:
+            admitted.append(index)
+        else:
+            assert f'queue "{t.queue}"' in done.stderr, done.stderr
+    assert len(admitted) == 1, admitted
+    t.wait_settled(1)
+    t.check_agreement()
+    # Enqueued, the group keeps the card annotations its reservation was admitted with.
+    wait_for(
+        "the group enqueued",
+        lambda: (
+            (t.plane.get("podgroup", "honest", namespace=t.ns).get("status") or {}).get("phase")
+            in ("Inqueue", "Running")
+        ),
+        timeout=30,
+    )
+    stripped = t.plane.kubectl(
+        "annotate", "podgroup", "honest", "volcano.sh/card.request-", "-n", t.ns, check=False
+    )
+    assert (
+        stripped.returncode != 0 and "cannot lose its volcano.sh/card.request annotation" in stripped.stderr
+    ), stripped.stderr
+    t.plane.kubectl("annotate", "podgroup", "honest", "team=a", "-n", t.ns)  # its twin: another annotation
+    assert (
+        "volcano.sh/card.request"
+        in t.plane.get("podgroup", "honest", namespace=t.ns)["metadata"]["annotations"]
+    )
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [{"volcano.sh/vgpu-number": "1"}, {"koordinator.sh/gpu-core": "50"}],
+    ids=["Volcano vGPU", "Koordinator"],
+)
+def test_a_shared_gpu_pod_naming_no_card_reaches_the_webhook_through_the_charts_filters(
+    tenant: Tenant, resources: dict[str, str]
+) -> None:
+    """The chart's filters once sent only nvidia.com/, Ascend and DRA resources: these pods were never
+    checked. The live webhook is registered with the chart's own configurations."""
+    t = tenant
+    t.set_quota({H200: 1})
+    container = {"name": "main", "image": "registry.example/app:1", "resources": {"limits": resources}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "share", "annotations": {"scheduling.volcano.sh/queue-name": t.queue}},
+        "spec": {"schedulerName": "volcano", "containers": [container]},
+    }
+    done = t.plane.kubectl(
+        "create", "--dry-run=server", "-n", t.ns, "-f", "-", stdin=json.dumps(pod), check=False
+    )
+    assert done.returncode != 0 and "has no volcano.sh/card.name annotation" in done.stderr, done.stderr
+    # its twin: a pod asking no GPU at all is never sent
+    container["resources"] = {"limits": {"cpu": "1"}}
+    done = t.plane.kubectl(
+        "create", "--dry-run=server", "-n", t.ns, "-f", "-", stdin=json.dumps(pod), check=False
+    )
+    assert done.returncode == 0, done.stderr
