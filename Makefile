@@ -109,6 +109,7 @@ bench: $(STAMP) e2e-bin
 	$(BIN)/python -m tests.bench.reclaim --rounds 2 --reviews 2000 --serving-reviews 5000
 	$(BIN)/python -m tests.bench.reclaim --rounds 2 --reviews 500 --cpu
 	$(BIN)/python -m tests.bench.dra
+	$(BIN)/python -m tests.bench.filters
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
