@@ -26,6 +26,7 @@ from tests.e2e.agreement import (
     R4090,
     R4090D,
     Tenant,
+    app,
     card_template,
     flex_deployment,
     gated,
@@ -34,7 +35,7 @@ from tests.e2e.agreement import (
 )
 from tests.e2e.cluster import ControlPlane, holds_for, soak_seed, wait_for
 from tests.e2e.conftest import partner_plane
-from tests.e2e.objects import card_queue, hpa
+from tests.e2e.objects import card_queue, deployment_of, hpa
 from tests.edges.serving import Process
 
 
@@ -862,3 +863,29 @@ def test_a_shared_gpu_pod_naming_no_card_reaches_the_webhook_through_the_charts_
         "create", "--dry-run=server", "-n", t.ns, "-f", "-", stdin=json.dumps(pod), check=False
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_a_forged_place_in_the_line_is_refused_and_the_queue_serves_its_own(tenant: Tenant) -> None:
+    """A StatefulSet of 1,000 replicas marked at the head of the line (since 1970, the highest
+    priority) once kept the victim's own pod out of a queue with room; the mark on it, or on a pod
+    template, is refused, and the victim's pod runs."""
+    t = tenant
+    t.set_quota({H200: 2})
+    forged = '{"since":"1970-01-01T00:00:00Z","priority":2147483647}'
+    squat = deployment_of("squat", 0, card_template(H200, t.queue))
+    squat["kind"] = "StatefulSet"
+    squat["spec"] = {**squat["spec"], "replicas": 1000, "serviceName": "squat"}
+    squat["metadata"]["annotations"] = {"cardquota.volcano.sh/waiting": forged}
+    done = t.plane.kubectl("create", "-n", t.ns, "-f", "-", stdin=json.dumps(squat), check=False)
+    assert (
+        done.returncode != 0
+        and "only the card-quota webhook sets, changes or removes its marks" in done.stderr
+    ), done.stderr
+    squat["metadata"]["annotations"] = {}
+    squat["spec"]["replicas"] = 0
+    squat["spec"]["template"]["metadata"]["annotations"]["cardquota.volcano.sh/waiting"] = forged
+    done = t.plane.kubectl("create", "-n", t.ns, "-f", "-", stdin=json.dumps(squat), check=False)
+    assert done.returncode != 0 and "its pod template carries the waiting mark" in done.stderr, done.stderr
+    t.plane.apply(app("victim", 1, H200, t), namespace=t.ns)  # the twin: the queue's own pod
+    t.wait_settled(1)
+    t.check_agreement()
