@@ -17,7 +17,6 @@ from webhook.core.index.line import LAST
 from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage
 from webhook.core.index.waiting import scale_key
-from webhook.core.model import keys
 from webhook.core.model.demand import BadDemand, PodDemand, pod_demand
 from webhook.core.model.feasibility import TooComplex
 from webhook.core.model.objects import PodTemplate, WorkloadRecord, workload_record
@@ -55,7 +54,7 @@ def decide_scale(state: ClusterState, request: Request) -> Decision:
     template = workload.tasks[0].template
     demand = pod_demand(template, state.inventory, state.policy)
     what = f"scale-up of {kind.lower()} {workload.key} from {old} to {new} replicas"
-    queue = template.annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
+    queue = state.template_queue(workload, request.namespace).queue
     if not isinstance(demand, PodDemand):
         if isinstance(demand, BadDemand):
             return Denied(f"{what}: its pod template {demand.reason}")
@@ -138,7 +137,7 @@ def _unfit_warning(
     demand = pod_demand(template, state.inventory, state.policy)
     if missing <= 0 or not isinstance(demand, PodDemand):
         return allowed
-    queue = template.annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
+    queue = state.template_queue(workload).queue
     what = f"{workload.kind.lower()} {workload.key}"
 
     check = partial(check_pods, state, scale_key(workload), queue, template, demand, what=what)

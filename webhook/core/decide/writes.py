@@ -159,7 +159,7 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
     problem = annotation_problem(state, job.annotations, [t.template for t in job.tasks], what)
     if problem:
         return Denied(problem)
-    queue = job.queue or keys.DEFAULT_QUEUE
+    queue = state.template_queue(job, request.namespace).queue
     info = state.tree.queues.get(queue)
     if info is None or info.quota is None:
         return Allowed("queue unknown or without card quota: Volcano decides")
@@ -216,13 +216,13 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
                 queue=ancestor,
                 card="|".join(named),
             )
-    warnings = _unfit_tasks(state, job, what) if request.operation == "CREATE" else ()
+    warnings = _unfit_tasks(state, job, queue, what) if request.operation == "CREATE" else ()
     return Allowed(
         "can run within the queue's whole quota; queueing is Volcano's job", warnings=warnings, queue=queue
     )
 
 
-def _unfit_tasks(state: ClusterState, job: WorkloadRecord, what: str) -> tuple[str, ...]:
+def _unfit_tasks(state: ClusterState, job: WorkloadRecord, queue: str, what: str) -> tuple[str, ...]:
     """Warnings when the job's pods do not all fit now. Without its own ``card.request`` the job's
     PodGroup gets one counting every replica (§12), and the capacity-card plugin enqueues it whole:
     nothing is created until all fit, and one warning says the job waits. With its own, each card
@@ -236,7 +236,6 @@ def _unfit_tasks(state: ClusterState, job: WorkloadRecord, what: str) -> tuple[s
             demand = pod_demand(task.template, state.inventory, state.policy)
             if not isinstance(demand, PodDemand) or task.replicas <= 0:
                 continue
-            queue = task.template.annotations.get(keys.QUEUE_NAME) or job.queue or keys.DEFAULT_QUEUE
             key = f"fitting:{job.key}/{task.name}"
             named = f"{what} task {task.name or '-'}" if len(job.tasks) > 1 else what
             check = partial(check_pods, state, key, queue, task.template, demand, what=named)
