@@ -10,6 +10,7 @@ import pytest
 from tests.builders import (
     H200,
     cluster,
+    deployment,
     node,
     owner,
     pod,
@@ -195,6 +196,19 @@ def test_a_volcano_job_pod_runs_in_its_jobs_podgroup_whatever_its_volcano_sh_que
 
 
 # ---- refused: a queue named that is not where the pod runs ----------------------------------------
+MISNAMED = (
+    'pod ns/a names queue "q2" but its podgroup ns/pg is in queue "q1", where Volcano schedules it: its'
+    ' cards would count there, not in the queue named; name queue "q1" in scheduling.volcano.sh/queue-name,'
+    " or none"
+)
+
+
+def test_a_pod_create_naming_another_queue_than_its_podgroups_is_refused_naming_both() -> None:
+    state = state_of(podgroup("pg", "Pending", queue_name="q1"))
+    decision = create(state, pod("a", H200, queue_name="q2", group="pg"))
+    assert isinstance(decision, Denied) and decision.message == MISNAMED
+
+
 @pytest.mark.parametrize("queue_name", ["q1", None], ids=["names its podgroup's queue", "names none"])
 def test_a_pod_create_naming_its_podgroups_queue_or_none_passes_and_is_held_there(
     queue_name: str | None,
@@ -211,12 +225,89 @@ def test_a_pod_is_checked_against_the_quota_of_the_queue_it_runs_in() -> None:
     assert isinstance(decision, Denied) and decision.message.startswith('queue "team" has 0 NVIDIA-H200 left')
 
 
+def test_a_pod_naming_default_in_a_namespace_with_a_default_queue_is_refused() -> None:
+    state = state_of(namespace())
+    decision = create(state, pod("a", H200, queue_name="default"))
+    assert isinstance(decision, Denied)
+    assert decision.message == (
+        'pod ns/a names queue "default" but the podgroup Volcano makes for it is in queue "team", where'
+        ' Volcano schedules it (a podgroup created in queue "default" goes to the queue namespace ns names'
+        " in its scheduling.volcano.sh/queue-name annotation): its cards would count there, not in the"
+        ' queue named; name queue "team" in scheduling.volcano.sh/queue-name, or none'
+    )
+    assert isinstance(create(state, pod("b", H200, queue_name="team")), Allowed)
+    assert isinstance(create(state_of(), pod("c", H200, queue_name="default")), Allowed)  # no default
+
+
+def test_a_volcano_job_pod_whose_task_names_another_queue_is_refused() -> None:
+    state = state_of(vcjob("train", [(1, task("q2"))], queue="q1"))
+    refused = create(state, job_pod(queue_name="q2", job_queue="q1"))
+    assert isinstance(refused, Denied)
+    assert refused.message.startswith(
+        'pod ns/train-t0-0 names queue "q2" but its volcano job ns/train is in queue "q1", where Volcano'
+        " schedules it"
+    )
+    assert isinstance(create(state, job_pod(queue_name="q1", job_queue="q1")), Allowed)
+
+
+def test_a_non_card_pod_naming_another_queue_is_let_be() -> None:
+    state = state_of(podgroup("pg", "Pending", queue_name="q1"))
+    decision = create(state, pod("a", None, None, queue_name="q2", group="pg"))
+    assert isinstance(decision, Allowed) and decision.reason == "not a card pod"
+
+
+def test_a_volcano_job_whose_task_names_another_queue_is_refused_and_its_twin_passes() -> None:
+    state = state_of()
+    job = vcjob("train", [(1, task()), (1, task("q2"))], queue="q1")
+    decision = create(state, job, resource="jobs", group="batch.volcano.sh")
+    assert isinstance(decision, Denied)
+    assert decision.message == (
+        'volcano job ns/train task t1\'s pod template names queue "q2" but the job is in queue "q1", where'
+        " Volcano schedules its pods: their cards would count there, not in the queue named; name queue"
+        ' "q1" in scheduling.volcano.sh/queue-name, or none'
+    )
+    twin = vcjob("train", [(1, task()), (1, task("q1"))], queue="q1")
+    assert isinstance(create(state, twin, resource="jobs", group="batch.volcano.sh"), Allowed)
+
+
 def test_a_volcano_job_of_queue_default_is_checked_in_its_namespaces_queue() -> None:
     # team's whole quota is 1 H200: a job needing 2 could never run there, where Volcano puts it
     job = vcjob("train", [(2, task())], queue="default")
     decision = create(state_of(namespace()), job, resource="jobs", group="batch.volcano.sh")
     assert isinstance(decision, Denied) and 'whole quota of queue "team" is 1 NVIDIA-H200' in decision.message
     assert isinstance(create(state_of(), job, resource="jobs", group="batch.volcano.sh"), Allowed)
+
+
+def test_a_volcano_job_edit_leaving_a_tasks_queue_as_it_was_passes() -> None:
+    job = vcjob("train", [(1, task("q2"))], queue="q1")
+    raised = vcjob("train", [(2, task("q2"))], queue="q1")
+    decision = create(
+        state_of(), raised, resource="jobs", group="batch.volcano.sh", operation="UPDATE", old=job
+    )
+    assert isinstance(decision, Allowed)
+
+
+def test_a_deployment_naming_default_in_a_namespace_with_a_default_queue_is_refused() -> None:
+    state = state_of(namespace())
+    decision = create(state, deployment("web", 1, queue_name="default"), resource="deployments", group="apps")
+    assert isinstance(decision, Denied)
+    assert decision.message.startswith(
+        'deployment ns/web\'s pod template names queue "default" but the podgroup Volcano makes for its'
+        ' pods is in queue "team", where Volcano schedules its pods'
+    )
+    twin = deployment("web", 1, queue_name="team")
+    assert isinstance(create(state, twin, resource="deployments", group="apps"), Allowed)
+
+
+def test_a_deployment_written_before_its_namespace_had_a_default_scales_in_the_queue_it_runs_in() -> None:
+    web = deployment("web", 1, queue_name="default")
+    state = state_of(
+        namespace(), web, running("web-0", queue_name="default", owner=owner("ReplicaSet", "web-1", "rs"))
+    )
+    more = {**web, "spec": {**web["spec"], "replicas": 3}}
+    decision = create(state, more, resource="deployments", group="apps", operation="UPDATE", old=web)
+    assert isinstance(decision, Denied)  # not refused for its name: written so before; counted in team
+    assert decision.message.endswith('queue "team" has 0 left (quota 1: 1 running)')
 
 
 def test_a_refused_replicaset_of_a_namespace_with_a_default_queue_waits_in_that_queues_line() -> None:

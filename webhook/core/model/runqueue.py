@@ -49,3 +49,10 @@ def created_queue(annotations: Mapping[str, str]) -> str:
     default, ``default``. Its owner's annotations are copied only under ``volcano.sh/``, so an
     owner's queue annotation never reaches it."""
     return annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
+
+
+def misnamed(annotations: Mapping[str, str], runs: RunQueue) -> str:
+    """The queue a pod (template) names in ``scheduling.volcano.sh/queue-name`` when it is not the
+    one it runs in; "" when it names none, or that one."""
+    named = annotations.get(keys.QUEUE_NAME) or ""
+    return named if named and named != runs.queue else ""
