@@ -63,11 +63,11 @@ def worlds(draw: st.DrawFn) -> tuple[dict[str, list[dict[str, Any] | str]], list
         for name in ("g0", "g1"):
             queues = draw(st.lists(queue_names | st.just(GONE), max_size=3))
             versions[f"pg/{where}/{name}"] = [group(name, where, q) if q != GONE else GONE for q in queues]
-        jobs = draw(st.lists(queue_names, max_size=2))  # a job's queue is fixed once made (Volcano)
-        versions[f"job/{where}/j"] = [job("j", where, q) for q in jobs[:1]]
-        if jobs and draw(st.booleans()):  # its PodGroup, made in the job's queue or moved to the default
-            made = draw(st.sampled_from([jobs[0], *QUEUES]))
-            versions[f"pg/{where}/j"] = [group(f"j-uid-job-{where}-j", where, made, job="j")]
+        job_queue = draw(maybe_queue)  # None: no Volcano Job here; its queue is fixed once made
+        versions[f"job/{where}/j"] = [job("j", where, job_queue)] if job_queue else []
+        if job_queue and draw(st.booleans()):  # its PodGroup: in the job's queue, or the default's
+            in_queue = draw(st.sampled_from([job_queue, *QUEUES]))
+            versions[f"pg/{where}/j"] = [group(f"j-uid-job-{where}-j", where, in_queue, job="j")]
     for i in range(draw(st.integers(1, 6))):
         where = draw(st.sampled_from(NAMESPACES))
         named = draw(maybe_queue)
@@ -75,7 +75,7 @@ def worlds(draw: st.DrawFn) -> tuple[dict[str, list[dict[str, Any] | str]], list
         ref = owner("Job", "j", f"uid-job-{where}-j", api=JOB_API) if grouped == "job" else None
         name = f"j-uid-job-{where}-j" if grouped == "job" else grouped
         bound = draw(st.booleans())
-        made = pod(
+        raw = pod(
             f"p{i}",
             H200,
             1,
@@ -87,8 +87,8 @@ def worlds(draw: st.DrawFn) -> tuple[dict[str, list[dict[str, Any] | str]], list
             phase="Running" if bound else "Pending",
         )
         if ref is not None:
-            made["metadata"]["annotations"]["volcano.sh/queue-name"] = "default"  # its job controller's
-        versions[f"pod/{i}"] = [made]
+            raw["metadata"]["annotations"]["volcano.sh/queue-name"] = "default"  # its job controller's
+        versions[f"pod/{i}"] = [raw]
     tokens = [key for key, seen in versions.items() for _ in seen]
     return versions, draw(st.permutations(tokens))
 
@@ -130,7 +130,7 @@ def apply(state: ClusterState, versions: dict[str, list[Any]], order: list[str])
             last[key] = version
 
 
-def tallies(state: ClusterState) -> dict[str, tuple[dict[str, int], dict[str, int]]]:
+def tallies(state: ClusterState) -> dict[str, Any]:
     out = {}
     for name, tally in state.tree.tallies.items():
         bound, pending = (
