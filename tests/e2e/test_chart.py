@@ -268,6 +268,7 @@ def test_rbac_grants_reads_of_what_the_cache_watches_and_writes_only_leases_even
     assert readable == {
         "nodes",
         "pods",
+        "namespaces",  # their default queue (decisions.md §30)
         "deployments",
         "statefulsets",
         "replicasets",

@@ -237,6 +237,35 @@ def test_kubectl_apply_of_an_oversized_volcano_job_warns_and_its_pods_come_when_
     tenant.check_agreement()
 
 
+def test_a_volcano_job_whose_task_names_another_queue_is_refused_and_its_twin_runs_in_its_queue(
+    tenant: Tenant,
+) -> None:
+    """decisions.md §30: the job controller gives every pod the job's PodGroup, in the job's queue,
+    whatever queue its task's template names; a task naming another queue was charged there while
+    Volcano ran it in the job's (held in a live run on the fork). Refused at the job's create, naming
+    both; the same job naming its own queue runs there, its PodGroup in that queue."""
+    tenant.set_quota({H200: 2})
+    other = f"{tenant.queue}-other"
+    tenant.plane.kubectl("apply", "-f", "-", stdin=json.dumps(card_queue(other, {H200: 2})))
+    tenant.queues.append(other)
+    split = long_job("split", 2, H200, tenant.queue)
+    split["spec"]["tasks"][0]["template"]["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"] = (
+        other
+    )
+    refused = tenant.plane.kubectl("create", "-n", tenant.ns, "-f", "-", stdin=json.dumps(split), check=False)
+    assert refused.returncode != 0, refused.stdout
+    assert (
+        f'volcano job {tenant.ns}/split task w\'s pod template names queue "{other}" but the job is in'
+        f' queue "{tenant.queue}", where Volcano schedules its pods'
+    ) in refused.stderr, refused.stderr
+    tenant.plane.apply(long_job("train", 2, H200, tenant.queue), namespace=tenant.ns)
+    tenant.wait_settled(2)
+    tenant.check_agreement()
+    (group,) = tenant.plane.get("podgroups", namespace=tenant.ns)["items"]
+    assert group["spec"]["queue"] == tenant.queue
+    assert not [p for p in tenant.pods(finished=True) if p["metadata"]["name"].startswith("split-")]
+
+
 # ---- the randomized soak ------------------------------------------------------------------------
 
 CAPACITY = {R4090: 4, R4090D: 2, H200: 7, H800: 6}  # whole cards the kwok nodes carry

@@ -1,24 +1,29 @@
 """The enqueue gate (SPEC §5d, decisions.md §24) in front of stock Volcano v1.15.1, which has no card
 plugin: a Volcano Job beyond what is left of its queue's card quota stays Pending with none of its
 pods and says why on the job, and is enqueued within 2 s of its cards freeing; two jobs racing for
-the last cards: exactly one runs; an ``A|B`` job; a Deployment and a Volcano Job in one queue.
-Skipped, with the reason, when stock Volcano's source is not beside the repository."""
+the last cards: exactly one runs; an ``A|B`` job; a Deployment and a Volcano Job in one queue; pods
+of no queue in a namespace with a default queue, under Volcano's own PodGroup mutation (decisions.md
+§30). Skipped, with the reason, when stock Volcano's source is not beside the repository."""
 
 import json
+import tarfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import yaml
 
-from tests.e2e.agreement import H200, H800, Tenant, app, hog_deployment, long_job
+from tests.e2e.agreement import H200, H800, Tenant, app, card_template, hog_deployment, long_job
+from tests.e2e.build import PARTNERS
 from tests.e2e.cluster import ControlPlane, holds_for, wait_for
 from tests.e2e.conftest import partner_plane, serving_webhook
-from tests.e2e.objects import card_queue
+from tests.e2e.objects import card_queue, deployment_of
 from tests.edges.serving import Process
 
 WITHIN = 2.0  # seconds from the cards freeing to the job's PodGroup enqueued
 FLEX = f"{H200}|{H800}"
+PODGROUP_MUTATION = "installer/helm/chart/volcano/policy/podgroups-mutating.yaml"
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +139,71 @@ def test_a_deployment_and_a_volcano_job_in_one_queue_stay_within_its_quota(tenan
     wait_for("the job to run", lambda: len(job_pods(tenant, "train")) == 2, timeout=30)
     tenant.wait_settled(3)
     tenant.check_agreement()
+
+
+def volcano_podgroup_mutation(namespace: str) -> list[dict[str, Any]]:
+    """Volcano's own PodGroup mutation, as its chart installs it with ``custom.map_enable``
+    (``installer/helm/chart/volcano/policy/podgroups-mutating.yaml``, read from stock's source): a
+    PodGroup created in queue ``default`` gets its namespace's ``scheduling.volcano.sh/queue-name``
+    (the webhook-manager's ``/podgroups/mutate`` does the same; the harness runs no webhook-manager).
+    Served as ``admissionregistration.k8s.io/v1`` (GA in Kubernetes 1.36), named and bound for
+    ``namespace`` alone so no other test's PodGroups are touched."""
+    with tarfile.open(PARTNERS["stock"].source) as tar:
+        member = next(m for m in tar if m.name.removeprefix("./") == PODGROUP_MUTATION)
+        data = tar.extractfile(member)
+        assert data is not None
+        policy, binding = [doc for doc in yaml.safe_load_all(data.read()) if doc]
+    for doc in (policy, binding):
+        doc["apiVersion"] = "admissionregistration.k8s.io/v1"
+        doc["metadata"]["name"] += f"-{namespace}"
+    binding["spec"]["policyName"] = policy["metadata"]["name"]
+    selector = {"matchLabels": {"kubernetes.io/metadata.name": namespace}}
+    binding["spec"]["matchResources"]["namespaceSelector"] = selector
+    return [policy, binding]
+
+
+def test_a_pod_of_no_queue_is_charged_where_volcano_puts_it_its_namespaces_default_queue(
+    tenant: Tenant,
+) -> None:
+    """decisions.md §30: with the namespace annotated, the PodGroup the pg-controller makes (queue
+    ``default``) is put in the namespace's queue, and its pods are scheduled there: so they are
+    charged and checked there. A pod naming ``default`` is refused (it would run in the namespace's
+    queue); a Deployment naming no queue gets what that queue's quota holds, its PodGroups in it."""
+    tenant.set_quota({H200: 1})
+    mutation = volcano_podgroup_mutation(tenant.ns)
+    listed = {"apiVersion": "v1", "kind": "List", "items": mutation}
+    tenant.plane.kubectl("apply", "-f", "-", stdin=json.dumps(listed))
+    try:
+        tenant.plane.kubectl(
+            "annotate", "namespace", tenant.ns, f"scheduling.volcano.sh/queue-name={tenant.queue}"
+        )
+        named = card_template(H200, "default")
+        bare = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare", **named["metadata"]}}
+        bare["spec"] = named["spec"]
+
+        def refusal() -> str:
+            args = ("create", "--dry-run=server", "-n", tenant.ns, "-f", "-")
+            done = tenant.plane.kubectl(*args, stdin=json.dumps(bare), check=False)
+            return done.stderr if done.returncode else ""
+
+        says = (
+            f'pod {tenant.ns}/bare names queue "default" but the podgroup Volcano makes for it is in queue'
+            f' "{tenant.queue}", where Volcano schedules it'
+        )
+        wait_for("the webhook to read the namespace's default queue", lambda: says in refusal(), timeout=30)
+        unnamed = card_template(H200, "")
+        del unnamed["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"]
+        tenant.plane.apply(deployment_of("web", 2, unnamed), namespace=tenant.ns)
+        tenant.wait_settled(1, refused="web")
+        tenant.check_agreement()
+        assert any(f'queue "{tenant.queue}" has 0 {H200} left' in m for m in tenant.denials()), (
+            tenant.denials()
+        )
+        groups = tenant.plane.get("podgroups", namespace=tenant.ns)["items"]
+        assert groups and {g["spec"]["queue"] for g in groups} == {tenant.queue}
+    finally:
+        for doc in mutation:
+            tenant.plane.kubectl("delete", doc["kind"].lower(), doc["metadata"]["name"], check=False)
 
 
 def test_a_job_in_a_child_queue_whose_parent_is_full_waits_until_the_parent_has_room(

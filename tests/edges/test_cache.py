@@ -467,3 +467,51 @@ def test_a_node_card_resource_the_filters_never_send_is_warned_of_on_the_node(
     metrics.watch_state(lambda: source._state)
     scraped = generate_latest(metrics.registry).decode()
     assert ('cardquota_unsent_card_resource_nodes{resource="acme.io/gpu"} 2.0' in scraped) is warned
+
+
+NAMESPACES = next(k for k in KINDS if k.name == "Namespace")
+
+
+def namespace(name: str, default: str | None) -> Raw:
+    meta: Raw = {"name": name, "uid": f"uid-ns-{name}"}
+    if default is not None:
+        meta["annotations"] = {"scheduling.volcano.sh/queue-name": default}
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}
+
+
+def test_the_namespace_informer_keeps_each_default_queue_and_moves_the_pods_it_decides() -> None:
+    """decisions.md §30: a pod of no PodGroup runs in its namespace's default queue; the list keeps
+    only the namespaces carrying one, an edit or a delete moves their pods' charges."""
+    listed = [namespace("ns", "team"), namespace("plain", None)]
+    script = [
+        {"type": "MODIFIED", "object": versioned(namespace("ns", "other"), 11)},
+        {"type": "DELETED", "object": versioned(namespace("ns", "other"), 12)},
+        End,
+    ]
+    state = build_state(
+        [
+            ("n", node("h0", H200)),
+            *((q, queue(q, '{"NVIDIA-H200": 4}')) for q in ("team", "other", "default")),
+            ("p", pod("p0", H200, queue_name=None, node_name="h0", phase="Running")),
+        ]
+    )
+    seen: list[tuple[dict[str, str], str]] = []
+
+    class Watching(Scripted):
+        async def watch(self, kind: Kind, version: str) -> AsyncIterator[Raw]:
+            async for event in super().watch(kind, version):
+                yield event
+                seen.append((dict(state.namespace_queues), state.charged.charge("uid-ns-p0").queue))  # type: ignore[union-attr]
+
+    inf, _ = informer(NAMESPACES, Watching([listed], 10, [script]), state)
+    asyncio.run(run_script(inf))
+    assert seen == [({"ns": "other"}, "other"), ({}, "default")]
+    assert state.charged.charge("uid-ns-p0").queue == "default"  # type: ignore[union-attr]
+
+
+def test_a_relist_forgets_a_namespaces_default_queue_removed_while_not_watching() -> None:
+    state = build_state([("ns", namespace("ns", "team")), ("q", queue("team", '{"NVIDIA-H200": 1}'))])
+    assert state.namespace_queues == {"ns": "team"}
+    inf, _ = informer(NAMESPACES, Scripted([[namespace("ns", None)]], 10, []), state)
+    asyncio.run(run_script(inf))
+    assert state.namespace_queues == {}

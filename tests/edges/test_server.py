@@ -697,3 +697,36 @@ def test_a_pod_of_a_podgroup_enqueued_here_but_not_seen_yet_reads_it_live_and_co
             out = post(client, "/validate", review_with({**created, "object": assigned})).json()["response"]
         assert out["allowed"] is allowed, out
         assert source.reads[0] == ("PodGroup", "ns", "pg")
+
+
+def test_a_pod_naming_a_podgroup_the_cache_lacks_reads_it_live_and_is_refused_naming_its_queue(
+    tmp_path: Path,
+) -> None:
+    """decisions.md §30: a PodGroup made just before its pods (kubectl apply of both) may not have
+    reached the watch: the pod's review reads it live, so a pod naming q2 in a group of q1 is refused
+    naming both. A read that finds nothing leaves the pod where it names (its group does not exist,
+    so Volcano runs it nowhere yet): admitted."""
+    group = podgroup("pg", "Pending", queue_name="q1")
+    made = pod("a", H200, queue_name="q2", group="pg")
+    created = {
+        "uid": "create",
+        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+        "resource": {"group": "", "version": "v1", "resource": "pods"},
+        "namespace": "ns",
+        "operation": "CREATE",
+        "object": made,
+    }
+    for live, allowed in ((group, False), (None, True)):
+        state = cluster(node("h", H200), queue("q1", '{"NVIDIA-H200": 1}'), queue("q2", '{"NVIDIA-H200": 1}'))
+        source = Behind(state, live)
+        with (
+            serve_in_thread(source, tmp_path) as url,
+            httpx.Client(base_url=url, verify=client_context(tmp_path)) as client,
+        ):
+            out = post(client, "/validate", review_with(created)).json()["response"]
+        assert out["allowed"] is allowed, out
+        assert source.reads == [("PodGroup", "ns", "pg")]
+        if not allowed:
+            assert out["status"]["message"].startswith(
+                'pod ns/a names queue "q2" but its podgroup ns/pg is in queue "q1", where Volcano schedules it'
+            )

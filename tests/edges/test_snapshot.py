@@ -36,6 +36,26 @@ def test_multi_document_files_lists_and_json_all_load(tmp_path: Path) -> None:
     assert state.inventory.cards["NVIDIA-H200"].total == units(16)
 
 
+def test_a_namespace_after_its_pods_in_the_files_still_gives_them_its_default_queue(tmp_path: Path) -> None:
+    """decisions.md §30: Namespaces are applied before pods, whatever the files' order; one without
+    the annotation is not kept."""
+    pod = (
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: team-f, uid: u1, annotations:"
+        " {volcano.sh/card.name: NVIDIA-H200}}\nspec: {containers: [{name: c, resources: {limits:"
+        ' {nvidia.com/gpu: "1"}}}]}\n'
+    )
+    namespaces = (
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: team-f, annotations:"
+        " {scheduling.volcano.sh/queue-name: inference}}\n---\napiVersion: v1\nkind: Namespace\n"
+        "metadata: {name: plain}\n"
+    )
+    write(tmp_path, "a-pods.yaml", NODE + "---\n" + pod)
+    write(tmp_path, "z-namespaces.yaml", namespaces)
+    state = load_snapshot(tmp_path)
+    assert state.namespace_queues == {"team-f": "inference"} and not state.notes
+    assert state.charged.charge("u1").queue == "inference"  # type: ignore[union-attr]
+
+
 def test_unknown_kinds_are_skipped_with_a_note(tmp_path: Path) -> None:
     write(
         tmp_path,

@@ -60,6 +60,9 @@ class Kind:
 KINDS = (
     Kind("Node", "v1", "nodes"),
     Kind("Queue", "scheduling.volcano.sh/v1beta1", "queues"),
+    # each one's default queue (``scheduling.volcano.sh/queue-name``): where a PodGroup made there in
+    # queue ``default`` goes, before the pods and PodGroups whose queue it decides
+    Kind("Namespace", "v1", "namespaces"),
     Kind("Deployment", "apps/v1", "deployments"),
     Kind("StatefulSet", "apps/v1", "statefulsets"),
     Kind("ReplicaSet", "apps/v1", "replicasets"),

@@ -38,17 +38,23 @@ def to_fetch(state: ClusterState, request: Request) -> list[OwnerRef]:
 
 
 def group_to_fetch(state: ClusterState, request: Request) -> list[OwnerRef]:
-    """SPEC §5d: a pod of a PodGroup whose move to Inqueue was admitted here but that the cache does
-    not show enqueued yet (the job controller, which creates the pods, saw it first): the PodGroup,
-    so the pod is counted out of its reservation, not beside the enqueue's hold."""
+    """The PodGroup a pod create names, when the cache lacks it (decisions.md §30: its queue is where
+    the pod runs, and a PodGroup made just before its pod may not have reached the watch yet), or
+    when its move to Inqueue was admitted here but the cache does not show it enqueued yet (SPEC
+    §5d: the job controller, which creates the pods, saw it first), so the pod is counted out of its
+    reservation, not beside the enqueue's hold."""
     template = request.template
     name = template.annotations.get(keys.GROUP_NAME) if template is not None else None
     if not name or request.operation != "CREATE":
         return []
-    group = state.groups.enqueued_unseen(f"{request.namespace}/{name}")
+    api = f"{admission.VOLCANO_SCHEDULING}/v1beta1"
+    key = f"{request.namespace}/{name}"
+    if key not in state.podgroups:
+        return [OwnerRef("PodGroup", name, "", api)]
+    group = state.groups.enqueued_unseen(key)
     if group is None:
         return []
-    return [OwnerRef("PodGroup", group.name, group.uid, f"{admission.VOLCANO_SCHEDULING}/v1beta1")]
+    return [OwnerRef("PodGroup", group.name, group.uid, api)]
 
 
 def dra_to_fetch(state: ClusterState, request: Request) -> list[OwnerRef]:

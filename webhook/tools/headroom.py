@@ -20,7 +20,6 @@ import orjson
 from webhook.core.decide import admission
 from webhook.core.decide.report import cluster_status
 from webhook.core.index.state import ClusterState
-from webhook.core.model import keys
 from webhook.core.model.cards import CardName
 from webhook.core.model.demand import PodDemand, pod_demand
 from webhook.core.model.objects import PodTemplate
@@ -74,11 +73,11 @@ def of_job(state: ClusterState, namespace: str, name: str, now: float) -> list[H
     if job is None:
         raise ConfigError(f"volcano job {namespace}/{name} is not in the cluster")
     answers = []
+    queue = state.template_queue(job).queue  # every task runs in the job's PodGroup's queue
     for task in job.tasks:
         demand = pod_demand(task.template, state.inventory, state.policy)
         if not isinstance(demand, PodDemand):
             continue
-        queue = task.template.annotations.get(keys.QUEUE_NAME) or job.queue or keys.DEFAULT_QUEUE
         target = f"volcano job {namespace}/{name} task {task.name or '-'}"
         limits = _limits(task.template)
         answer = of_new(state, queue, demand.spec.text, 1, now, target=target, limits=limits)
@@ -132,7 +131,7 @@ def of_workload(state: ClusterState, ref: str, now: float) -> Headroom:
         )
 
     annotations = workload.tasks[0].template.annotations
-    queue = annotations.get("scheduling.volcano.sh/queue-name", "default")
+    queue = state.template_queue(workload).queue
     target = f"{kind.lower()} {namespace}/{name}"
     answer = _search(state, target, workload.replicas, scale, queue, now)
     demand = pod_demand(workload.tasks[0].template, state.inventory, state.policy)

@@ -18,6 +18,7 @@ from webhook.core.model.feasibility import TooComplex
 from webhook.core.model.ledger import Cover
 from webhook.core.model.objects import PodRecord, PodTemplate, WorkloadRecord, reviewed_pod
 from webhook.core.model.quota import AnnotationError, parse_card_request
+from webhook.core.model.runqueue import misnamed
 from webhook.core.model.verdicts import TOO_COMPLEX, WAITS, Allowed, Decision, Denied, Hold, Join, Request
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
@@ -29,21 +30,29 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
     pod = reviewed_pod(request.obj, request.namespace, request.template)
     what = f"pod {pod.namespace}/{pod.name or request.name}"
     demand = state.demand_of(pod)
+    runs = state.run_queue(pod.namespace, pod.template.annotations, pod.owner)
+    queue = runs.queue
     match demand:
         case NotCardPod():
-            return compute_only(state, pod.template, state.queue_of_pod(pod), what, pod.uid)
+            named = misnamed(pod.template.annotations, runs)
+            if named and state.compute_charged(pod.template) is not None:
+                return Denied(messages.misnamed_queue(what, named, runs), queue=queue)
+            return compute_only(state, pod.template, queue, what, pod.uid)
         case UnnamedCardPod(resource, count):
             return _unnamed(state, what, resource, count)
         case BadDemand(reason):
             return Denied(f"{what} {reason}")
         case PodDemand():
             pass
+    if named := misnamed(pod.template.annotations, runs):
+        taken = state.ledger.assignment(queue, demand.spec.cards[0], demand.count) if demand.origin else ""
+        message = messages.misnamed_queue(what, named, runs)
+        return Denied(message, queue=queue, card=demand.spec.text, release=(taken,) if taken else ())
     if demand.origin is not None:
         what += f" (assigned {demand.spec.text} of its {demand.origin.text})"
     problem = contradiction(state, pod.template, pod.node_name, demand.spec, what)
     if problem:
         return Denied(problem, card=demand.spec.text)
-    queue = state.queue_of_pod(pod)
     paying: tuple[str, ...] = ()
     admitted = demand if demand.claims is not None else None  # what it is charged while it lives
     charged = tuple((k, v) for k in keys.CHARGED if (v := pod.template.annotations.get(k)) is not None)

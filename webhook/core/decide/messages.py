@@ -8,7 +8,9 @@ from webhook.core.index.usage import CardUse, QueueUsage
 from webhook.core.model.cards import CardName, CardSpec, amount
 from webhook.core.model.demand import PodDemand
 from webhook.core.model.feasibility import TooComplex
+from webhook.core.model.keys import QUEUE_NAME
 from webhook.core.model.reclaim import Taken
+from webhook.core.model.runqueue import JOB, PODGROUP, RunQueue
 
 
 def charge_fixed(what: str, edited: Sequence[str], held: str) -> str:
@@ -206,4 +208,30 @@ def claim_of_another_queue(what: str, claim: str, payer: str, theirs: str, queue
     return (
         f"{what} shares ResourceClaim {claim} with pod {payer} of queue {theirs!r}: its GPUs are charged"
         f" to that queue, not to queue {queue!r}; give the pod a claim of its own"
+    )
+
+
+def misnamed_queue(what: str, named: str, runs: RunQueue, template: bool = False) -> str:
+    """A pod, or a pod template (``template``: a workload's, a Volcano Job task's), whose queue
+    annotation names another queue than the one Volcano schedules it in (decisions.md §30)."""
+    if runs.source == PODGROUP:
+        where = f"its podgroup {runs.key}"
+    elif runs.source == JOB:
+        where = "the job" if template else f"its volcano job {runs.key}"
+    else:
+        where = f"the podgroup Volcano makes for {'its pods' if template else 'it'}"
+    why = ""
+    if runs.defaulted:
+        namespace = runs.key.split("/", 1)[0]
+        why = (
+            f' (a podgroup created in queue "default" goes to the queue namespace {namespace} names in its'
+            f" {QUEUE_NAME} annotation)"
+        )
+    subject, them, their = (
+        (f"{what}'s pod template", "its pods", "their") if template else (what, "it", "its")
+    )
+    return (
+        f'{subject} names queue "{named}" but {where} is in queue "{runs.queue}", where Volcano schedules'
+        f" {them}{why}: {their} cards would count there, not in the queue named; name queue"
+        f' "{runs.queue}" in {QUEUE_NAME}, or none'
     )

@@ -18,9 +18,10 @@ from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage
 from webhook.core.index.waiting import scale_key
 from webhook.core.model import keys
-from webhook.core.model.demand import BadDemand, PodDemand, pod_demand
+from webhook.core.model.demand import BadDemand, NotCardPod, PodDemand, pod_demand
 from webhook.core.model.feasibility import TooComplex
 from webhook.core.model.objects import PodTemplate, WorkloadRecord, workload_record
+from webhook.core.model.runqueue import misnamed
 from webhook.core.model.verdicts import Allowed, Decision, Denied, Hold, Request
 
 SCALABLE = {"deployments": "Deployment", "statefulsets": "StatefulSet", "replicasets": "ReplicaSet"}
@@ -55,7 +56,7 @@ def decide_scale(state: ClusterState, request: Request) -> Decision:
     template = workload.tasks[0].template
     demand = pod_demand(template, state.inventory, state.policy)
     what = f"scale-up of {kind.lower()} {workload.key} from {old} to {new} replicas"
-    queue = template.annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
+    queue = state.template_queue(workload, request.namespace).queue
     if not isinstance(demand, PodDemand):
         if isinstance(demand, BadDemand):
             return Denied(f"{what}: its pod template {demand.reason}")
@@ -106,11 +107,31 @@ def validate_workload(state: ClusterState, request: Request) -> Decision:
     problem = annotation_problem(state, workload.annotations, [t.template for t in workload.tasks], what)
     if problem:
         return Denied(problem)
+    if (refused := _misnamed(state, request, workload, what)) is not None:
+        return refused
     if request.operation == "UPDATE":
         return decide_scale(state, request)
     return _unfit_warning(
         state, _written(state, request, kind), _replicas(request.obj, 1), Allowed("well-formed")
     )
+
+
+def _misnamed(state: ClusterState, request: Request, workload: WorkloadRecord, what: str) -> Denied | None:
+    """A card workload whose pod template names another queue than the one its pods run in
+    (decisions.md §30), written so: created, or its template's queue edited. A ReplicaSet of a
+    Deployment is checked on the Deployment."""
+    if not workload.tasks or _checked_on_deployment(workload):
+        return None
+    template = workload.tasks[0].template
+    runs = state.template_queue(workload, request.namespace)
+    named = misnamed(template.annotations, runs)
+    if not named or isinstance(pod_demand(template, state.inventory, state.policy), NotCardPod):
+        return None
+    if request.operation == "UPDATE" and request.old_obj:
+        was = workload_record({**request.old_obj, "kind": workload.kind}).tasks
+        if was and was[0].template.annotations.get(keys.QUEUE_NAME) == named:
+            return None  # written so before: its pods are charged where they run
+    return Denied(messages.misnamed_queue(what, named, runs, template=True), queue=runs.queue)
 
 
 def _written(state: ClusterState, request: Request, kind: str) -> WorkloadRecord:
@@ -138,7 +159,7 @@ def _unfit_warning(
     demand = pod_demand(template, state.inventory, state.policy)
     if missing <= 0 or not isinstance(demand, PodDemand):
         return allowed
-    queue = template.annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
+    queue = state.template_queue(workload).queue
     what = f"{workload.kind.lower()} {workload.key}"
 
     check = partial(check_pods, state, scale_key(workload), queue, template, demand, what=what)

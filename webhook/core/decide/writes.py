@@ -7,7 +7,7 @@ from contextlib import ExitStack
 from functools import partial
 from typing import Any
 
-from webhook.core.decide import fitting
+from webhook.core.decide import fitting, messages
 from webhook.core.decide.decisions import annotation_problem
 from webhook.core.decide.messages import breakdown
 from webhook.core.decide.scaling import check_pods
@@ -16,11 +16,12 @@ from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage
 from webhook.core.model import keys
 from webhook.core.model.cards import UNIT, CardName, CardSpec, amount
-from webhook.core.model.demand import PodDemand, pod_demand
+from webhook.core.model.demand import NotCardPod, PodDemand, pod_demand
 from webhook.core.model.feasibility import Group, TooComplex, assign
 from webhook.core.model.ledger import Entry
 from webhook.core.model.objects import Task, WorkloadRecord, queue_record, workload_record
 from webhook.core.model.quota import AnnotationError, parse_card_request, parse_quota
+from webhook.core.model.runqueue import RunQueue, misnamed
 from webhook.core.model.verdicts import Allowed, Decision, Denied, Request
 
 
@@ -159,7 +160,10 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
     problem = annotation_problem(state, job.annotations, [t.template for t in job.tasks], what)
     if problem:
         return Denied(problem)
-    queue = job.queue or keys.DEFAULT_QUEUE
+    runs = state.template_queue(job, request.namespace)
+    queue = runs.queue
+    if (refused := _misnamed_task(state, request, job, runs, what)) is not None:
+        return refused
     info = state.tree.queues.get(queue)
     if info is None or info.quota is None:
         return Allowed("queue unknown or without card quota: Volcano decides")
@@ -216,13 +220,34 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
                 queue=ancestor,
                 card="|".join(named),
             )
-    warnings = _unfit_tasks(state, job, what) if request.operation == "CREATE" else ()
+    warnings = _unfit_tasks(state, job, queue, what) if request.operation == "CREATE" else ()
     return Allowed(
         "can run within the queue's whole quota; queueing is Volcano's job", warnings=warnings, queue=queue
     )
 
 
-def _unfit_tasks(state: ClusterState, job: WorkloadRecord, what: str) -> tuple[str, ...]:
+def _misnamed_task(
+    state: ClusterState, request: Request, job: WorkloadRecord, runs: RunQueue, what: str
+) -> Denied | None:
+    """A card task whose pod template names another queue than the job's PodGroup is in, where its
+    pods run (decisions.md §30: the controller gives every pod the job's PodGroup), written so:
+    created, or that task's queue edited."""
+    was: dict[str, str | None] = {}
+    if request.operation == "UPDATE" and request.old_obj:
+        old = workload_record({**request.old_obj, "kind": "Job"})
+        was = {t.name: t.template.annotations.get(keys.QUEUE_NAME) for t in old.tasks}
+    for task in job.tasks:
+        named = misnamed(task.template.annotations, runs)
+        if not named or was.get(task.name) == named:
+            continue
+        if isinstance(pod_demand(task.template, state.inventory, state.policy), NotCardPod):
+            continue
+        named_task = f"{what} task {task.name or '-'}"
+        return Denied(messages.misnamed_queue(named_task, named, runs, template=True), queue=runs.queue)
+    return None
+
+
+def _unfit_tasks(state: ClusterState, job: WorkloadRecord, queue: str, what: str) -> tuple[str, ...]:
     """Warnings when the job's pods do not all fit now. Without its own ``card.request`` the job's
     PodGroup gets one counting every replica (§12), and the capacity-card plugin enqueues it whole:
     nothing is created until all fit, and one warning says the job waits. With its own, each card
@@ -236,7 +261,6 @@ def _unfit_tasks(state: ClusterState, job: WorkloadRecord, what: str) -> tuple[s
             demand = pod_demand(task.template, state.inventory, state.policy)
             if not isinstance(demand, PodDemand) or task.replicas <= 0:
                 continue
-            queue = task.template.annotations.get(keys.QUEUE_NAME) or job.queue or keys.DEFAULT_QUEUE
             key = f"fitting:{job.key}/{task.name}"
             named = f"{what} task {task.name or '-'}" if len(job.tasks) > 1 else what
             check = partial(check_pods, state, key, queue, task.template, demand, what=named)

@@ -18,6 +18,7 @@ RESOURCES = {
     "Workload": "deployments",
     "PodGroup": "podgroups",
     "Pod": "pods",
+    "Namespace": "namespaces",
 }
 # DRA's kinds (SPEC §4b): read by tolerant readers (``devices``), each odd field a reason, no shape check.
 DRA_KINDS = frozenset({"DeviceClass", "ResourceSlice", "ResourceClaim", "ResourceClaimTemplate"})
@@ -29,6 +30,7 @@ ORDER = (
     "ResourceClaimTemplate",
     "ResourceClaim",
     "Queue",
+    "Namespace",
     "Workload",
     "PodGroup",
     "Pod",
@@ -43,6 +45,8 @@ def bucket(obj: Mapping[str, Any]) -> str | None:
     if kind in ("PodGroup", "Queue") and api.startswith("scheduling.volcano.sh"):
         return kind
     if kind in DRA_KINDS and api.startswith(devices.API_GROUP + "/"):
+        return kind
+    if kind == "Namespace" and api == "v1":
         return kind
     return kind if kind in ("Node", "Pod") else None
 
@@ -90,6 +94,8 @@ def remove(state: ClusterState, obj: Mapping[str, Any]) -> None:
         state.delete_node(name)
     elif where == "Queue":
         state.delete_queue(name)
+    elif where == "Namespace":
+        state.delete_namespace(name)
     elif where == "Workload":
         kind = objects.record_kind(str(obj.get("kind")), str(obj.get("apiVersion", "")))
         state.delete_workload(kind, f"{namespace}/{name}")
@@ -148,6 +154,8 @@ def _apply(state: ClusterState, where: str, obj: Mapping[str, Any]) -> None:
         )
     elif where == "Queue":
         state.upsert_queue(objects.queue_record(obj))
+    elif where == "Namespace":
+        state.upsert_namespace(*objects.namespace_queue(obj))
     elif where == "Workload":
         state.upsert_workload(objects.workload_record(obj))
     elif where == "PodGroup":
@@ -156,7 +164,7 @@ def _apply(state: ClusterState, where: str, obj: Mapping[str, Any]) -> None:
         state.upsert_pod(objects.pod_record(obj))
 
 
-CLUSTER_SCOPED = frozenset({"Node", "Queue", "DeviceClass", "ResourceSlice"})
+CLUSTER_SCOPED = frozenset({"Node", "Queue", "Namespace", "DeviceClass", "ResourceSlice"})
 
 
 def identity(obj: Mapping[str, Any], kind: str) -> str:
@@ -187,6 +195,8 @@ def identities(
         return {f"/{name}": stub("", name) for name in state.nodes if f"/{name}" not in exclude}
     if kind == "Queue":
         return {f"/{name}": stub("", name) for name in state.tree.queues if f"/{name}" not in exclude}
+    if kind == "Namespace":  # those the state keeps: the ones carrying a default queue
+        return {f"/{name}": stub("", name) for name in state.namespace_queues if f"/{name}" not in exclude}
     if kind == "PodGroup":
         return {key: stub(*key.split("/", 1)) for key in state.podgroups if key not in exclude}
     if kind in DRA_KINDS:

@@ -47,18 +47,18 @@ class Waiter:
 
 def workload_waiter(
     workload: WorkloadRecord,
+    queue: str,
     demand: PodDemand,
     live: int,
     since: float,
     priority: int,
     hold: str,
 ) -> Waiter | None:
-    """The place of a refused workload (a ReplicaSet, StatefulSet or batch Job) that has ``live`` pods and
-    wants ``workload.replicas``; None once it has them all."""
+    """The place of a refused workload (a ReplicaSet, StatefulSet or batch Job) whose pods run in
+    ``queue``, that has ``live`` pods and wants ``workload.replicas``; None once it has them all."""
     missing = workload.replicas - live
     if missing <= 0:
         return None
-    queue = workload.tasks[0].template.annotations.get(keys.QUEUE_NAME) or keys.DEFAULT_QUEUE
     what = f"{workload.kind.lower()} {workload.key}"
     return Waiter(
         workload.uid,

@@ -37,12 +37,15 @@ class Waiting:
         ledger: Ledger,
         tree: QueueTree,
         asked: Callable[[PodTemplate], Demand],
+        queue_of: Callable[[WorkloadRecord], str],
         over_quota: str,
     ) -> None:
-        """``asked``: what a pod template asks for now; ``over_quota``: the policy's "deny" or "wait"."""
+        """``asked``: what a pod template asks for now; ``queue_of``: the queue a workload's pods run
+        in; ``over_quota``: the policy's "deny" or "wait"."""
         self.line = WaitingLine()
         self._pods, self._workloads, self._groups, self._charged = pods, workloads, groups, charged
         self._ledger, self._tree, self._asked, self._over_quota = ledger, tree, asked, over_quota
+        self._queue_of = queue_of
         self._refused = Refused()  # deny mode: who was refused, since when, at what priority
         self._group_keys: dict[str, str] = {}  # PodGroup uid -> key, for those refused at enqueue
         self._unfit: dict[str, str] = {}  # gated pod uid -> its queue, whose quota can never hold it
@@ -185,7 +188,7 @@ class Waiting:
                     1 for p in self._charged.owned_by(uid) if p != leaving and p in pods and pods[p].is_live
                 )
                 hold = scale_key(self._workloads.scalable(workload))
-                waiter = workload_waiter(workload, demand, live, *place, hold)
+                waiter = workload_waiter(workload, self._queue_of(workload), demand, live, *place, hold)
         if waiter is None:
             self._refused.served(uid)
             self._group_keys.pop(uid, None)

@@ -479,6 +479,15 @@ def queue_record(obj: Raw) -> QueueRecord:
     )
 
 
+def namespace_queue(obj: Raw) -> tuple[str, str | None]:
+    """A Namespace's name and its ``scheduling.volcano.sh/queue-name`` (None when it carries none):
+    all the state keeps of it (``runqueue.namespace_default``)."""
+    meta = _meta(obj)
+    annotations = meta.get("annotations")
+    value = annotations.get(keys.QUEUE_NAME) if isinstance(annotations, Mapping) else None
+    return str(meta.get("name") or ""), None if value is None else str(value)
+
+
 def reclaim_mark(text: str | None) -> Taken | None:
     """What a PodGroup's reclaim mark says it gave back and for whom; None when absent or
     unreadable (anyone may edit it: an odd one is ignored, never fatal)."""

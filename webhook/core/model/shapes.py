@@ -223,6 +223,7 @@ QUEUE = obj(
     }
 )
 NODE = obj({"metadata": META, "status": obj({"allocatable": quantities})})
+NAMESPACE = obj({"metadata": META})  # its default queue annotation (not reviewed: for the cache)
 
 # By the resource a review names (scale subresources carry an autoscaling/v1 Scale).
 BY_RESOURCE: Mapping[str, Check] = {
@@ -235,6 +236,7 @@ BY_RESOURCE: Mapping[str, Check] = {
     "queues": QUEUE,
     "nodes": NODE,
     "jobs.batch": BATCH_JOB,  # not reviewed: for the cache
+    "namespaces": NAMESPACE,
 }
 
 
