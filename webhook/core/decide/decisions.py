@@ -82,7 +82,7 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
     # A pod the mutation assigned a model: its assignment is held in the ledger until now.
     taken = state.ledger.assignment(queue, demand.spec.cards[0], demand.count) if demand.origin else ""
     release = (taken,) if taken else ()
-    refused = queue_refuses(state, queue, what, demand.spec, demand.count)
+    refused = queue_refuses(state, queue, what, demand.spec, demand.count, pod.namespace)
     if refused is not None:
         return replace(refused, release=release)
     cpu, memory = state.compute_charged(pod.template) or (0, 0)
@@ -206,7 +206,7 @@ def _refused(
 def _gated(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand, what: str) -> Decision:
     """A pod created under our scheduling gate (wait mode, set by the pod mutation): it is charged
     nothing and waits in its queue's line, if it is a controller's pod that could ever fit."""
-    refused = queue_refuses(state, queue, what, demand.spec, demand.count)
+    refused = queue_refuses(state, queue, what, demand.spec, demand.count, pod.namespace)
     if refused is not None:
         return refused
     if not _may_wait(state, pod, queue, demand):
@@ -462,7 +462,12 @@ def _unnamed(state: ClusterState, what: str, resource: str, count: int) -> Decis
     return Denied(text)
 
 
-def queue_refuses(state: ClusterState, queue: str, what: str, spec: CardSpec, count: int) -> Denied | None:
+def queue_refuses(
+    state: ClusterState, queue: str, what: str, spec: CardSpec, count: int, namespace: str = ""
+) -> Denied | None:
+    """Why ``queue`` admits nothing of ``what`` (asking ``count`` of ``spec``): it does not exist,
+    is closed, has no card quota, or may not be used from ``namespace`` (its
+    ``cardquota.volcano.sh/namespaces``); None when none of these holds."""
     info = state.tree.queues.get(queue)
     if info is None:
         return Denied(
@@ -480,6 +485,9 @@ def queue_refuses(state: ClusterState, queue: str, what: str, spec: CardSpec, co
         )
     if info.quota is None:
         return Denied(messages.no_quota_annotation(queue, what, spec, count), queue=queue, card=spec.text)
+    if namespace and (why := state.queue_refuses_namespace(queue, namespace)):
+        needs = f"needs {amount(count)} {spec.text}"
+        return Denied(messages.closed_to(queue, namespace, why, what, needs), queue=queue, card=spec.text)
     return None
 
 

@@ -71,7 +71,7 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
     usage = queue_usage(state, queue, exclude_ledger=enqueue_key(group.uid, 0), ahead=ahead)
     holds: list[Hold] = []
     for index, (spec, count) in enumerate(rest.items()):
-        refused = queue_refuses(state, queue, what, spec, count)
+        refused = queue_refuses(state, queue, what, spec, count, group.namespace)
         if refused is not None:
             join = Join(group.uid, 0, group.key)
             return replace(
@@ -136,11 +136,18 @@ def decide_create(state: ClusterState, request: Request) -> Decision:
     the gate. A group created Inqueue or Running would reserve cards, and cover its pods, that no
     check ever admitted (the PodGroup CRD has no status subresource, so a create can set it)."""
     group = podgroup_record(request.obj)
-    if group.phase == "Pending":
-        return Allowed("a PodGroup created Pending reserves nothing until it is enqueued")
     if not group.namespace or group.namespace == "default":
         group = replace(group, namespace=request.namespace or group.namespace)
     queue, asked = group.queue or keys.DEFAULT_QUEUE, state.group_request(group)
+    why = state.queue_refuses_namespace(queue, group.namespace) if asked else ""
+    if why:
+        needs = f"asks {_listed(asked)}"
+        card = next(iter(asked)).text
+        return Denied(
+            messages.closed_to(queue, group.namespace, why, describe(group), needs), queue=queue, card=card
+        )
+    if group.phase == "Pending":
+        return Allowed("a PodGroup created Pending reserves nothing until it is enqueued")
     return Denied(
         f"{describe(group)} is created in phase {shorten(group.phase)}, asking {_listed(asked)} of queue"
         f' "{queue}": a PodGroup is created Pending (or with no status) and only the scheduler enqueues'

@@ -146,6 +146,14 @@ def joins_line(place: int, surge_of: str) -> str:
     )
 
 
+def closed_to(queue: str, namespace: str, why: str, what: str, needs: str) -> str:
+    """A queue that may not be used from a namespace (its ``cardquota.volcano.sh/namespaces``)."""
+    return (
+        f'queue "{queue}" may not be used from namespace {namespace}: {why}; {what} {needs}'
+        " (name a queue your namespace may use)"
+    )
+
+
 def never_whole(what: str, missing: int, demand: PodDemand) -> str:
     """Why a refused controller's pod's controller waits in no line: what it still wants could never
     all fit the queue's whole quota (or an ancestor's), so its place would hold up everyone behind."""

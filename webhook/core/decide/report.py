@@ -8,6 +8,7 @@ from webhook.core.decide.messages import breakdown
 from webhook.core.index.queues import quota_sums
 from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage, tree_usage
+from webhook.core.model import keys
 from webhook.core.model.cards import CardName, amount, figure
 from webhook.core.model.objects import moment
 
@@ -22,6 +23,9 @@ def _devices(state: ClusterState, card: CardName) -> dict[str, Any]:
     if not nodes:
         return {}
     return {"dra": {"devices": figure(sum(nodes.values())), "nodes": sorted(nodes)}}
+
+
+ALL_NAMESPACES = "all namespaces"  # a queue without cardquota.volcano.sh/namespaces
 
 
 def cluster_status(state: ClusterState, now: float = 0.0) -> dict[str, Any]:
@@ -86,7 +90,18 @@ def cluster_status(state: ClusterState, now: float = 0.0) -> dict[str, Any]:
         )
     warnings += [message for _, _, message in unsent(state)]
     notes = [*state.notes, *(f"{what}: skipped, {why}" for what, why in sorted(state.skipped.items()))]
-    status = {"cards": cards, "queues": queues, "tree": _tree(state), "warnings": warnings, "notes": notes}
+    access = {
+        name: info.record.annotations.get(keys.NAMESPACES, ALL_NAMESPACES)
+        for name, info in sorted(state.tree.queues.items())
+    }
+    status = {
+        "cards": cards,
+        "queues": queues,
+        "namespaces": access,
+        "tree": _tree(state),
+        "warnings": warnings,
+        "notes": notes,
+    }
     if off_model:
         status["claims_off_model"] = off_model
     if waiting := lines(state):
@@ -200,6 +215,13 @@ def status_table(status: dict[str, Any]) -> str:
                 f"{queue:<16} {card:<41} {n['quota']:>5} {n['bound']:>5} {n['pending']:>4}"
                 f" {n['reserved']:>4} {n['free']:>5}"
             )
+    restricted = {q: text for q, text in status.get("namespaces", {}).items() if text != ALL_NAMESPACES}
+    if restricted:
+        lines += ["", f"QUEUE            NAMESPACES THAT MAY USE IT ({keys.NAMESPACES})"]
+        lines += [f"{queue:<16} {text}" for queue, text in restricted.items()]
+        lines.append("every other queue: open to all namespaces")
+    elif status.get("namespaces"):
+        lines += ["", "every queue is open to all namespaces"]
     if status.get("tree"):
         lines += ["", "QUEUE TREE (a queue with children, counting all its queues)"]
         for queue, node in status["tree"].items():

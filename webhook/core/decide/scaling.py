@@ -18,6 +18,7 @@ from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage
 from webhook.core.index.waiting import scale_key
 from webhook.core.model import keys
+from webhook.core.model.cards import amount
 from webhook.core.model.demand import BadDemand, NotCardPod, PodDemand, pod_demand
 from webhook.core.model.feasibility import TooComplex
 from webhook.core.model.objects import PodTemplate, WorkloadRecord, workload_record
@@ -61,15 +62,24 @@ def decide_scale(state: ClusterState, request: Request) -> Decision:
         if isinstance(demand, BadDemand):
             return Denied(f"{what}: its pod template {demand.reason}")
         return compute_only(state, template, queue, what, scale_key(workload), pods, "not a card workload")
-    return check_pods(state, scale_key(workload), queue, template, demand, pods, what)
+    namespace = workload.namespace or request.namespace
+    return check_pods(state, scale_key(workload), queue, template, demand, pods, what, namespace)
 
 
 def check_pods(
-    state: ClusterState, key: str, queue: str, template: PodTemplate, demand: PodDemand, pods: int, what: str
+    state: ClusterState,
+    key: str,
+    queue: str,
+    template: PodTemplate,
+    demand: PodDemand,
+    pods: int,
+    what: str,
+    namespace: str = "",
 ) -> Decision:
     """Whether ``pods`` more pods of ``template`` fit ``queue`` and every queue above it now (their
-    quota, then the optional CPU/memory check); admitted, they are held under ``key``."""
-    refused = queue_refuses(state, queue, what, demand.spec, demand.count * pods)
+    quota, then the optional CPU/memory check); admitted, they are held under ``key``. ``namespace``:
+    the workload's, which the queue may not admit."""
+    refused = queue_refuses(state, queue, what, demand.spec, demand.count * pods, namespace)
     if refused is not None:
         return refused
     ahead = state.line.ahead(queue, LAST, skip_hold=key)  # every waiter comes before a new scale-up
@@ -109,6 +119,8 @@ def validate_workload(state: ClusterState, request: Request) -> Decision:
         return Denied(problem)
     if (refused := _misnamed(state, request, workload, what)) is not None:
         return refused
+    if (refused := _closed(state, request, workload, what)) is not None:
+        return refused
     if request.operation == "UPDATE":
         return decide_scale(state, request)
     return _unfit_warning(
@@ -132,6 +144,25 @@ def _misnamed(state: ClusterState, request: Request, workload: WorkloadRecord, w
         if was and was[0].template.annotations.get(keys.QUEUE_NAME) == named:
             return None  # written so before: its pods are charged where they run
     return Denied(messages.misnamed_queue(what, named, runs, template=True), queue=runs.queue)
+
+
+def _closed(state: ClusterState, request: Request, workload: WorkloadRecord, what: str) -> Denied | None:
+    """A card workload whose pods would run in a queue its namespace may not use (the queue's
+    ``cardquota.volcano.sh/namespaces``), refused at its create and at every update."""
+    if not workload.tasks or _checked_on_deployment(workload):
+        return None
+    template = workload.tasks[0].template
+    demand = pod_demand(template, state.inventory, state.policy)
+    if not isinstance(demand, PodDemand):
+        return None
+    queue = state.template_queue(workload, request.namespace).queue
+    why = state.queue_refuses_namespace(queue, request.namespace)
+    if not why:
+        return None
+    needs = f"would charge it {amount(demand.count)} {demand.spec.text} a pod"
+    return Denied(
+        messages.closed_to(queue, request.namespace, why, what, needs), queue=queue, card=demand.spec.text
+    )
 
 
 def _written(state: ClusterState, request: Request, kind: str) -> WorkloadRecord:

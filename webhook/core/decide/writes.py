@@ -21,13 +21,23 @@ from webhook.core.model.feasibility import Group, TooComplex, assign
 from webhook.core.model.ledger import Entry
 from webhook.core.model.objects import Task, WorkloadRecord, queue_record, workload_record
 from webhook.core.model.quota import AnnotationError, parse_card_request, parse_quota
+from webhook.core.model.quoting import shorten
 from webhook.core.model.runqueue import RunQueue, misnamed
+from webhook.core.model.selector import SelectorError, parse_selector
 from webhook.core.model.verdicts import Allowed, Decision, Denied, Request
 
 
 def decide_queue(state: ClusterState, request: Request) -> Decision:
     record = queue_record(request.obj)
     name = record.name or request.name
+    allowed = record.annotations.get(keys.NAMESPACES)
+    if allowed is not None:
+        try:
+            parse_selector(allowed)
+        except SelectorError as exc:
+            return Denied(
+                f'queue "{name}" has a malformed {keys.NAMESPACES} {shorten(allowed)}: {exc}', queue=name
+            )
     text = record.annotations.get(keys.CARD_QUOTA)
     if text is None:
         return Allowed("no card quota: the queue may use no card")
@@ -180,6 +190,9 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
             )
     if not groups:
         return Allowed("no card demand")
+    if why := state.queue_refuses_namespace(queue, request.namespace):
+        needs = f"needs at least {amount(sum(g.demand for g in groups))} {'|'.join(groups[0].cards)}"
+        return Denied(messages.closed_to(queue, request.namespace, why, what, needs), queue=queue)
     never = _never_enqueued(info.quota, groups)
     if never is not None:
         spec, need = never

@@ -155,7 +155,7 @@ def _apply(state: ClusterState, where: str, obj: Mapping[str, Any]) -> None:
     elif where == "Queue":
         state.upsert_queue(objects.queue_record(obj))
     elif where == "Namespace":
-        state.upsert_namespace(*objects.namespace_queue(obj))
+        state.upsert_namespace(*objects.namespace_queue(obj), objects.namespace_labels(obj))
     elif where == "Workload":
         state.upsert_workload(objects.workload_record(obj))
     elif where == "PodGroup":

@@ -40,8 +40,10 @@ from webhook.core.model.objects import (
 )
 from webhook.core.model.placement import NodeFacts
 from webhook.core.model.policy import Policy
+from webhook.core.model.quoting import shorten
 from webhook.core.model.reclaim import Taken
 from webhook.core.model.runqueue import CREATED, JOB, PODGROUP, RunQueue, created_queue, namespace_default
+from webhook.core.model.selector import SelectorError, parse_selector
 
 
 class ClusterState:
@@ -57,6 +59,7 @@ class ClusterState:
         # Namespace -> its scheduling.volcano.sh/queue-name, for those that carry one (Volcano's
         # default queue for the PodGroups made there: ``runqueue.namespace_default``)
         self.namespace_queues: dict[str, str] = {}
+        self.namespace_labels: dict[str, Mapping[str, str]] = {}  # those the cache has seen
         self.claims = ClaimBook(self.pods, self.inventory.devices, self.queue_of_pod)  # DRA (SPEC §4b)
         self.workloads = Workloads()  # by kind and name, by uid, with each owner's children
         self.ledger = Ledger()
@@ -332,10 +335,14 @@ class ClusterState:
         return self.run_queue(where, annotations)
 
     # ---- namespaces -----------------------------------------------------------------------
-    def upsert_namespace(self, name: str, queue: str | None) -> None:
+    def upsert_namespace(self, name: str, queue: str | None, labels: Mapping[str, str] | None = None) -> None:
         """A Namespace and its ``scheduling.volcano.sh/queue-name`` (None: it carries none). When it
         changes, the pods of the namespace whose PodGroup the cache does not hold are charged again
         (a PodGroup keeps the queue it was created in), and its refused workloads wait again."""
+        if labels is None:
+            self.namespace_labels.pop(name, None)
+        else:
+            self.namespace_labels[name] = labels
         old = self.namespace_queues.get(name)
         if queue is None:
             self.namespace_queues.pop(name, None)
@@ -357,6 +364,23 @@ class ClusterState:
 
     def delete_namespace(self, name: str) -> None:
         self.upsert_namespace(name, None)
+
+    def queue_refuses_namespace(self, queue: str, namespace: str) -> str:
+        """Why ``namespace`` may not charge ``queue`` (its ``cardquota.volcano.sh/namespaces`` selects
+        it not), or "". A namespace the cache has not seen yet is judged by its name label alone,
+        which the API server sets on every Namespace."""
+        info = self.tree.queues.get(queue)
+        text = info.record.annotations.get(keys.NAMESPACES) if info is not None else None
+        if text is None or not namespace:
+            return ""
+        try:
+            selector = parse_selector(text)
+        except SelectorError:
+            return f"its {keys.NAMESPACES} ({shorten(text)}) does not parse, so it admits no namespace"
+        labels = self.namespace_labels.get(namespace) or {keys.NAMESPACE_NAME_LABEL: namespace}
+        if selector.selects(labels):
+            return ""
+        return f"its {keys.NAMESPACES} ({shorten(text)}) does not select namespace {namespace}"
 
     def workload_of(self, pod: PodRecord) -> WorkloadRecord | None:
         """The scalable workload a pod belongs to (a ReplicaSet's Deployment when it has one)."""

@@ -29,6 +29,11 @@ RECLAIM: Final = "cardquota.volcano.sh/reclaim"
 # Ours, on a Queue: "true" or "false", whether its training may give cards back to us; overrides
 # spec.reclaimable (so Volcano's own reclaim can be kept off a queue we may still take back from).
 RECLAIMABLE: Final = "cardquota.volcano.sh/reclaimable"
+# Ours, on a Queue: a label selector over Namespaces (``kubectl get -l`` syntax) saying which may
+# charge it (decisions.md §29); absent, every namespace may.
+NAMESPACES: Final = "cardquota.volcano.sh/namespaces"
+# The label every Namespace carries with its own name.
+NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 # Ours, on a PodGroup tidal reclaim evicted: {"card", "cards", "queue", "pods": [uids], "until"},
 # what it gave back and for whom; it is held back while those pods wait (a new leader reads it).
 RECLAIMED: Final = "cardquota.volcano.sh/reclaimed"

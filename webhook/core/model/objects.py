@@ -488,6 +488,14 @@ def namespace_queue(obj: Raw) -> tuple[str, str | None]:
     return str(meta.get("name") or ""), None if value is None else str(value)
 
 
+def namespace_labels(obj: Raw) -> dict[str, str]:
+    """A Namespace's labels (those that are strings), with ``kubernetes.io/metadata.name`` always:
+    the API server sets it to the name on every Namespace."""
+    meta = _meta(obj)
+    name = str(meta.get("name") or "")
+    return {**_strings(meta.get("labels")), keys.NAMESPACE_NAME_LABEL: name}
+
+
 def reclaim_mark(text: str | None) -> Taken | None:
     """What a PodGroup's reclaim mark says it gave back and for whom; None when absent or
     unreadable (anyone may edit it: an odd one is ignored, never fatal)."""
