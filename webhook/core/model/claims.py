@@ -27,6 +27,7 @@ from webhook.core.model.devices import (
     ALL,
     CLASS_CARD,
     MAX_COUNT,
+    AllocatedDevice,
     ClaimRecord,
     ClaimRef,
     ClassRecord,
@@ -35,6 +36,7 @@ from webhook.core.model.devices import (
     TemplateRecord,
     named,
 )
+from webhook.core.model.quantity import QuantityError, parse_quantity
 from webhook.core.model.values import value_class
 
 
@@ -176,19 +178,42 @@ class Devices:
         )
 
     def allocated(self, claim: ClaimRecord) -> frozenset[CardName]:
-        """The cards of the GPUs allocated to ``claim`` (devices of other drivers left out)."""
-        found = (self.device(driver, pool, name) for _, driver, pool, name in claim.allocated)
-        return frozenset(card for card in found if card is not None)
+        """The cards of the GPUs allocated to ``claim`` that a slice publishes."""
+        found = (self.given(device) for device in claim.allocated)
+        return frozenset(given[0] for given in found if given is not None and given[0] is not None)
 
-    def device(self, driver: str, pool: str, name: str) -> CardName | None:
-        """The card of an allocated device."""
+    def given(self, device: AllocatedDevice) -> tuple[CardName | None, int] | None:
+        """What one allocated device is: its card (None when no slice the cache holds publishes it)
+        and the units it takes (a whole card, or the share of it its consumed capacity is); None
+        when it is no GPU of ours (another driver's, or watched with administrative access). The
+        one reading of an allocation: its check and the charge of its pod both read it here."""
+        if device.admin or device.driver not in self.drivers:
+            return None
         if self._devices is None:
             self._devices = {
-                (found.driver, found.pool, device.name): device.card
+                (found.driver, found.pool, each.name): each.card
                 for found in self.slices.values()
-                for device in found.devices
+                for each in found.devices
             }
-        return self._devices.get((driver, pool, name))
+        card = self._devices.get((device.driver, device.pool, device.device))
+        return card, UNIT if card is None else self._units_taken(card, device.consumed)
+
+    def _units_taken(self, card: CardName, consumed: tuple[tuple[str, str], ...]) -> int:
+        """A whole device, or the share of it a consumable-capacity allocation takes."""
+        if not consumed:
+            return UNIT
+        has = self.capacity(card)
+        share = Fraction(0)
+        for name, value in consumed:
+            try:
+                taken = parse_quantity(value)
+            except QuantityError:
+                return UNIT
+            total = has.get(name.rpartition("/")[2])
+            if not total:
+                return UNIT
+            share = max(share, taken / total)
+        return min(UNIT, math.ceil(share * UNIT))
 
 
 MAX_READINGS = 10_000  # distinct selector sets read at once; past it, read anew as they come
