@@ -84,11 +84,27 @@ def cluster_status(state: ClusterState, now: float = 0.0) -> dict[str, Any]:
             f"resourceclaim {entry['claim']} of pod {entry['pod']} was allocated {entry['allocated']} but"
             f" charged for {entry['charged']}: counted as allocated"
         )
+    unpublished: list[dict[str, Any]] = []
+    for claim, (pod, devices, model) in sorted(state.claims.unpublished.items()):
+        unpublished.append(
+            {"claim": claim, "pod": pod, "devices": list(devices), "counted_as": model or None}
+        )
+        counted = (
+            f"counted as {len(devices)} {model} (the model its pod is known to use)"
+            if model
+            else "not counted: neither its pod nor its other devices tell their model"
+        )
+        warnings.append(
+            f"resourceclaim {claim} of pod {pod} was allocated {', '.join(devices)}, which no"
+            f" ResourceSlice the webhook has seen publishes: {counted}"
+        )
     warnings += [message for _, _, message in unsent(state)]
     notes = [*state.notes, *(f"{what}: skipped, {why}" for what, why in sorted(state.skipped.items()))]
     status = {"cards": cards, "queues": queues, "tree": _tree(state), "warnings": warnings, "notes": notes}
     if off_model:
         status["claims_off_model"] = off_model
+    if unpublished:
+        status["claims_unpublished"] = unpublished
     if waiting := lines(state):
         status["lines"] = waiting
     if reclaims := tidal.in_progress(state, now):

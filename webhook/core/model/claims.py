@@ -533,3 +533,64 @@ def request_reading(request: DeviceRequest, devices: Devices) -> Reading | None:
     GPUs); None when its class is unknown."""
     device_class = devices.classes.get(request.device_class)
     return None if device_class is None else devices.reading(device_class, request)
+
+
+# ---- what the claims were given ----------------------------------------------------------------
+@value_class
+class Given:
+    """What every claim of a pod was allocated: ``count`` units of ``card`` (None: no GPU whose
+    model is known); ``named``: the units of each claim by name (``namespace/name``), which several
+    pods may share; ``unpublished``: (claim, device) of the GPUs of a driver of ours that no slice
+    the cache holds publishes, counted on ``card`` when it is known, else not counted."""
+
+    card: CardName | None
+    count: int = 0
+    named: tuple[tuple[str, int], ...] = ()
+    unpublished: tuple[tuple[str, str], ...] = ()
+    told: str = ""
+
+
+def claims_given(
+    refs: tuple[ClaimRef, ...], namespace: str, devices: Devices, fallback: CardName | None
+) -> Given | None:
+    """What a pod's claims were given, read from their allocations alone (each device's card through
+    the slices, as the allocation check reads it): whatever their classes say now, or whether they
+    exist. None until every claim of the pod is seen allocated, and when the devices are of several
+    models (a pod's GPUs are one model: such a pod is read from its requests). A device no slice
+    publishes is counted on the model of the pod's other devices, else on ``fallback`` (the model
+    the pod is known to be charged for otherwise), else not at all."""
+    claims = []
+    for ref in refs:
+        name = ref.claim or (ref.generated if ref.template else "")
+        claim = devices.claims.get(f"{namespace}/{name}") if name else None
+        if claim is None or not claim.is_allocated:
+            return None
+        claims.append((ref, claim))
+    known: Counter[CardName] = Counter()
+    read: list[tuple[ClaimRef, ClaimRecord, int, list[str]]] = []
+    for ref, claim in claims:
+        units, unknown = 0, []
+        for device in claim.allocated:
+            found = devices.given(device)
+            if found is None:
+                continue
+            card, taken = found
+            if card is None:
+                unknown.append(f"{device.where} of {device.driver}")
+            else:
+                known[card] += taken
+                units += taken
+        read.append((ref, claim, units, unknown))
+    if len(known) > 1:
+        return None
+    card = next(iter(known), None) or fallback
+    count, named_units, unpublished, told = 0, [], [], []
+    for ref, claim, units, unknown in read:
+        units += UNIT * len(unknown) if card is not None else 0
+        unpublished += [(claim.key, device) for device in unknown]
+        if ref.claim:
+            named_units.append((claim.key, units))
+        if units:
+            told.append(f"claim {named(claim.name)} allocated: {amount(units)} {card}")
+        count += units
+    return Given(card, count, tuple(named_units), tuple(unpublished), "; ".join(told))
