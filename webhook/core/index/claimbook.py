@@ -51,8 +51,9 @@ class ClaimBook:
         self._fixed: dict[str, PodDemand] = {}  # pod uid -> the demand it was admitted or first charged with
         self._given: dict[str, PodDemand] = {}  # pod uid -> what its claims, all allocated, were given
         self._pools: defaultdict[tuple[str, str], set[str]] = defaultdict(set)  # (driver, pool) -> claims
-        # claim key -> (its pod, the model the pod was charged for, the model it was allocated)
-        self.off_model: dict[str, tuple[str, str, CardName]] = {}
+        # claim key -> (its pod, the model the pod was charged for, the model it was allocated, the
+        # model it is counted on: that one, or, for a pod of devices of several, its other devices')
+        self.off_model: dict[str, tuple[str, str, CardName, CardName | None]] = {}
         # claim key -> (its pod, its devices no slice publishes, the model they are counted on or "")
         self.unpublished: dict[str, tuple[str, tuple[str, ...], str]] = {}
 
@@ -244,30 +245,40 @@ class ClaimBook:
             self._payers[key] = pod.uid
             if self._expected.get(key, ("", ""))[1] == pod.uid:
                 del self._expected[key]  # seen: the cache's own record takes over
-        card = self._allocated_card(pod, charge)
+        card = self._allocated_card(pod, charge, demand)
         if count == charge.count and card == charge.card:
             return charge
         return replace(charge, count=count, card=card) if count > 0 else None
 
-    def _allocated_card(self, pod: PodRecord, charge: Charge) -> CardName | None:
+    def _allocated_card(self, pod: PodRecord, charge: Charge, demand: PodDemand) -> CardName | None:
         """The model a pod's allocated claims got: the one it is counted on (its ``A|B`` choice made
-        by the scheduler, or another model than it was charged for, which is also recorded)."""
+        by the scheduler, or another model than it was charged for, which is also recorded). Devices
+        of several models are all counted on the one its allocation was read on (``claims_given``),
+        the claims of the others recorded."""
         namespace = pod.template.namespace or pod.namespace
         keys = [
             f"{namespace}/{ref.claim or ref.generated}"
             for ref in pod.template.claims
             if ref.claim or ref.generated
         ]
-        found: set[CardName] = set()
+        models: dict[str, frozenset[CardName]] = {}
         for key in keys:
             self.off_model.pop(key, None)
             claim = self._devices.claims.get(key)
             if claim is not None and claim.allocated:
-                found |= self._devices.allocated(claim)
-        if len(found) != 1:
+                models[key] = self._devices.allocated(claim)
+        found = frozenset().union(*models.values())
+        if len(found) > 1:
+            read = demand.claims.spec.cards if demand.claims is not None else ()
+            card = read[0] if len(read) == 1 and read[0] in found else charge.card
+            for key, held in models.items():
+                for other in sorted(held - {card}):
+                    self.off_model[key] = (pod.key, charge.spec.text, other, card)
+            return card
+        if not found:
             return charge.card
         (card,) = found
         if card not in charge.spec.cards and (charge.card is None or card != charge.card):
             for key in keys:
-                self.off_model[key] = (pod.key, charge.spec.text, card)
+                self.off_model[key] = (pod.key, charge.spec.text, card, card)
         return card

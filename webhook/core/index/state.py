@@ -241,15 +241,17 @@ class ClusterState:
     def _claim_demand(self, pod: PodRecord) -> PodDemand | None:
         """What a live pod that uses claims is charged for (SPEC §4b): once every claim of it is
         allocated, what they were given, read from the devices through the slices whatever their
-        classes now say; before, what it was admitted or first charged with (held while it lives)."""
+        classes now say; before, what it was admitted or first charged with (held while it lives),
+        or, when it has nothing held (its classes gone), what its allocated claims were given."""
         held = self.claims.fix(pod.uid, self.claims.held(pod.uid) or self.asked(pod.template))
         found = self.claims.given(pod, known_card(pod.template, held))
-        demand = held
-        if found is not None:
-            demand = allocated_demand(pod.template, self.inventory, self.policy, found, held)
-            if held is None and demand is not None and not found.unpublished:
-                self.claims.fix(pod.uid, demand)  # what it was first charged with, should its allocation go
-        self.claims.settle(pod, found, demand if found is not None else None)
+        if found is None or not (found.complete or held is None):
+            self.claims.settle(pod, None, None)
+            return held
+        demand = allocated_demand(pod.template, self.inventory, self.policy, found, held)
+        if held is None and demand is not None and found.complete and not found.unpublished:
+            self.claims.fix(pod.uid, demand)  # what it was first charged with, should its allocation go
+        self.claims.settle(pod, found, demand)
         return demand
 
     def _unindex(self, uid: str, leaving: bool = False) -> None:

@@ -548,6 +548,7 @@ class Given:
     named: tuple[tuple[str, int], ...] = ()
     unpublished: tuple[tuple[str, str], ...] = ()
     told: str = ""
+    complete: bool = True  # every claim of the pod is allocated (else: those that are)
 
 
 def claims_given(
@@ -555,17 +556,19 @@ def claims_given(
 ) -> Given | None:
     """What a pod's claims were given, read from their allocations alone (each device's card through
     the slices, as the allocation check reads it): whatever their classes say now, or whether they
-    exist. None until every claim of the pod is seen allocated, and when the devices are of several
-    models (a pod's GPUs are one model: such a pod is read from its requests). A device no slice
-    publishes is counted on the model of the pod's other devices, else on ``fallback`` (the model
-    the pod is known to be charged for otherwise), else not at all."""
+    exist. ``complete`` once every claim of the pod is seen allocated; None while none is. A pod's
+    GPUs are one model: devices of several (claims allocated before the webhook checked them) are
+    all counted on ``fallback`` (the model the pod is known to be charged for otherwise) when it
+    holds some of it, else on the one it holds most of. A device no slice publishes is counted on
+    the model of the pod's other devices, else on ``fallback``, else not at all."""
     claims = []
     for ref in refs:
         name = ref.claim or (ref.generated if ref.template else "")
         claim = devices.claims.get(f"{namespace}/{name}") if name else None
-        if claim is None or not claim.is_allocated:
-            return None
-        claims.append((ref, claim))
+        if claim is not None and claim.is_allocated:
+            claims.append((ref, claim))
+    if not claims:
+        return None
     known: Counter[CardName] = Counter()
     read: list[tuple[ClaimRef, ClaimRecord, int, list[str]]] = []
     for ref, claim in claims:
@@ -574,16 +577,18 @@ def claims_given(
             found = devices.given(device)
             if found is None:
                 continue
-            card, taken = found
-            if card is None:
+            model, taken = found
+            if model is None:
                 unknown.append(f"{device.where} of {device.driver}")
             else:
-                known[card] += taken
+                known[model] += taken
                 units += taken
         read.append((ref, claim, units, unknown))
-    if len(known) > 1:
-        return None
-    card = next(iter(known), None) or fallback
+    card: CardName | None
+    if len(known) > 1:  # claims allocated before the webhook checked them: all counted on one model
+        card = fallback if fallback in known else max(sorted(known), key=known.__getitem__)
+    else:
+        card = next(iter(known), None) or fallback
     count, named_units, unpublished, told = 0, [], [], []
     for ref, claim, units, unknown in read:
         units += UNIT * len(unknown) if card is not None else 0
@@ -593,4 +598,5 @@ def claims_given(
         if units:
             told.append(f"claim {named(claim.name)} allocated: {amount(units)} {card}")
         count += units
-    return Given(card, count, tuple(named_units), tuple(unpublished), "; ".join(told))
+    complete = len(claims) == len(refs)
+    return Given(card, count, tuple(named_units), tuple(unpublished), "; ".join(told), complete)
