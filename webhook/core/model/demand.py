@@ -169,11 +169,11 @@ def pod_demand(template: PodTemplate, inventory: Inventory, policy: Policy) -> D
 def allocated_demand(
     template: PodTemplate, inventory: Inventory, policy: Policy, given: Given, held: PodDemand | None
 ) -> PodDemand | None:
-    """The demand of a pod whose claims are all allocated (SPEC §4b): what they were ``given``,
-    whatever their classes and templates say now, beside what it asks through its extended
-    resources. ``held``: what it was admitted or first charged with, whose spec it keeps (its
-    PodGroup's request is keyed by it) and whose device-plugin part it keeps; None: read from the
-    pod now. None when it is charged for no GPU at all."""
+    """The demand of a pod whose claims are allocated (SPEC §4b; all of them, or, with nothing held,
+    some): what they were ``given``, whatever their classes and templates say now, beside what it
+    asks through its extended resources. ``held``: what it was admitted or first charged with, whose
+    spec it keeps (its PodGroup's request is keyed by it) and whose device-plugin part it keeps;
+    None: read from the pod now. None when it is charged for no GPU at all."""
     if held is not None:
         base: PodDemand | None = held
         plugin = held.count - (held.claims.count if held.claims is not None else 0)
