@@ -673,7 +673,7 @@ def test_an_allocation_on_another_model_is_counted_as_allocated_and_reported() -
     state = dra_cluster(claim_template("t", gpu_request(count=1)), claim, obj)
     usage = queue_usage(state, "q")
     assert (usage.card(CardName(H200)).used, usage.card(CardName(R4090)).bound) == (0, UNIT)
-    assert state.claims.off_model == {"ns/p-t0-x": ("ns/p", H200, R4090)}
+    assert state.claims.off_model == {"ns/p-t0-x": ("ns/p", H200, R4090, R4090)}
     from webhook.core.decide.report import cluster_status
 
     status = cluster_status(state)

@@ -13,7 +13,8 @@ claim, MIG; All refused; a scale-up refused; a refused DRA workload served by th
 Every admitted pod bound and its claim allocated on the model it was charged for. An allocation of
 another model refused, hand-written or the scheduler's own (the partner's, and kube-scheduler's
 beside it, each trying again until it allocates the charged model), and what the allocation rule
-costs their time from create to bind."""
+costs their time from create to bind. A webhook restarted after a running pod's class was deleted
+charges the pod the devices its claim was allocated."""
 
 import contextlib
 import http.client
@@ -26,6 +27,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -35,6 +37,7 @@ from tests.e2e.agreement import Tenant
 from tests.e2e.cluster import RUNS_FOR, ControlPlane, holds_for, soak_seed, wait_for
 from tests.e2e.conftest import partner_plane
 from tests.e2e.objects import deployment_of, editor_rights, hpa
+from tests.e2e.registration import configurations
 from tests.edges.serving import Process
 
 DRIVER = "gpu.nvidia.com"
@@ -875,6 +878,90 @@ def test_a_running_pods_charge_cannot_be_edited_away(t: DraTenant) -> None:
         holds_for("the queue full with the running pod's class deleted", still_full, seconds=4)
     finally:
         t.plane.kubectl("delete", "deviceclass", doomed, "--ignore-not-found", check=False)
+
+
+RESTARTED = {"cardquota-e2e-dra-restart": "on"}  # namespaces sent to the restart test's own webhook only
+
+
+def test_a_pod_first_seen_after_a_restart_is_charged_its_allocated_devices_whatever_its_class(
+    dra: ControlPlane, tmp_path: Path
+) -> None:
+    """SPEC §4b after a restart: a pod holds 2 H200 through a claim of a per-model class, in a queue
+    of quota 2; the webhook process is stopped, the class deleted, a new webhook started. It reads
+    the claim's allocation (its devices' cards through the slices), charges the pod its 2 H200, and
+    the next pod is refused, as before the restart. Found: it charged the pod nothing (its class
+    gone), and the next pod was admitted. The webhook is this test's own, for its namespace only, so
+    that the module's goes on as it is."""
+    t = DraTenant(dra, labels=RESTARTED)
+    flags = ("--kubeconfig", str(dra.webhook_kubeconfig), "--drain-seconds", "0")
+    first = Process(tmp_path / "certs", dra.logs / f"{t.ns}-webhook-1.log", *flags, cluster=None)
+    registered: list[dict[str, Any]] = []
+    doomed = f"h200-{t.ns}.nvidia.com"
+    full = f'queue "{t.queue}" has 0 NVIDIA-H200 left (quota 2: 2 running)'
+    started: list[Process] = [first]
+
+    def refused(obj: dict[str, Any]) -> str:
+        """A server-side dry run of ``obj``'s create: the refusal, "" when admitted."""
+        dry = dra.kubectl(
+            "create", "--dry-run=server", "-n", t.ns, "-f", "-", stdin=json.dumps(obj), check=False
+        )
+        return "" if dry.returncode == 0 else dry.stderr
+
+    def past() -> list[dict[str, Any]]:
+        """One more H200 of the queue, through the device plugin and through a claim."""
+        return [t.pod("past", card=H200, gpus=1), t.pod("past-claim", template="one")]
+
+    try:
+        first.wait_ready(timeout=60)
+        registered = configurations(
+            first.url, first.certs / "ca.crt", RESTARTED, f"cq-{t.ns}", dra.webhook_user
+        )
+        dra.apply(*registered)
+        t.set_quota({H200: 2})
+        wait_for(
+            "the API server to call the test's webhook",
+            lambda: f'queue "{t.queue}" has 2 NVIDIA-H200 left' in refused(t.pod("probe", card=H200, gpus=3)),
+            timeout=30,
+        )
+        apply_all(
+            dra, [device_class(doomed, f"device.driver == '{DRIVER}' && {IS.format('NVIDIA H200')}", H200)]
+        )
+        t.template("doomed", exactly("gpus", doomed, 2))
+        t.template("one", exactly("gpu", "h200.nvidia.com", 1))
+        assert t.create(t.pod("holder", template="doomed")) == ""
+        t.wait_running("holder")
+        wait_for("the holder's claim allocated", lambda: t.allocated("holder"), timeout=30)
+        assert t.allocated("holder") == [H200, H200]
+        for obj in past():
+            assert full in refused(obj), refused(obj)
+
+        first.stop()
+        dra.kubectl("delete", "deviceclass", doomed)  # while no webhook runs
+        second = Process(
+            first.certs, dra.logs / f"{t.ns}-webhook-2.log", *flags, cluster=None, port=first.port
+        )
+        started.append(second)
+        second.wait_ready(timeout=60)  # ready: every kind listed, the class not among them
+        for obj in past():
+            wait_for(
+                f"the new webhook to refuse {obj['metadata']['name']} past the quota",
+                lambda obj=obj: full in refused(obj),
+                timeout=30,
+            )
+        holds_for(
+            "the queue full with the holder charged its 2 H200",
+            lambda: all(full in refused(o) for o in past()),
+            seconds=4,
+        )
+        assert second.figure("used", t.queue, H200) == 2
+        dra.assert_no_rbac_refusal(second.log())
+    finally:
+        for config in registered:
+            dra.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
+        for process in started:
+            process.stop()
+        dra.kubectl("delete", "deviceclass", doomed, "--ignore-not-found", check=False)
+        t.delete()
 
 
 def test_an_enqueued_podgroups_request_cannot_be_raised(t: DraTenant) -> None:

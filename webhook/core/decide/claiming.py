@@ -9,20 +9,17 @@ validation refuses a claim that asks another model, or more than its pod was adm
 template replaced by a larger one meanwhile).
 """
 
-import math
 from collections.abc import Mapping
-from fractions import Fraction
 from typing import Any
 
 from webhook.core.decide.patches import pointer
 from webhook.core.index.state import ClusterState
 from webhook.core.model import keys
-from webhook.core.model.cards import UNIT, CardName, amount, parse_card_name
-from webhook.core.model.claims import Devices, claim_demand, request_reading
+from webhook.core.model.cards import CardName, amount, parse_card_name
+from webhook.core.model.claims import claim_demand, request_reading
 from webhook.core.model.demand import PodDemand
-from webhook.core.model.devices import POD_CLAIM_NAME, DeviceRequest, claim_record, named
+from webhook.core.model.devices import POD_CLAIM_NAME, DeviceRequest, allocation, claim_record, named
 from webhook.core.model.objects import PodRecord
-from webhook.core.model.quantity import QuantityError, parse_quantity
 from webhook.core.model.verdicts import Allowed, Decision, Denied, PatchOp, Request
 
 Raw = Mapping[str, Any]
@@ -207,23 +204,24 @@ def decide_allocation(state: ClusterState, request: Request) -> Decision:
     backstop behind the reading of classes and selectors: a refused write leaves the claim
     unallocated and the scheduler tries again."""
     obj = request.obj
-    given = _allocation(obj)
-    if not given or given == _allocation(request.old_obj):
+    given = allocation(obj)
+    if not given or given == allocation(request.old_obj):
         return Allowed("no new allocation")
     devices = state.inventory.devices
     name = _map(obj.get("metadata")).get("name") or request.name
     what = f"resourceclaim {request.namespace}/{named(str(name))}"
     units: dict[CardName, int] = {}
-    for driver, pool, device, consumed in given:
-        if driver not in devices.drivers:
-            continue
-        card = devices.device(driver, pool, device)
+    for device in given:
+        found = devices.given(device)
+        if found is None:
+            continue  # no GPU of ours
+        card, taken = found
         if card is None:
             return Denied(
-                f"{what}: its allocation gives device {named(pool)}/{named(device)} of {driver}, which no"
+                f"{what}: its allocation gives device {device.where} of {device.driver}, which no"
                 " ResourceSlice the webhook has seen publishes; the scheduler tries again once it is seen"
             )
-        units[card] = units.get(card, 0) + _units_given(devices, card, consumed)
+        units[card] = units.get(card, 0) + taken
     if not units:
         return Allowed("it gives no GPU of ours")
     pods = [state.pods[uid] for uid in _reserved_for(obj) if uid in state.pods]
@@ -245,42 +243,9 @@ def decide_allocation(state: ClusterState, request: Request) -> Decision:
     return Allowed("it gives what its pods were charged for", card=next(iter(units)))
 
 
-Given = tuple[str, str, str, tuple[tuple[str, Any], ...]]  # driver, pool, device, consumed capacity
-
-
-def _allocation(obj: Raw) -> tuple[Given, ...]:
-    results = _list(_map(_map(_map(obj.get("status")).get("allocation")).get("devices")).get("results"))
-    out: list[Given] = []
-    for result in map(_map, results):
-        if result.get("adminAccess") is True:
-            continue  # watching a device, not taking it
-        consumed = tuple(sorted((str(k), v) for k, v in _map(result.get("consumedCapacity")).items()))
-        driver, pool, device = (str(result.get(k) or "") for k in ("driver", "pool", "device"))
-        out.append((driver, pool, device, consumed))
-    return tuple(out)
-
-
 def _reserved_for(obj: Raw) -> list[str]:
     reserved = _list(_map(obj.get("status")).get("reservedFor"))
     return [str(r.get("uid") or "") for r in map(_map, reserved) if r.get("resource") == "pods"]
-
-
-def _units_given(devices: Devices, card: CardName, consumed: tuple[tuple[str, Any], ...]) -> int:
-    """A whole device, or the share of it a consumable-capacity allocation takes."""
-    if not consumed:
-        return UNIT
-    has = devices.capacity(card)
-    share = Fraction(0)
-    for name, value in consumed:
-        try:
-            taken = parse_quantity(value)
-        except QuantityError:
-            return UNIT
-        total = has.get(name.rpartition("/")[2])
-        if not total:
-            return UNIT
-        share = max(share, taken / total)
-    return min(UNIT, math.ceil(share * UNIT))
 
 
 def _charged_on(state: ClusterState, pod: PodRecord, card: CardName) -> int | None:

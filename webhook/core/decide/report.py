@@ -79,14 +79,30 @@ def cluster_status(state: ClusterState, now: float = 0.0) -> dict[str, Any]:
             warnings.append(
                 f"{card}: queues' quotas sum to {amount(total)} but the cluster has {amount(have)}"
             )
-    off_model = [
-        {"claim": claim, "pod": pod, "charged": charged, "allocated": allocated}
-        for claim, (pod, charged, allocated) in sorted(state.claims.off_model.items())
-    ]
-    for entry in off_model:
+    off_model = []
+    for claim, (pod, charged, allocated, counted) in sorted(state.claims.off_model.items()):
+        off_model.append({"claim": claim, "pod": pod, "charged": charged, "allocated": allocated})
+        how = (
+            "counted as allocated"
+            if counted == allocated
+            else f"counted as {counted or charged}, the model of its pod's other devices"
+        )
         warnings.append(
-            f"resourceclaim {entry['claim']} of pod {entry['pod']} was allocated {entry['allocated']} but"
-            f" charged for {entry['charged']}: counted as allocated"
+            f"resourceclaim {claim} of pod {pod} was allocated {allocated} but charged for {charged}: {how}"
+        )
+    unpublished: list[dict[str, Any]] = []
+    for claim, (pod, devices, model) in sorted(state.claims.unpublished.items()):
+        unpublished.append(
+            {"claim": claim, "pod": pod, "devices": list(devices), "counted_as": model or None}
+        )
+        told = (
+            f"counted as {len(devices)} {model} (the model its pod is known to use)"
+            if model
+            else "not counted: neither its pod nor its other devices tell their model"
+        )
+        warnings.append(
+            f"resourceclaim {claim} of pod {pod} was allocated {', '.join(devices)}, which no"
+            f" ResourceSlice the webhook has seen publishes: {told}"
         )
     warnings += [message for _, _, message in unsent(state)]
     notes = [*state.notes, *(f"{what}: skipped, {why}" for what, why in sorted(state.skipped.items()))]
@@ -104,6 +120,8 @@ def cluster_status(state: ClusterState, now: float = 0.0) -> dict[str, Any]:
     }
     if off_model:
         status["claims_off_model"] = off_model
+    if unpublished:
+        status["claims_unpublished"] = unpublished
     if waiting := lines(state):
         status["lines"] = waiting
     if reclaims := tidal.in_progress(state, now):

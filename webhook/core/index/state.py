@@ -24,7 +24,7 @@ from webhook.core.index.workloads import Workloads
 from webhook.core.model import compact, keys
 from webhook.core.model.cards import CardName, CardSpec
 from webhook.core.model.claims import Devices
-from webhook.core.model.demand import Demand, pod_demand
+from webhook.core.model.demand import Demand, PodDemand, allocated_demand, known_card, pod_demand
 from webhook.core.model.devices import ClaimRecord, ClassRecord, SliceRecord, TemplateRecord
 from webhook.core.model.inventory import Inventory
 from webhook.core.model.ledger import Ledger, resize_key
@@ -123,12 +123,24 @@ class ClusterState:
             self._recharge(list(self.pods) if moved else list(self.charged.on_node(node)))
 
     def upsert_slice(self, record: SliceRecord) -> None:
+        old = self.inventory.devices.slices.get(record.name)
         for cards in self.nodebook.put_slice(record):
             self.upsert_node(cards)
+        self._after_slice_change(old, record)
 
     def delete_slice(self, name: str) -> None:
+        old = self.inventory.devices.slices.get(name)
         for cards in self.nodebook.drop_slice(name):
             self.upsert_node(cards)
+        self._after_slice_change(old, None)
+
+    def _after_slice_change(self, old: SliceRecord | None, new: SliceRecord | None) -> None:
+        """The pods of claims allocated devices of the slices' pools are charged again: what a
+        device is, and whether it is known at all, is read from the slices."""
+        if old == new:
+            return
+        pools = {(found.driver, found.pool) for found in (old, new) if found is not None}
+        self._recharge({uid for where in pools for uid in self.claims.in_pool(*where)})
 
     # ---- DRA: classes, claims, templates (``claimbook``, SPEC §4b) ---------------------------
     def upsert_device_class(self, record: ClassRecord) -> None:
@@ -227,9 +239,7 @@ class ClusterState:
     def _index(self, pod: PodRecord) -> None:
         if pod.template.claims:
             self.claims.join(pod)
-            demand = (
-                self.claims.fix(pod.uid, self.demand_of(pod)) if pod.is_live and pod.waiting is None else None
-            )
+            demand = self._claim_demand(pod) if pod.is_live and pod.waiting is None else None
             charge = self._charger.card(pod, self.nodes.get(pod.node_name), demand)
             charge = self.claims.charge(pod, charge, demand) if pod.is_live else charge
         else:
@@ -237,6 +247,22 @@ class ClusterState:
         if group := self.charged.add(pod, charge, self._compute_charge(pod)):
             self.groups.refresh(group)
         self.waiting.pod_in(pod, self.queue_of_pod(pod))
+
+    def _claim_demand(self, pod: PodRecord) -> PodDemand | None:
+        """What a live pod that uses claims is charged for (SPEC §4b): once every claim of it is
+        allocated, what they were given, read from the devices through the slices whatever their
+        classes now say; before, what it was admitted or first charged with (held while it lives),
+        or, when it has nothing held (its classes gone), what its allocated claims were given."""
+        held = self.claims.fix(pod.uid, self.claims.held(pod.uid) or self.asked(pod.template))
+        found = self.claims.given(pod, known_card(pod.template, held))
+        if found is None or not (found.complete or held is None):
+            self.claims.settle(pod, None, None)
+            return held
+        demand = allocated_demand(pod.template, self.inventory, self.policy, found, held)
+        if held is None and demand is not None and found.complete and not found.unpublished:
+            self.claims.fix(pod.uid, demand)  # what it was first charged with, should its allocation go
+        self.claims.settle(pod, found, demand)
+        return demand
 
     def _unindex(self, uid: str, leaving: bool = False) -> None:
         """Take a pod's charges back; ``leaving``: it is counted no more (deleted, finished)."""

@@ -27,6 +27,7 @@ from webhook.core.model.devices import (
     ALL,
     CLASS_CARD,
     MAX_COUNT,
+    AllocatedDevice,
     ClaimRecord,
     ClaimRef,
     ClassRecord,
@@ -35,6 +36,7 @@ from webhook.core.model.devices import (
     TemplateRecord,
     named,
 )
+from webhook.core.model.quantity import QuantityError, parse_quantity
 from webhook.core.model.values import value_class
 
 
@@ -176,19 +178,42 @@ class Devices:
         )
 
     def allocated(self, claim: ClaimRecord) -> frozenset[CardName]:
-        """The cards of the GPUs allocated to ``claim`` (devices of other drivers left out)."""
-        found = (self.device(driver, pool, name) for _, driver, pool, name in claim.allocated)
-        return frozenset(card for card in found if card is not None)
+        """The cards of the GPUs allocated to ``claim`` that a slice publishes."""
+        found = (self.given(device) for device in claim.allocated)
+        return frozenset(given[0] for given in found if given is not None and given[0] is not None)
 
-    def device(self, driver: str, pool: str, name: str) -> CardName | None:
-        """The card of an allocated device."""
+    def given(self, device: AllocatedDevice) -> tuple[CardName | None, int] | None:
+        """What one allocated device is: its card (None when no slice the cache holds publishes it)
+        and the units it takes (a whole card, or the share of it its consumed capacity is); None
+        when it is no GPU of ours (another driver's, or watched with administrative access). The
+        one reading of an allocation: its check and the charge of its pod both read it here."""
+        if device.admin or device.driver not in self.drivers:
+            return None
         if self._devices is None:
             self._devices = {
-                (found.driver, found.pool, device.name): device.card
+                (found.driver, found.pool, each.name): each.card
                 for found in self.slices.values()
-                for device in found.devices
+                for each in found.devices
             }
-        return self._devices.get((driver, pool, name))
+        card = self._devices.get((device.driver, device.pool, device.device))
+        return card, UNIT if card is None else self._units_taken(card, device.consumed)
+
+    def _units_taken(self, card: CardName, consumed: tuple[tuple[str, str], ...]) -> int:
+        """A whole device, or the share of it a consumable-capacity allocation takes."""
+        if not consumed:
+            return UNIT
+        has = self.capacity(card)
+        share = Fraction(0)
+        for name, value in consumed:
+            try:
+                taken = parse_quantity(value)
+            except QuantityError:
+                return UNIT
+            total = has.get(name.rpartition("/")[2])
+            if not total:
+                return UNIT
+            share = max(share, taken / total)
+        return min(UNIT, math.ceil(share * UNIT))
 
 
 MAX_READINGS = 10_000  # distinct selector sets read at once; past it, read anew as they come
@@ -508,3 +533,70 @@ def request_reading(request: DeviceRequest, devices: Devices) -> Reading | None:
     GPUs); None when its class is unknown."""
     device_class = devices.classes.get(request.device_class)
     return None if device_class is None else devices.reading(device_class, request)
+
+
+# ---- what the claims were given ----------------------------------------------------------------
+@value_class
+class Given:
+    """What every claim of a pod was allocated: ``count`` units of ``card`` (None: no GPU whose
+    model is known); ``named``: the units of each claim by name (``namespace/name``), which several
+    pods may share; ``unpublished``: (claim, device) of the GPUs of a driver of ours that no slice
+    the cache holds publishes, counted on ``card`` when it is known, else not counted."""
+
+    card: CardName | None
+    count: int = 0
+    named: tuple[tuple[str, int], ...] = ()
+    unpublished: tuple[tuple[str, str], ...] = ()
+    told: str = ""
+    complete: bool = True  # every claim of the pod is allocated (else: those that are)
+
+
+def claims_given(
+    refs: tuple[ClaimRef, ...], namespace: str, devices: Devices, fallback: CardName | None
+) -> Given | None:
+    """What a pod's claims were given, read from their allocations alone (each device's card through
+    the slices, as the allocation check reads it): whatever their classes say now, or whether they
+    exist. ``complete`` once every claim of the pod is seen allocated; None while none is. A pod's
+    GPUs are one model: devices of several (claims allocated before the webhook checked them) are
+    all counted on ``fallback`` (the model the pod is known to be charged for otherwise) when it
+    holds some of it, else on the one it holds most of. A device no slice publishes is counted on
+    the model of the pod's other devices, else on ``fallback``, else not at all."""
+    claims = []
+    for ref in refs:
+        name = ref.claim or (ref.generated if ref.template else "")
+        claim = devices.claims.get(f"{namespace}/{name}") if name else None
+        if claim is not None and claim.is_allocated:
+            claims.append((ref, claim))
+    if not claims:
+        return None
+    known: Counter[CardName] = Counter()
+    read: list[tuple[ClaimRef, ClaimRecord, int, list[str]]] = []
+    for ref, claim in claims:
+        units, unknown = 0, []
+        for device in claim.allocated:
+            found = devices.given(device)
+            if found is None:
+                continue
+            model, taken = found
+            if model is None:
+                unknown.append(f"{device.where} of {device.driver}")
+            else:
+                known[model] += taken
+                units += taken
+        read.append((ref, claim, units, unknown))
+    card: CardName | None
+    if len(known) > 1:  # claims allocated before the webhook checked them: all counted on one model
+        card = fallback if fallback in known else max(sorted(known), key=known.__getitem__)
+    else:
+        card = next(iter(known), None) or fallback
+    count, named_units, unpublished, told = 0, [], [], []
+    for ref, claim, units, unknown in read:
+        units += UNIT * len(unknown) if card is not None else 0
+        unpublished += [(claim.key, device) for device in unknown]
+        if ref.claim:
+            named_units.append((claim.key, units))
+        if units:
+            told.append(f"claim {named(claim.name)} allocated: {amount(units)} {card}")
+        count += units
+    complete = len(claims) == len(refs)
+    return Given(card, count, tuple(named_units), tuple(unpublished), "; ".join(told), complete)

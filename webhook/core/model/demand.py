@@ -11,7 +11,7 @@ from webhook.core.model.cards import (
     product_of,
     units,
 )
-from webhook.core.model.claims import IMPLICIT_PREFIX, ClaimDemand, claims_demand, extended_requests
+from webhook.core.model.claims import IMPLICIT_PREFIX, ClaimDemand, Given, claims_demand, extended_requests
 from webhook.core.model.devices import DeviceRequest
 from webhook.core.model.inventory import Inventory
 from webhook.core.model.objects import PodTemplate
@@ -164,6 +164,43 @@ def pod_demand(template: PodTemplate, inventory: Inventory, policy: Policy) -> D
     resource = spec_resource(found.spec, inventory, policy)
     resource = resource if isinstance(resource, str) else policy.default_resource
     return PodDemand(found.spec, resource, found.count, _origin(template, found.spec), None, found)
+
+
+def allocated_demand(
+    template: PodTemplate, inventory: Inventory, policy: Policy, given: Given, held: PodDemand | None
+) -> PodDemand | None:
+    """The demand of a pod whose claims are allocated (SPEC §4b; all of them, or, with nothing held,
+    some): what they were ``given``, whatever their classes and templates say now, beside what it
+    asks through its extended resources. ``held``: what it was admitted or first charged with, whose
+    spec it keeps (its PodGroup's request is keyed by it) and whose device-plugin part it keeps;
+    None: read from the pod now. None when it is charged for no GPU at all."""
+    if held is not None:
+        base: PodDemand | None = held
+        plugin = held.count - (held.claims.count if held.claims is not None else 0)
+    else:
+        read = _plugin_demand(template, inventory, policy)
+        base = read if isinstance(read, PodDemand) else None
+        plugin = base.count if base is not None else 0
+    if given.card is None or not given.count:  # its claims hold no GPU we count
+        if base is None or not plugin:
+            return None
+        return PodDemand(base.spec, base.resource, plugin, base.origin, base.share)
+    card = CardSpec((given.card,))
+    claims = ClaimDemand(card, ((given.card, given.count),), given.named, (), given.told)
+    if held is not None:
+        return PodDemand(held.spec, held.resource, plugin + given.count, held.origin, held.share, claims)
+    if base is not None and plugin:
+        return PodDemand(card, base.resource, plugin + given.count, base.origin, base.share, claims)
+    resource = spec_resource(card, inventory, policy)
+    resource = resource if isinstance(resource, str) else policy.default_resource
+    return PodDemand(card, resource, given.count, _origin(template, card), None, claims)
+
+
+def known_card(template: PodTemplate, held: PodDemand | None) -> CardName | None:
+    """The one model a claiming pod is known to be charged for without its allocation: what it was
+    held at, else its own word; None when neither names one model."""
+    spec = held.spec if held is not None else _named_spec(template)
+    return spec.cards[0] if isinstance(spec, CardSpec) and not spec.is_multi else None
 
 
 _CORE = frozenset({"cpu", "memory", "ephemeral-storage"})  # never a class's extended resource

@@ -303,6 +303,23 @@ def claim_requests(spec: Any, drivers: tuple[str, ...]) -> tuple[tuple[DeviceReq
 
 
 @value_class
+class AllocatedDevice:
+    """One result of a claim's ``status.allocation``: the device, as the scheduler names it, and the
+    share of its capacity taken (``consumedCapacity``, empty: the whole device)."""
+
+    request: str
+    driver: str
+    pool: str
+    device: str
+    consumed: tuple[tuple[str, str], ...] = ()
+    admin: bool = False  # adminAccess: watching the device, not taking it
+
+    @property
+    def where(self) -> str:
+        return f"{named(self.pool)}/{named(self.device)}"
+
+
+@value_class
 class ClaimRecord:
     """A ResourceClaim: its requests, the pod it was made for, what it was given."""
 
@@ -313,7 +330,8 @@ class ClaimRecord:
     problem: str = ""
     owner_pod: str = ""  # uid of the pod that controls it (a claim made from a template)
     pod_claim: str = ""  # the pod's name for it (``resource.kubernetes.io/pod-claim-name``)
-    allocated: tuple[tuple[str, str, str, str], ...] = ()  # (request, driver, pool, device)
+    allocated: tuple[AllocatedDevice, ...] = ()  # the devices taken (an administrator's left out)
+    is_allocated: bool = False  # status.allocation is written (even giving nothing we count)
 
     @property
     def key(self) -> str:
@@ -343,17 +361,7 @@ def claim_record(obj: Raw, drivers: tuple[str, ...]) -> ClaimRecord:
         ),
         "",
     )
-    results = _list(_map(_map(status.get("allocation")).get("devices")).get("results"))
-    allocated = tuple(
-        (
-            str(r.get("request") or ""),
-            str(r.get("driver") or ""),
-            str(r.get("pool") or ""),
-            str(r.get("device") or ""),
-        )
-        for r in map(_map, results)
-        if not r.get("adminAccess")
-    )
+    allocated = allocation(obj)
     return ClaimRecord(
         str(meta.get("namespace") or "default"),
         str(meta.get("name") or meta.get("generateName") or ""),
@@ -362,7 +370,25 @@ def claim_record(obj: Raw, drivers: tuple[str, ...]) -> ClaimRecord:
         problem,
         owner,
         str(_map(meta.get("annotations")).get(POD_CLAIM_NAME) or ""),
-        allocated,
+        tuple(device for device in allocated if not device.admin),
+        isinstance(status.get("allocation"), Mapping),
+    )
+
+
+def allocation(obj: Raw) -> tuple[AllocatedDevice, ...]:
+    """Every device a claim's ``status.allocation`` gives (those given for administrative access
+    too, marked)."""
+    results = _list(_map(_map(_map(obj.get("status")).get("allocation")).get("devices")).get("results"))
+    return tuple(
+        AllocatedDevice(
+            str(r.get("request") or ""),
+            str(r.get("driver") or ""),
+            str(r.get("pool") or ""),
+            str(r.get("device") or ""),
+            tuple(sorted((str(k), str(v)) for k, v in _map(r.get("consumedCapacity")).items())),
+            r.get("adminAccess") is True,
+        )
+        for r in map(_map, results)
     )
 
 
