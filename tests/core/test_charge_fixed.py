@@ -315,3 +315,59 @@ def test_a_podgroup_created_pending_or_without_status_passes(status: dict[str, A
         group["status"] = status
     state = dra_cluster(quota=QUOTA)
     assert isinstance(group_create(state, group), Allowed)
+
+
+def test_a_podgroup_created_for_pods_charged_to_another_queue_is_refused_and_its_twin_passes() -> None:
+    """Pods name a PodGroup before it exists (kubectl apply of both, or by hand); Volcano runs them
+    in the group's queue once it does. A group created elsewhere would move their charge to a
+    queue that never admitted them."""
+    state = dra_cluster(quota=QUOTA)
+    add(state, queue("other", QUOTA))
+    add(state, pod("a", card=H200, group="train", phase="Running", node_name="h200"))
+    elsewhere = group_create(state, podgroup("train", "Pending", f'{{"{H200}": 1}}', queue_name="other"))
+    assert isinstance(elsewhere, Denied)
+    assert elsewhere.message == (
+        'podgroup ns/train is created in queue "other", but its pod ns/a is charged 1 NVIDIA-H200 to queue "q",'
+        " which admitted it: Volcano would run it in the PodGroup's queue, which never did; keep the"
+        ' PodGroup in queue "q", or create its pods anew'
+    )
+    assert isinstance(group_create(state, podgroup("train", "Pending", f'{{"{H200}": 1}}')), Allowed)
+
+
+@pytest.mark.parametrize("phase", ["Pending", "Inqueue"])
+def test_a_podgroup_moved_to_another_queue_under_its_charged_pods_is_refused_in_any_phase(phase: str) -> None:
+    """Volcano's scheduler may set an enqueued group back to Pending; a move of its queue then was
+    never sent, and its pods' charges moved to a queue that never admitted them."""
+    old = podgroup("train", phase, f'{{"{H200}": 1}}', minMember=1)
+    state = dra_cluster(old, quota=QUOTA)
+    add(state, queue("other", QUOTA))
+    add(state, pod("a", card=H200, group="train", phase="Running", node_name="h200"))
+    moved = podgroup("train", phase, f'{{"{H200}": 1}}', queue_name="other", minMember=1)
+    refused = group_edit(state, old, moved)
+    assert isinstance(refused, Denied) and refused.message.startswith(
+        'podgroup ns/train cannot move to queue "other", but its pod ns/a is charged 1 NVIDIA-H200 to queue "q"'
+    )
+    add(
+        state, pod("a", card=H200, group="train", phase="Succeeded", node_name="h200")
+    )  # its twin: none charged
+    assert isinstance(group_edit(state, old, moved), Allowed) is (phase == "Pending")
+
+
+@pytest.mark.parametrize(
+    ("queue_name", "allowed"), [("other", False), ("q", True)], ids=["another queue", "its own"]
+)
+def test_a_pod_given_a_podgroup_of_another_queue_is_refused(queue_name: str, allowed: bool) -> None:
+    """Volcano's PodGroup controller names a pod's group once, after the pod: a group it made in the
+    pod's own queue. Naming a group of another queue would move the running pod's charge there."""
+    state = dra_cluster(podgroup("theirs", "Running", f'{{"{H200}": 1}}', queue_name=queue_name), quota=QUOTA)
+    add(state, queue("other", QUOTA))
+    old = running()
+    add(state, old)
+    decision = update(state, old, edited(old, group="theirs"))
+    assert isinstance(decision, Allowed) is allowed, decision
+    if not allowed:
+        assert decision.message == (
+            'pod ns/a is charged 1 NVIDIA-H200 to queue "q", but podgroup ns/theirs is in queue "other": naming'
+            " it would move the pod's charge to a queue that never admitted it; name a PodGroup of queue"
+            ' "q", or create the pod anew'
+        )

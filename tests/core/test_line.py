@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from tests.builders import (
     H200,
+    H800,
     R4090,
     batch_job,
     cluster,
@@ -383,12 +384,13 @@ def test_a_head_waiter_the_quota_can_no_longer_hold_leaves_and_those_behind_are_
     state.upsert_queue(queue_record(queue("q", f'{{"{H200}": 2, "{R4090}": 2}}')))
     state.delete_pod("uid-ns-occupant-0")
     state.delete_pod("uid-ns-occupant-1")  # one card free under the new quota of 2
-    assert calls.call_next(state, now=12.0) == ()  # the head still blocks its card
-    (gone,) = calls.unfit(state)
+    (gone,) = calls.unfit(state)  # out of the line the moment the quota was cut, told once
+    assert calls.unfit(state) == ()
     assert calls.unfit_message(state, gone) == (
         'replicaset ns/big left queue "q"\'s line: one pod of it needs 3 NVIDIA-H200, more than the'
-        ' whole quota of queue "q" (or of a queue above it) holds now, so waiting would be forever;'
-        " those behind it are called (raise the quota, or ask for less)"
+        ' whole quota of queue "q" (or of a queue above it) holds now, so it waits out of the line,'
+        " ahead of no one, until that quota changes; those behind it are called (lower its replicas,"
+        " or raise the quota)"
     )
     assert [(c.waiter.what, c.pods) for c in calls.call_next(state, now=13.0)] == [("replicaset ns/small", 1)]
     assert order(state) == [("replicaset ns/small", 1)]
@@ -423,7 +425,8 @@ def test_a_workload_whose_missing_pods_could_never_all_fit_waits_in_no_line_and_
     assert decision.message == (
         'queue "q" has 0 NVIDIA-H200 left (quota 2: 2 running); pod ns/squat-0 needs 1; replicaset ns/squat'
         " still wants 1000 pods, 1000 NVIDIA-H200 in all, more than the whole quota of its queue (or of a"
-        " queue above it) holds, so it waits in no line (lower its replicas, or raise the quota)"
+        " queue above it) holds, so it waits out of the line, ahead of no one, until that quota changes"
+        " (lower its replicas, or raise the quota)"
     )
     assert isinstance(create(state, controller_pod("web", 0), now=101.0), Denied)
     assert order(state) == [("replicaset ns/web", 1)]  # first in line: nothing ahead of it
@@ -443,6 +446,39 @@ def test_a_waiter_whose_missing_pods_the_quota_no_longer_holds_leaves_the_line_s
     assert order(state) == []
     assert calls.unfit_message(state, waiter) == (
         'replicaset ns/web left queue "q"\'s line: the 2 pods it still wants need 2 NVIDIA-H200, more than'
-        ' the whole quota of queue "q" (or of a queue above it) holds now, so waiting would be forever;'
-        " those behind it are called (raise the quota, or ask for less)"
+        ' the whole quota of queue "q" (or of a queue above it) holds now, so it waits out of the line,'
+        " ahead of no one, until that quota changes; those behind it are called (lower its replicas, or"
+        " raise the quota)"
     )
+
+
+def test_a_parked_workload_takes_its_place_again_when_its_quota_is_raised_and_is_called() -> None:
+    """Out of the line it holds up no one; the operator raising the quota is what it waits for."""
+    state = full_queue(rs("web", 3), rs("api", 1))
+    assert isinstance(create(state, controller_pod("web", 0), now=100.0), Denied)
+    assert isinstance(create(state, controller_pod("api", 0), now=101.0), Denied)
+    assert order(state) == [("replicaset ns/api", 1)]  # web (3 of a quota of 2) parked
+    relabelled = queue("q", f'{{"{H200}": 2, "{R4090}": 2}}')
+    relabelled["metadata"]["annotations"]["team"] = "a"
+    state.upsert_queue(queue_record(relabelled))
+    assert order(state) == [("replicaset ns/api", 1)]  # not its quota: still parked
+    state.upsert_queue(queue_record(queue("q", f'{{"{H200}": 6, "{R4090}": 2}}')))
+    assert order(state) == [("replicaset ns/web", 3), ("replicaset ns/api", 1)]  # its first refusal's place
+    assert [(c.waiter.what, c.pods) for c in calls.call_next(state, 102.0)] == [
+        ("replicaset ns/web", 3),
+        ("replicaset ns/api", 1),
+    ]
+
+
+def test_an_a_or_b_workload_is_whole_when_its_pods_spread_over_its_models() -> None:
+    """Each pod of an A|B Deployment gets its own model: 4 pods of 1 card are whole on 2 H200 and
+    2 H800 (none of the models holds all 4), so it waits in line."""
+    occupants = [
+        pod(f"o-{card}-{i}", card=card, node_name="h200", phase="Running")
+        for card in (H200, H800)
+        for i in range(2)
+    ]
+    state = cluster(*NODES, node("h800", H800), queue("q", f'{{"{H200}": 2, "{H800}": 2}}'), *occupants)
+    ingest.upsert(state, rs("flex", 4, card=f"{H200}|{H800}"))
+    assert isinstance(create(state, controller_pod("flex", 0, card=f"{H200}|{H800}"), now=100.0), Denied)
+    assert order(state) == [("replicaset ns/flex", 4)]

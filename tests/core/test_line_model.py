@@ -34,6 +34,7 @@ ACTIONS = st.one_of(
 UNIT = 1000  # a card in the webhook's units
 # What the test expects of a create, and the reason the webhook gives when it admits one.
 CALLED, FITS, GATED, JOINS, REFUSED = "called", "fits", "gated", "joins the line", "refused"
+PARKED = "keeps its place out of the line"  # what it still wants could never all fit the quota
 REASONS = {CALLED: "admitted under its workload's scale-up", FITS: "fits the queue's quota", GATED: "waits "}
 Place = tuple[int, float, str]
 
@@ -131,12 +132,18 @@ class Model:
                 (-self.priorities[name], since, f"uid-rs-{name}"),
             )
             for name, since in self.refused.items()
+            if not self.parked(name)
         ]
         for uid, since in self.gated.items():
             name = owner_of(self.live[uid])
             what = f"pod ns/{self.live[uid]['metadata']['name']}"
             out.append(Waiting(what, name, uid, self.sizes[name], 1, (-self.priorities[name], since, uid)))
         return sorted(out, key=lambda w: w.place)
+
+    def parked(self, name: str) -> bool:
+        """A refused ReplicaSet whose missing pods the whole quota could never hold: it keeps its
+        place out of the line, ahead of no one, while that lasts."""
+        return (self.replicas[name] - len(self.pods_of(name))) * self.sizes[name] > self.quota
 
     def waiting(self, waiter: Waiting) -> int:
         """Pods ``waiter`` still waits for: not those a call holds for it."""
@@ -167,7 +174,7 @@ class Model:
         if self.mode == "wait":
             return GATED
         missing = self.replicas[name] - len(self.pods_of(name))
-        return JOINS if missing * size <= self.quota else REFUSED  # the whole it waits for never fits
+        return JOINS if missing * size <= self.quota else PARKED  # the whole it waits for never fits
 
     def callable(self) -> list[tuple[Waiting, int]]:
         """Who a call must call, head first, and for how many pods: as many as fit after all that
@@ -200,9 +207,11 @@ class Model:
         decision = admission.validate(self.state, review, self.now)
         admission.admit(self.state, review, decision, self.now)
         if not isinstance(decision, Allowed):
-            assert expected in (JOINS, REFUSED), f"{name} refused, but by the test's count it {expected}"
-            assert (decision.join is not None) == (expected == JOINS), (expected, decision)
-            if expected == JOINS:
+            assert expected in (JOINS, PARKED, REFUSED), (
+                f"{name} refused, but by the test's count it {expected}"
+            )
+            assert (decision.join is not None) == (expected in (JOINS, PARKED)), (expected, decision)
+            if expected in (JOINS, PARKED):  # its place is its first refusal's, in or out of the line
                 self.refused.setdefault(name, float(self.now))
             return None
         assert expected in REASONS and decision.reason.startswith(REASONS[expected]), (expected, decision)

@@ -161,6 +161,12 @@ GATE = "enqueue.validate.cardquota.volcano.sh"
         ),
         pytest.param(podgroup("Pending", REQUEST), podgroup("Pending"), False, id="a pending group stripped"),
         pytest.param(
+            podgroup("Pending", REQUEST),
+            {**podgroup("Pending", REQUEST), "spec": {"queue": "other"}},
+            True,
+            id="a pending group moved",
+        ),
+        pytest.param(
             podgroup(
                 "Inqueue", {"volcano.sh/card.name": "NVIDIA-H200"}, minResources={"nvidia.com/gpu": "1"}
             ),
@@ -201,3 +207,25 @@ def test_an_in_place_resize_is_sent_only_with_the_cpu_memory_check_on(check: boo
     (validate,) = [h for h in validating["webhooks"] if h["name"] == "validate.cardquota.volcano.sh"]
     resized = [r for r in validate["rules"] if "pods/resize" in r["resources"]]
     assert (resized == [{**resized[0], "operations": ["UPDATE"]}]) if check else not resized
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        pytest.param({}, {"scheduling.k8s.io/group-name": "pg"}, True, id="its PodGroup named"),
+        pytest.param(
+            {"scheduling.k8s.io/group-name": "pg"},
+            {"scheduling.k8s.io/group-name": "pg2"},
+            True,
+            id="renamed",
+        ),
+        pytest.param({}, {"team": "a"}, False, id="another annotation"),
+    ],
+)
+def test_a_pod_update_naming_its_podgroup_is_sent(
+    old: dict[str, str], new: dict[str, str], expected: bool
+) -> None:
+    def pod(annotations: dict[str, str]) -> dict[str, Any]:
+        return {"metadata": {"name": "p", "annotations": annotations}, "spec": spec_with([])}
+
+    assert sent("gates.validate.cardquota.volcano.sh", pod(new), pod(old), operation="UPDATE") is expected

@@ -91,7 +91,8 @@ server run outside it (URL mode) with credentials of its own. */}}
 {{- end }}
 
 {{/* CEL: the update edits an annotation a pod's charge is read from (its card, its queue), or
-renames the PodGroup it had (SPEC §4b: a charge lives as long as its pod). */}}
+names or renames its PodGroup (SPEC §4b: a charge lives as long as its pod; the PodGroup named must
+be in the queue it is charged to). */}}
 {{- define "cqw.chargeEdited" -}}
 {{- $value := "(has(%s.metadata.annotations) && '%s' in %s.metadata.annotations ? %s.metadata.annotations['%s'] : '')" -}}
 {{- $edits := list -}}
@@ -99,7 +100,7 @@ renames the PodGroup it had (SPEC §4b: a charge lives as long as its pod). */}}
 {{- $edits = append $edits (printf "%s != %s" (printf $value "object" . "object" "object" .) (printf $value "oldObject" . "oldObject" "oldObject" .)) -}}
 {{- end -}}
 {{- $group := "scheduling.k8s.io/group-name" -}}
-{{- $edits = append $edits (printf "(%s != '' && %s != %s)" (printf $value "oldObject" $group "oldObject" "oldObject" $group) (printf $value "object" $group "object" "object" $group) (printf $value "oldObject" $group "oldObject" "oldObject" $group)) -}}
+{{- $edits = append $edits (printf "%s != %s" (printf $value "object" $group "object" "object" $group) (printf $value "oldObject" $group "oldObject" "oldObject" $group)) -}}
 {{- join " || " $edits -}}
 {{- end }}
 
@@ -119,6 +120,11 @@ card.request, card.name, queue or minResources (SPEC §4b). */}}
 {{- $edits = append $edits (printf "%s != %s" (printf $value "object" . "object" "object" .) (printf $value "oldObject" . "oldObject" "oldObject" .)) -}}
 {{- end -}}
 {{- printf "(%s) && (%s)" $in (join " || " $edits) -}}
+{{- end }}
+
+{{/* A PodGroup UPDATE that moves it to another queue, in any phase (its pods' charges would move). */}}
+{{- define "cqw.queueMoved" -}}
+(has(object.spec.queue) ? object.spec.queue : '') != (has(oldObject.spec.queue) ? oldObject.spec.queue : '')
 {{- end }}
 
 {{/* A PodGroup with card demand: the PodGroup mutation gives every card PodGroup these. */}}

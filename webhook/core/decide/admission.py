@@ -114,8 +114,8 @@ def admit(state: ClusterState, request: Request, decision: Decision, now: float)
     if isinstance(decision, Denied):
         for key in decision.release:
             state.ledger.settle(key)
-        if decision.join is not None:
-            state.waiting.wait(decision.join.uid, now, decision.join.priority, decision.join.group)
+        if (join := decision.join) is not None:
+            state.waiting.wait(join.uid, now, join.priority, join.group)
         if decision.podgroup:
             state.refusals[decision.podgroup] = decision.message  # told on the PodGroup and its job
         return

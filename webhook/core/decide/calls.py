@@ -49,16 +49,19 @@ class Mark:
 def unfit(state: ClusterState) -> tuple[Waiter, ...]:
     """The waiters whose missing pods the whole quota of their queue (or of an ancestor) can never
     hold, its quota cut below them, or their queue gone: they leave the line (waiting would be
-    forever, and everyone behind them on those cards with them)."""
+    forever, and everyone behind them on those cards with them). A refused workload so keeps its
+    place out of the line, ahead of no one, until its queue's quota changes (``Waiting.rewait``
+    parks it the moment it happens); each is answered once, for its Event."""
     out = [
         waiter
         for waiter in state.line
         if waiter.queue not in state.tree.queues
-        or not decisions.ever_fits(state, waiter.queue, waiter.spec, waiter.per_pod * _wanted(state, waiter))
+        or not decisions.ever_fits(state, waiter.queue, waiter.spec, waiter.per_pod)
+        or not decisions.ever_holds(state, waiter.queue, waiter.spec, waiter.per_pod, _wanted(state, waiter))
     ]
     for waiter in out:
         state.waiting.unfit(waiter)
-    return tuple(out)
+    return (*out, *state.waiting.take_parked())
 
 
 def _wanted(state: ClusterState, waiter: Waiter) -> int:
@@ -76,6 +79,12 @@ def unfit_message(state: ClusterState, waiter: Waiter) -> str:
         why = (
             f"{one} need{'s' if wanted == 1 else ''} {amount(waiter.per_pod * wanted)} {waiter.spec.text},"
             f' more than the whole quota of queue "{waiter.queue}" (or of a queue above it) holds now'
+        )
+    if state.waiting.parked_place(waiter.key) is not None:
+        return (
+            f'{waiter.what} left queue "{waiter.queue}"\'s line: {why}, so it waits out of the line, ahead'
+            " of no one, until that quota changes; those behind it are called (lower its replicas, or"
+            " raise the quota)"
         )
     return (
         f'{waiter.what} left queue "{waiter.queue}"\'s line: {why}, so waiting would be forever;'
@@ -153,7 +162,8 @@ def _hold(state: ClusterState, waiter: Waiter, pods: int, now: float) -> None:
 
 def marks(state: ClusterState) -> tuple[Mark, ...]:
     """The waiting marks to write so the cluster says what the line holds: each waiting workload
-    carries its place (so a new leader rebuilds the line), and none that left it keeps one."""
+    carries its place (so a new leader rebuilds the line), a parked one too, and none that left it
+    keeps one."""
     out: list[Mark] = []
     for uid in state.waiting.marked():
         workload = state.workloads.by_uid.get(uid)
@@ -161,6 +171,8 @@ def marks(state: ClusterState) -> tuple[Mark, ...]:
         if workload is None:
             continue
         text = mark_text(waiter.since, waiter.priority) if waiter is not None and not waiter.pod else None
+        if waiter is None and (parked := state.waiting.parked_place(uid)) is not None:
+            text = mark_text(*parked)  # out of the line, it keeps its place (a new leader reads it)
         written = mark_text(*workload.waiting) if workload.waiting is not None else None
         if text != written:
             out.append(Mark(workload.kind, workload.namespace, workload.name, text))

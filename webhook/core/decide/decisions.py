@@ -200,6 +200,7 @@ def _refused(
     elif waits == "never":
         owner = state.workloads.by_uid[pod.owner.uid]  # type: ignore[union-attr]
         message += messages.never_whole(f"{owner.kind.lower()} {owner.key}", _missing(state, owner), demand)
+        join = Join(owner.uid, -place[0])  # registered with its place, which it keeps out of the line
     return Denied(message, queue=queue, card=demand.spec.text, release=release, join=join, cause=cause)
 
 
@@ -257,7 +258,7 @@ def _charge_edit(state: ClusterState, old: PodRecord, new: PodRecord) -> Decisio
     one) is refused: its charge could drop or move while it keeps its cards."""
     edited = charge_edits(old, new)
     if not edited:
-        return Allowed("no annotation the count reads is edited")
+        return _grouped(state, old, new)
     if old.phase in objects.TERMINAL_PHASES:
         return Allowed("the pod has finished: it is charged nothing")
     demand = state.demand_of(old)
@@ -279,6 +280,29 @@ def _charge_edit(state: ClusterState, old: PodRecord, new: PodRecord) -> Decisio
         messages.charge_fixed(f"pod {old.namespace}/{old.name}", edited, held),
         queue=charge.queue if charge is not None else queue,
         card=(charge.card or charge.spec.text) if charge is not None else "",
+    )
+
+
+def _grouped(state: ClusterState, old: PodRecord, new: PodRecord) -> Decision:
+    """A pod given the name of its PodGroup (Volcano's PodGroup controller names it once, after the
+    pod): Volcano runs it in that group's queue from then on, so the group must be in the queue the
+    pod is charged to; one the cache does not hold yet passes (a group created later elsewhere is
+    refused at its create)."""
+    name = new.template.annotations.get(keys.GROUP_NAME)
+    if not name or old.template.annotations.get(keys.GROUP_NAME) or old.phase in objects.TERMINAL_PHASES:
+        return Allowed("no annotation the count reads is edited")
+    group = state.podgroups.get(f"{new.namespace}/{name}")
+    charge = state.charged.charge(old.uid)
+    if group is None or charge is None or (group.queue or keys.DEFAULT_QUEUE) == charge.queue:
+        return Allowed("its PodGroup is in the queue it is charged to")
+    card, its = charge.card or charge.spec.text, group.queue or keys.DEFAULT_QUEUE
+    return Denied(
+        f"pod {old.namespace}/{old.name} is charged {amount(charge.count)} {card}"
+        f' to queue "{charge.queue}", but podgroup {group.key} is in queue "{its}":'
+        " naming it would move the pod's charge to a queue that never admitted it; name a PodGroup of"
+        f' queue "{charge.queue}", or create the pod anew',
+        queue=charge.queue,
+        card=card,
     )
 
 
@@ -311,7 +335,7 @@ def _waits(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand) -
     owner = state.workloads.by_uid.get(pod.owner.uid) if pod.owner is not None else None
     if owner is None or owner.kind not in line.CALLED_KINDS:
         return ""
-    return "deny" if ever_fits(state, queue, demand.spec, demand.count * _missing(state, owner)) else "never"
+    return "deny" if ever_holds(state, queue, demand.spec, demand.count, _missing(state, owner)) else "never"
 
 
 def _missing(state: ClusterState, workload: WorkloadRecord) -> int:
@@ -350,6 +374,14 @@ def _may_wait(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand
     if owner is None or (owner.kind, owner.api_version.split("/")[0]) not in GATED_OWNERS:
         return False
     return ever_fits(state, queue, demand.spec, demand.count)
+
+
+def ever_holds(state: ClusterState, queue: str, spec: CardSpec, per_pod: int, pods: int) -> bool:
+    """Whether ``pods`` pods of ``per_pod`` units of ``spec`` could all fit the whole quota of
+    ``queue`` and of every ancestor that limits its cards at once: each pod whole on one of its
+    cards, the pods of an ``A|B`` spec spread over its models (a workload's pods are assigned one by
+    one). False: the line would hold them forever, ahead of everyone behind."""
+    return state.tree.ever_holds(queue, spec.cards, per_pod, pods)
 
 
 def ever_fits(state: ClusterState, queue: str, spec: CardSpec, count: int) -> bool:

@@ -19,6 +19,7 @@ from webhook.core.index import line
 from webhook.core.index.groups import ENQUEUED_WITH, enqueue_key
 from webhook.core.index.reservations import RESERVING_PHASES, asks_more
 from webhook.core.index.state import ClusterState
+from webhook.core.index.tally import Charge
 from webhook.core.index.usage import queue_usage
 from webhook.core.model import keys
 from webhook.core.model.cards import CardSpec, amount
@@ -35,6 +36,10 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
     old = podgroup_record(request.old_obj) if request.old_obj else None
     if not group.namespace or group.namespace == "default":
         group = replace(group, namespace=request.namespace or group.namespace)
+    if old is not None and (old.queue or keys.DEFAULT_QUEUE) != (group.queue or keys.DEFAULT_QUEUE):
+        moved = _charged_elsewhere(state, group, group.queue or keys.DEFAULT_QUEUE)
+        if moved:
+            return _moves_charge(state, group, moved, "cannot move to")
     if old is not None and old.phase in RESERVING_PHASES:
         return _edit(state, old, group)
     if group.phase not in RESERVING_PHASES:
@@ -146,6 +151,9 @@ def decide_create(state: ClusterState, request: Request) -> Decision:
         return Denied(
             messages.closed_to(queue, group.namespace, why, describe(group), needs), queue=queue, card=card
         )
+    moved = _charged_elsewhere(state, group, queue)
+    if moved:
+        return _moves_charge(state, group, moved, "is created in")
     if group.phase == "Pending":
         return Allowed("a PodGroup created Pending reserves nothing until it is enqueued")
     return Denied(
@@ -154,6 +162,29 @@ def decide_create(state: ClusterState, request: Request) -> Decision:
         " it, through the card quota's enqueue gate; create it without status.phase",
         queue=queue,
         card=next(iter(asked)).text if asked else "",
+    )
+
+
+def _charged_elsewhere(state: ClusterState, group: PodGroupRecord, queue: str) -> tuple[str, Charge] | None:
+    """A live pod that already names ``group`` and is charged to another queue than ``queue``: the
+    group's create would move its charge where no check admitted it (its pods run in its queue)."""
+    for uid in sorted(state.charged.in_group(group.key)):
+        charge = state.charged.charge(uid)
+        if charge is not None and charge.queue != queue:
+            return uid, charge
+    return None
+
+
+def _moves_charge(state: ClusterState, group: PodGroupRecord, moved: tuple[str, Charge], how: str) -> Denied:
+    uid, charge = moved
+    pod, queue = state.pods[uid], group.queue or keys.DEFAULT_QUEUE
+    return Denied(
+        f'{describe(group)} {how} queue "{queue}", but its pod {pod.namespace}/{pod.name} is charged'
+        f' {amount(charge.count)} {charge.spec.text} to queue "{charge.queue}", which admitted it: Volcano'
+        f" would run it in the PodGroup's queue, which never did; keep the PodGroup in queue"
+        f' "{charge.queue}", or create its pods anew',
+        queue=queue,
+        card=charge.spec.text,
     )
 
 

@@ -155,12 +155,13 @@ def closed_to(queue: str, namespace: str, why: str, what: str, needs: str) -> st
 
 
 def never_whole(what: str, missing: int, demand: PodDemand) -> str:
-    """Why a refused controller's pod's controller waits in no line: what it still wants could never
-    all fit the queue's whole quota (or an ancestor's), so its place would hold up everyone behind."""
+    """Why a refused controller's pod's controller waits out of the line: what it still wants could
+    never all fit the queue's whole quota (or an ancestor's), so its place would hold up everyone
+    behind; it keeps that place and takes it again when the quota changes."""
     return (
         f"; {what} still wants {missing} pods, {amount(missing * demand.count)} {demand.spec.text} in all,"
-        " more than the whole quota of its queue (or of a queue above it) holds, so it waits in no line"
-        " (lower its replicas, or raise the quota)"
+        " more than the whole quota of its queue (or of a queue above it) holds, so it waits out of the"
+        " line, ahead of no one, until that quota changes (lower its replicas, or raise the quota)"
     )
 
 

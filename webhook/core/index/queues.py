@@ -40,6 +40,19 @@ class QueueTree:
         self.descendants: dict[str, frozenset[str]] = {}  # a queue with children -> it and all below
         self.subtree: dict[str, Tally] = {}  # a queue with children -> its whole subtree's tally
 
+    def ever_holds(self, queue: str, cards: tuple[CardName, ...], per_pod: int, pods: int) -> bool:
+        """Whether ``pods`` pods of ``per_pod`` units, each whole on one of ``cards`` (the pods
+        spread over them), could all fit at once the whole quota of ``queue`` and of every ancestor
+        that limits those cards; a queue the tree does not know holds nothing."""
+        if queue not in self.queues:
+            return False
+        for name in (queue, *self.ancestors.get(queue, ())):
+            quota = self.queues[name].quota or {}
+            limits = name == queue or all(card in quota for card in cards)
+            if limits and sum(quota.get(card, 0) // per_pod for card in cards) < pods:
+                return False
+        return True
+
     def upsert(self, record: QueueRecord) -> None:
         text = record.annotations.get(keys.CARD_QUOTA)
         quota, error = None, ""

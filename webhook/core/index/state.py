@@ -103,8 +103,16 @@ class ClusterState:
 
     # ---- the queue tree (``queues``) ----------------------------------------------------
     def upsert_queue(self, record: QueueRecord) -> None:
+        old = self.tree.queues.get(record.name)
         self.tree.upsert(record)
         self._recharge(self.waiting.unfit_in(record.name))  # its quota may hold them now: judged again
+        quota = record.annotations.get(keys.CARD_QUOTA)
+        if (
+            old is None
+            or old.record.annotations.get(keys.CARD_QUOTA) != quota
+            or old.record.parent != record.parent
+        ):
+            self.waiting.requota()  # workloads out of the line, or in it, judged again
 
     def delete_queue(self, name: str) -> None:
         self.tree.delete(name)

@@ -49,6 +49,10 @@ class Waiting:
         self._refused = Refused()  # deny mode: who was refused, since when, at what priority
         self._group_keys: dict[str, str] = {}  # PodGroup uid -> key, for those refused at enqueue
         self._unfit: dict[str, str] = {}  # gated pod uid -> its queue, whose quota can never hold it
+        # Refused workload uid -> its queue, whose quota could never hold all it still wants: it
+        # keeps its place but stands out of the line (ahead of no one) until that changes.
+        self._parked: dict[str, str] = {}
+        self._newly_parked: dict[str, Waiter] = {}  # parked since the caller last asked (an Event)
         # Owner uid -> (name, expiry) of the last pod a mutation put under our gate: until the cache
         # sees it, a second create of the same workload must not be gated as well.
         self._gating: dict[str, tuple[str, float]] = {}
@@ -59,7 +63,8 @@ class Waiting:
     def wait(self, uid: str, since: float, priority: int, group: str = "") -> None:
         """The workload ``uid``, whose controller was just refused a pod, or the PodGroup ``uid``
         (key ``group``) refused at enqueue, takes its place in its queue's line; one already there
-        keeps its place (its first refusal, its highest priority)."""
+        keeps its place (its first refusal, its highest priority). A workload whose missing pods
+        its queue could never all hold keeps that place out of the line (``rewait``)."""
         if group:
             self._group_keys[uid] = group
         self._refused.refuse(uid, since, priority)
@@ -87,6 +92,22 @@ class Waiting:
         if waiter is not None and len(self._left) < LEFT_BOUND:
             self._left[key] = waiter
         return waiter
+
+    def requota(self) -> None:
+        """A queue's quota changed: every refused workload is judged again, in the line or out of it
+        (``rewait``)."""
+        for uid in list(self._refused.all()):
+            if uid not in self._group_keys:
+                self.rewait(uid)
+
+    def take_parked(self) -> list[Waiter]:
+        """The workloads that went out of the line since the last call, still out of it."""
+        parked, self._newly_parked = self._newly_parked, {}
+        return [waiter for uid, waiter in parked.items() if uid in self._parked]
+
+    def parked_place(self, uid: str) -> tuple[float, int] | None:
+        """A parked workload's place, ``(since, priority)``; None for one that is not parked."""
+        return self._refused.place(uid) if uid in self._parked else None
 
     def unfit_in(self, queue: str) -> list[str]:
         """The gated pods that left ``queue``'s line as never fitting (its quota changed)."""
@@ -165,6 +186,7 @@ class Waiting:
     def gone(self, uid: str) -> None:
         """The workload or PodGroup ``uid`` is deleted."""
         self._refused.forget(uid)
+        self._parked.pop(uid, None)
         self._group_keys.pop(uid, None)
         self.line.remove(uid)
         self._left.pop(uid, None)
@@ -192,6 +214,16 @@ class Waiting:
         if waiter is None:
             self._refused.served(uid)
             self._group_keys.pop(uid, None)
+            self._parked.pop(uid, None)
             self._leave(uid)
+        elif not waiter.group and not self._tree.ever_holds(
+            waiter.queue, waiter.spec.cards, waiter.per_pod, waiter.pods
+        ):
+            if uid not in self._parked and len(self._newly_parked) < LEFT_BOUND:
+                self._newly_parked[uid] = waiter
+            self._parked[uid] = waiter.queue  # all it still wants could never fit: ahead of no one
+            self.line.remove(uid)
+
         else:
+            self._parked.pop(uid, None)
             self.line.put(waiter)
