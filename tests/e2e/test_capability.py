@@ -121,3 +121,54 @@ def test_volcano_pods_and_scale_ups_past_the_queue_capability_are_refused(
         )
     finally:
         control_plane.kubectl("delete", "queue", queue, check=False)
+
+
+def test_an_in_place_resize_or_a_pod_level_request_past_the_capability_is_refused(
+    control_plane: ControlPlane, checked_namespace: str
+) -> None:
+    """Two writes the check once missed: ``pods/resize`` (in-place resize, GA in Kubernetes 1.35)
+    and a pod whose containers ask nothing but whose pod-level ``spec.resources`` (KEP-2837) does;
+    each with its twin inside the capability."""
+    namespace, queue = checked_namespace, f"qr-{checked_namespace}"
+    capacity = card_queue(queue, {H200: 4})
+    capacity["spec"]["capability"] = {"cpu": "2", "memory": "4Gi"}
+    control_plane.apply(capacity)
+    try:
+
+        def create(obj: dict[str, Any]) -> Any:
+            return control_plane.kubectl(
+                "create", "-n", namespace, "-f", "-", stdin=json.dumps(obj), check=False
+            )
+
+        assert create(cpu_pod("small", queue, "500m")).returncode == 0
+
+        def resize(cpu: str) -> Any:
+            patch = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}}
+            return control_plane.kubectl(
+                "patch",
+                "-n",
+                namespace,
+                "pod/small",
+                "--subresource=resize",
+                "-p",
+                json.dumps(patch),
+                check=False,
+            )
+
+        refused = resize("3")
+        assert refused.returncode != 0, refused.stdout
+        assert f"resize of pod {namespace}/small from 500m to 3 cpu needs 2.5 cpu more" in refused.stderr, (
+            refused.stderr
+        )
+        assert resize("1").returncode == 0  # its twin: inside the capability
+        pod_level = cpu_pod("pod-level", queue, "0")
+        del pod_level["spec"]["containers"][0]["resources"]
+        pod_level["spec"]["resources"] = {"requests": {"cpu": "2", "memory": "256Mi"}}
+        refused = create(pod_level)
+        assert refused.returncode != 0 and f"pod {namespace}/pod-level needs 2 cpu" in refused.stderr, (
+            refused.stderr
+        )
+        pod_level["spec"]["resources"]["requests"]["cpu"] = "500m"  # its twin
+        assert create(pod_level).returncode == 0, "a pod-level request inside the capability"
+    finally:
+        control_plane.kubectl("delete", "queue", queue, check=False)
