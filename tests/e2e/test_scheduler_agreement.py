@@ -918,3 +918,26 @@ def test_a_forged_place_in_the_line_is_refused_and_the_queue_serves_its_own(tena
     t.plane.apply(app("victim", 1, H200, t), namespace=t.ns)  # the twin: the queue's own pod
     t.wait_settled(1)
     t.check_agreement()
+
+
+def test_a_queue_closed_to_a_namespace_refuses_its_pods_and_serves_its_own(tenant: Tenant) -> None:
+    """A Queue's cardquota.volcano.sh/namespaces keeps other teams from charging, blocking or
+    squatting it (decisions.md §31); its own namespace's Deployment runs."""
+    t = tenant
+    t.set_quota({H200: 2})
+    closed = card_queue(t.queue, {H200: 2})
+    closed["metadata"]["annotations"]["cardquota.volcano.sh/namespaces"] = (
+        f"kubernetes.io/metadata.name in ({t.ns})"
+    )
+    t.plane.kubectl("apply", "-f", "-", stdin=json.dumps(closed))
+    other = Tenant(t.plane)
+    try:
+        squat = app("squat", 1, H200, t)  # names t's queue from another namespace
+        done = other.plane.kubectl("create", "-n", other.ns, "-f", "-", stdin=json.dumps(squat), check=False)
+        assert done.returncode != 0, done.stdout
+        assert f'queue "{t.queue}" may not be used from namespace {other.ns}' in done.stderr, done.stderr
+        t.plane.apply(app("own", 2, H200, t), namespace=t.ns)  # its twin
+        t.wait_settled(2)
+        t.check_agreement()
+    finally:
+        other.delete()
