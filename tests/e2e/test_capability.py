@@ -2,8 +2,10 @@
 real API server refuses Volcano pods and scale-ups past their queue's ``spec.capability``."""
 
 import json
+import subprocess
 import uuid
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +83,11 @@ def cpu_pod(name: str, queue: str, cpu: str, scheduler: str = "volcano") -> dict
     }
 
 
+def created(plane: ControlPlane, namespace: str, obj: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """``kubectl create`` of ``obj`` in ``namespace``, whatever it answers."""
+    return plane.kubectl("create", "-n", namespace, "-f", "-", stdin=json.dumps(obj), check=False)
+
+
 def test_volcano_pods_and_scale_ups_past_the_queue_capability_are_refused(
     control_plane: ControlPlane, checked_namespace: str
 ) -> None:
@@ -89,12 +96,7 @@ def test_volcano_pods_and_scale_ups_past_the_queue_capability_are_refused(
     capacity["spec"]["capability"] = {"cpu": "2", "memory": "4Gi"}
     control_plane.apply(capacity)
     try:
-
-        def create(obj: dict[str, Any]) -> Any:
-            return control_plane.kubectl(
-                "create", "-n", namespace, "-f", "-", stdin=json.dumps(obj), check=False
-            )
-
+        create = partial(created, control_plane, namespace)
         assert create(cpu_pod("a", queue, "1")).returncode == 0
         refused = create(cpu_pod("b", queue, "1500m"))
         assert refused.returncode != 0
@@ -134,12 +136,7 @@ def test_an_in_place_resize_or_a_pod_level_request_past_the_capability_is_refuse
     capacity["spec"]["capability"] = {"cpu": "2", "memory": "4Gi"}
     control_plane.apply(capacity)
     try:
-
-        def create(obj: dict[str, Any]) -> Any:
-            return control_plane.kubectl(
-                "create", "-n", namespace, "-f", "-", stdin=json.dumps(obj), check=False
-            )
-
+        create = partial(created, control_plane, namespace)
         assert create(cpu_pod("small", queue, "500m")).returncode == 0
 
         def resize(cpu: str) -> Any:

@@ -437,6 +437,16 @@ def as_webhook(plane: ControlPlane, *args: str, stdin: str | None = None) -> sub
     )
 
 
+def answered(what: str, done: subprocess.CompletedProcess[str], refused: str) -> None:
+    """A write went through (``refused`` empty), or was refused by one of the chart's policies
+    saying ``refused``."""
+    if refused:
+        assert done.returncode != 0, f"{what}: {done.stdout}"
+        assert "ValidatingAdmissionPolicy" in done.stderr and refused in done.stderr, done.stderr
+    else:
+        assert done.returncode == 0, f"{what}: {done.stderr}"
+
+
 GATES_BUT_OURS = '[{"op":"remove","path":"/spec/schedulingGates/1"}]'
 OWN_WRITES = [
     # (what, kubectl args, refused with, or "" when allowed)
@@ -480,12 +490,7 @@ def test_the_charts_policy_lets_the_webhooks_account_write_only_what_it_argues_f
 ) -> None:
     """The chart's ValidatingAdmissionPolicy confines the account's writes, which its RBAC grants on
     whole resources: each write it needs goes through, each other one is refused, saying why."""
-    done = as_webhook(own_writes, *args, "-n", OWN)
-    if refused:
-        assert done.returncode != 0, f"{what}: {done.stdout}"
-        assert "ValidatingAdmissionPolicy" in done.stderr and refused in done.stderr, done.stderr
-    else:
-        assert done.returncode == 0, f"{what}: {done.stderr}"
+    answered(what, as_webhook(own_writes, *args, "-n", OWN), refused)
 
 
 def test_the_charts_policy_lets_the_webhooks_account_evict_no_pod_in_an_excluded_namespace(
@@ -540,12 +545,7 @@ def test_the_charts_policy_keeps_the_webhooks_marks_from_everyone_else(
 ) -> None:
     """The line's and reclaim's marks decide who is called and who is held back: a tenant who could
     set them would head any queue's line (decisions.md §29)."""
-    done = as_tenant(own_writes, *args)
-    if refused:
-        assert done.returncode != 0, f"{what}: {done.stdout}"
-        assert "ValidatingAdmissionPolicy" in done.stderr and refused in done.stderr, done.stderr
-    else:
-        assert done.returncode == 0, f"{what}: {done.stderr}"
+    answered(what, as_tenant(own_writes, *args), refused)
 
 
 def test_a_mark_the_webhook_wrote_cannot_be_removed_or_changed_by_anyone_else(
