@@ -161,8 +161,11 @@ def test_a_claim_by_name_whose_model_no_class_or_selector_fixes_is_refused() -> 
 
 
 # ---- the allocation checked (ResourceClaim status UPDATE) ---------------------------------------
-def allocation_write(claim: dict[str, Any], pod_uid: str, *results: tuple[str, str, str]) -> Any:
-    """The scheduler's write of ``claim``'s status: devices (driver, pool, device) for pod_uid."""
+def allocation_write(
+    claim: dict[str, Any], pod_uid: str, *results: tuple[str, str, str], also_for: tuple[str, ...] = ()
+) -> Any:
+    """The scheduler's write of ``claim``'s status: devices (driver, pool, device) for pod_uid (and
+    the pods of uids ``also_for``, as for a claim several pods share)."""
     new = {
         **claim,
         "status": {
@@ -173,7 +176,7 @@ def allocation_write(claim: dict[str, Any], pod_uid: str, *results: tuple[str, s
                     ]
                 }
             },
-            "reservedFor": [{"resource": "pods", "name": "p", "uid": pod_uid}],
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": uid} for uid in (pod_uid, *also_for)],
         },
     }
     return request(
@@ -224,9 +227,12 @@ def test_an_allocation_of_more_devices_than_charged_is_refused(made: tuple[Any, 
     )
 
 
-def test_an_allocation_to_a_pod_charged_nothing_and_of_an_unseen_device_is_refused(
+def test_an_allocation_to_a_pod_the_cache_has_not_seen_passes_and_of_an_unseen_device_is_refused(
     made: tuple[Any, dict[str, Any]],
 ) -> None:
+    """A pod the cache has not seen yet (admitted, still in flight: what it holds is in the ledger,
+    not per pod) does not stop the allocation; a device no ResourceSlice the cache has seen publishes
+    does (the scheduler tries again once it is seen); another driver's device is not a GPU of ours."""
     state, claim = made
     stranger = admission.validate(state, allocation_write(claim, "uid-ns-nobody", (NV, "dra", "gpu-0")), 0.0)
     assert stranger == Allowed("reserved for no pod the cache knows")
@@ -239,6 +245,22 @@ def test_an_allocation_to_a_pod_charged_nothing_and_of_an_unseen_device_is_refus
         state, allocation_write(claim, "uid-ns-p", ("nic.example.com", "n", "eth0")), 0.0
     )
     assert other_driver == Allowed("it gives no GPU of ours")
+
+
+def test_an_allocation_to_a_pod_not_seen_yet_and_one_charged_nothing_is_refused(
+    made: tuple[Any, dict[str, Any]],
+) -> None:
+    """The case that is refused beside the one above: a pod in flight among the pods the claim is
+    reserved for lets nothing through; the pods the cache knows must have been charged what the
+    allocation gives, and a pod charged no GPU was not."""
+    state, claim = made
+    ingest.upsert(state, pod("cpu", None, None))
+    write = allocation_write(claim, "uid-ns-nobody", (NV, "dra", "gpu-0"), also_for=("uid-ns-cpu",))
+    decision = admission.validate(state, write, 0.0)
+    assert (
+        isinstance(decision, Denied)
+        and "gives 1 NVIDIA-H200 to pod ns/cpu, which was charged for no GPU" in decision.message
+    ), decision
 
 
 def test_an_allocation_to_a_pod_charged_for_no_gpu_is_refused(made: tuple[Any, dict[str, Any]]) -> None:

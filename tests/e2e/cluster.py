@@ -39,10 +39,22 @@ CHART = ROOT / "charts" / "card-quota-webhook"
 RELEASE = "card-quota"
 IDENTITY_TEMPLATES = ("templates/serviceaccount.yaml", "templates/rbac.yaml", "templates/policy.yaml")
 TOKEN_DURATION = "8760h"  # outlives any test session and a long-lived `make cluster`
-# How the API server words an RBAC refusal ("... is forbidden: User "system:serviceaccount:..."
-# cannot patch resource "podgroups" in API group ..."); a write to a terminating namespace is
-# also a 403, but worded otherwise.
-RBAC_REFUSAL = re.compile(r"cannot [a-z]+ resource")
+# How the API server words its refusal of one of the webhook's own writes, as the webhook logs it (the
+# API server's Status body inside the ``error`` of a JSON line, its quotes escaped once or twice):
+# RBAC's ("... is forbidden: User "system:serviceaccount:..." cannot patch resource "podgroups" in
+# API group ..."); a ValidatingAdmissionPolicy's, such as the chart's own-writes policy
+# (``ValidatingAdmissionPolicy '<policy>' with binding '<binding>' denied request: <message>``, or
+# without the binding, in k8s.io/apiserver's validating policy dispatcher); and an admission webhook's,
+# ours refusing the webhook's own edit of a pod included (``admission webhook "<name>" denied the
+# request: <message>``, or ``... denied the request without explanation``, in its ToStatusErr). A
+# write to a terminating namespace is also a 403, but worded otherwise.
+REFUSALS = {
+    "RBAC": re.compile(r"cannot [a-z]+ resource"),
+    "an admission policy": re.compile(
+        r"ValidatingAdmissionPolicy '[^']*'(?: with binding '[^']*')? denied request"
+    ),
+    "an admission webhook": re.compile(r"admission webhook \S+ denied the request"),
+}
 CONTROLLERS = (
     "deployment-controller,replicaset-controller,job-controller,horizontal-pod-autoscaler-controller,"
     "garbage-collector-controller,namespace-controller,disruption-controller,"  # PDB status: evictions
@@ -471,10 +483,12 @@ class ControlPlane:
         self.restarts.append((down, time.time()))
 
     def assert_no_rbac_refusal(self, log: str) -> None:
-        """Fail when a webhook's ``log`` shows the API server refusing it a right (it runs as the
-        chart's ServiceAccount): the webhook logs such a write and goes on, so nothing else would
-        fail. Refusals while the API server was starting again (``restarts``, and a second after
-        it was ready) are the API server's, not the chart's."""
+        """Fail when a webhook's ``log`` shows the API server refusing one of its own writes
+        (``REFUSALS``): a right its RBAC lacks (it runs as the chart's ServiceAccount), a write the
+        chart's ValidatingAdmissionPolicy (or any other) denies, or one an admission webhook denies.
+        The webhook logs such a write and goes on, so nothing else would fail. Refusals while the API
+        server was starting again (``restarts``, and a second after it was ready) are the API
+        server's, not the chart's."""
 
         def starting(line: str) -> bool:
             try:
@@ -484,8 +498,13 @@ class ControlPlane:
                 return False
             return any(down <= at <= ready + 1.0 for down, ready in self.restarts)
 
-        refused = [line for line in log.splitlines() if RBAC_REFUSAL.search(line) and not starting(line)]
-        assert not refused, "the chart's RBAC refused the webhook:\n" + "\n".join(refused[:5])
+        refused = [
+            f"{by}: {line}"
+            for line in log.splitlines()
+            for by, words in REFUSALS.items()
+            if words.search(line) and not starting(line)
+        ]
+        assert not refused, "the API server refused a write of the webhook:\n" + "\n".join(refused[:5])
 
     def reap_queues(self, namespace: str, queues: list[str]) -> None:
         """Delete ``queues`` (in that order) once ``namespace`` is gone, in the background: the real

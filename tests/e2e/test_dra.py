@@ -779,7 +779,8 @@ def test_a_claim_larger_than_its_pod_was_admitted_with_is_refused(t: DraTenant) 
     creation (kube-controller-manager stopped meanwhile): the claim made from the new template, as
     the resource claim controller makes it, is refused at its create; whatever the controller makes
     once it runs again (from its own copy of the template, old or new), the pod never holds a claim
-    larger than it was admitted with."""
+    larger than it was admitted with; and once the template asks what the pod was admitted with
+    again, its claim is made (a check that passed with no claim at all would prove nothing)."""
     t.set_quota({H200: 2})
     t.template("grow", exactly("gpu", "h200.nvidia.com", 1))
     manager = t.plane.procs["kube-controller-manager"]
@@ -822,6 +823,13 @@ def test_a_claim_larger_than_its_pod_was_admitted_with_is_refused(t: DraTenant) 
         lambda: max(asked(), default=0) <= 1,
         seconds=5,
     )
+    # The controller may have made none yet: each try from its copy of the new template is refused,
+    # and it tries again with a growing backoff (about 5 s apart by now, then 10, 20). The template as
+    # the pod was admitted with it: the claim it makes then passes, and is the pod's only one.
+    t.plane.kubectl("delete", "resourceclaimtemplate", "grow", "-n", t.ns)
+    t.template("grow", exactly("gpu", "h200.nvidia.com", 1))
+    made_claims = wait_for("the pod's claim made, of 1 H200", lambda: asked() or None, timeout=60)
+    assert made_claims == [1], made_claims
 
 
 def test_a_running_pods_charge_cannot_be_edited_away(t: DraTenant) -> None:
