@@ -253,7 +253,8 @@ class Table:
         nothing."""
         p = self.pods[uid]
         count = p.own + (p.claim_units if p.claim and self.payers.get(p.claim) == uid else 0)
-        return (p.queue, p.card, count, p.spec, f"ns/{p.group}" if p.group else "") if count else None
+        queue = "a" if p.group == GROUP else p.queue  # Volcano runs it in its PodGroup's queue (§30)
+        return (queue, p.card, count, p.spec, f"ns/{p.group}" if p.group else "") if count else None
 
     def used(self, q: str, card: str) -> int:
         """The queue's usage of ``card``: its pods' charges, and what PodGroup g reserves beyond the
@@ -625,9 +626,11 @@ def test_admissions_and_charges_follow_the_pods_as_first_admitted(steps: list[An
             assert now == table.charge(p.uid), ("charge", p.uid, now, table.charge(p.uid), where)
             before = charged.get(p.uid)
             if before is not None:  # never drops or moves while the pod lives; a PodGroup only named
+                named = now is not None and now[4] != before[4] and not before[4]  # into its queue (§30)
                 assert (
                     now is not None
-                    and (now[0], now[1], now[3]) == (before[0], before[1], before[3])
+                    and (now[0] == before[0] or named)
+                    and (now[1], now[3]) == (before[1], before[3])
                     and (now[4] == before[4] or not before[4])
                     and now[2] >= before[2]
                 ), (p.uid, before, now, where)
