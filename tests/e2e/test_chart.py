@@ -677,6 +677,10 @@ def test_installed_it_serves_with_the_chart_secret_as_its_service_account_and_de
     process = None
     try:  # a failed install may leave webhook configurations behind: uninstall whatever happens
         helm(control_plane, "install", release, str(CHART), *helm_ns, *flags)
+        # One cluster, one webhook that writes the line's marks: the plane's own. This release's
+        # server leaves the line and reclaim off (below), and its marks policy, which would refuse
+        # the plane's webhook its marks in this test's namespace, is unbound.
+        control_plane.kubectl("delete", "validatingadmissionpolicybinding", f"{release}-marks")
 
         def issued() -> dict[str, str] | None:
             found = control_plane.kubectl(
@@ -705,6 +709,9 @@ def test_installed_it_serves_with_the_chart_secret_as_its_service_account_and_de
             "0",
             "--cert-poll-seconds",
             "0.5",
+            "--no-waiting-line",
+            "--reclaim",
+            "off",
             cluster=None,
             make_certs=False,
             port=port,
