@@ -42,7 +42,8 @@ class Tenant:
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns, "labels": labels}}
         )
 
-    def set_quota(self, quota: dict[str, int], parent: str = "") -> None:
+    def set_quota(self, quota: dict[str, int], parent: str = "", wait: bool = True) -> None:
+        """Write the queue with ``quota``; ``wait``: until Volcano shows it Open (a new queue)."""
         self.quota = quota
         queue = card_queue(self.queue, quota)
         if self.mode != "deny":
@@ -50,7 +51,8 @@ class Tenant:
         if parent:
             queue["spec"]["parent"] = parent
         self.plane.kubectl("apply", "-f", "-", stdin=json.dumps(queue))
-        wait_for(f"queue {self.queue} to be Open", lambda: self._queue_state() == "Open", timeout=30)
+        if wait:
+            wait_for(f"queue {self.queue} to be Open", lambda: self._queue_state() == "Open", timeout=30)
 
     def _queue_state(self) -> str:
         queue = self.plane.get("queue", self.queue)
