@@ -387,12 +387,7 @@ def ever_holds(state: ClusterState, queue: str, spec: CardSpec, per_pod: int, po
 def ever_fits(state: ClusterState, queue: str, spec: CardSpec, count: int) -> bool:
     """Whether ``count`` units of ``spec`` (whole, on one of its cards) could fit the whole quota of
     ``queue`` and of every ancestor that limits its cards: waiting for more would be forever."""
-    for name in (queue, *state.tree.ancestors.get(queue, ())):
-        quota = state.tree.queues[name].quota or {}
-        limits = name == queue or all(card in quota for card in spec.cards)
-        if limits and all(quota.get(card, 0) < count for card in spec.cards):
-            return False
-    return True
+    return queue not in state.tree.queues or state.tree.ever_holds(queue, spec.cards, count, 1)
 
 
 def _surge_of(state: ClusterState, pod: PodRecord) -> str:

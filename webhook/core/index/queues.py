@@ -46,6 +46,8 @@ class QueueTree:
         that limits those cards; a queue the tree does not know holds nothing."""
         if queue not in self.queues:
             return False
+        if per_pod <= 0:  # asks nothing: any quota holds it
+            return True
         for name in (queue, *self.ancestors.get(queue, ())):
             quota = self.queues[name].quota or {}
             limits = name == queue or all(card in quota for card in cards)
