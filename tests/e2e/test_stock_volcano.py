@@ -191,6 +191,21 @@ def test_a_pod_of_no_queue_is_charged_where_volcano_puts_it_its_namespaces_defau
             f' "{tenant.queue}", where Volcano schedules it'
         )
         wait_for("the webhook to read the namespace's default queue", lambda: says in refusal(), timeout=30)
+        probe = {
+            "apiVersion": "scheduling.volcano.sh/v1beta1",
+            "kind": "PodGroup",
+            "metadata": {"name": "probe"},
+            "spec": {"queue": "default", "minMember": 1},
+        }
+
+        def moved() -> bool:
+            args = ("create", "--dry-run=server", "-o", "json", "-n", tenant.ns, "-f", "-")
+            made = json.loads(tenant.plane.kubectl(*args, stdin=json.dumps(probe)).stdout)
+            return made["spec"]["queue"] == tenant.queue
+
+        # The API server loads a new admission policy a moment after it is written: until then the
+        # pg-controller's PodGroups would stay in ``default`` (and be refused there).
+        wait_for("Volcano's PodGroup mutation to be in force", moved, timeout=30)
         unnamed = card_template(H200, "")
         del unnamed["metadata"]["annotations"]["scheduling.volcano.sh/queue-name"]
         tenant.plane.apply(deployment_of("web", 2, unnamed), namespace=tenant.ns)
