@@ -21,6 +21,10 @@ device a ResourceSlice publishes, with the variable Kubernetes gives them
 An expression that does not compile, or that errors on a device, is an error with the reason, as
 the scheduler treats it (an error aborts the claim's allocation): never "no match". The sets and
 lists extensions of Kubernetes' CEL are not available; an expression using them does not compile.
+
+Each evaluation is held to Kubernetes' cost limit (``celcost``): an expression whose cost on a device
+may pass 1,000,000 units of cel-go's runtime cost is not evaluated there, and is an error with the
+reason, as the scheduler aborts it past that limit.
 """
 
 import functools
@@ -30,6 +34,8 @@ from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any
 
+from webhook.core.model import celcost
+from webhook.core.model.celcost import MAX_COST
 from webhook.core.model.quantity import QuantityError, parse_quantity
 from webhook.core.model.quoting import shorten
 
@@ -223,7 +229,7 @@ class Program:
     """One compiled selector, and the domains it names (read as empty maps on devices without
     them, as Kubernetes reads them)."""
 
-    __slots__ = ("domains", "expression", "text")
+    __slots__ = ("_costs", "_tree", "domains", "expression", "text")
 
     def __init__(self, text: str) -> None:
         if len(text) > MAX_LENGTH:
@@ -234,9 +240,45 @@ class Program:
             raise CelError(f"its CEL selector {shorten(text)} does not compile: {_reason(exc)}") from None
         self.text = text
         self.domains = frozenset(a or b for a, b in _DOMAIN.findall(text))
+        self._tree: celcost.Node | None = None
+        self._costs: dict[Any, int] = {}  # the device's shape -> the bound of one evaluation on it
+
+    def cost(self, device: "DeviceData") -> int:
+        """The most one evaluation on ``device`` may cost cel-go (``celcost.bound``)."""
+        shape = device.shape()
+        found = self._costs.get(shape.key)
+        if found is None:
+            if self._tree is None:
+                self._tree = celcost.checked(self.expression.serialize())
+            if len(self._costs) >= MAX_SHAPES:
+                self._costs.clear()
+            found = self._costs[shape.key] = celcost.bound(self._tree, shape)
+        return found
+
+    def over(self, device: "DeviceData") -> str:
+        """Why ``device`` is not evaluated (its cost may pass Kubernetes' limit), or ""."""
+        cost = self.cost(device)
+        if cost <= MAX_COST:
+            return ""
+        said = "cannot be bounded" if cost >= celcost.UNBOUNDED else f"may reach {cost:,}"
+        return (
+            f"its CEL selector {shorten(self.text)} is not evaluated on device {device.name}: its cost"
+            f" {said}, past Kubernetes' limit of {MAX_COST:,} for one evaluation (the scheduler aborts a"
+            " claim's allocation past it)"
+        )
+
+    def evaluate(self, device: "DeviceData") -> bool | str:
+        """Whether ``device`` is selected, or why that cannot be known (the text of the error)."""
+        try:
+            return self.matches(device)
+        except CelError as error:
+            return str(error)
 
     def matches(self, device: "DeviceData") -> bool:
-        """Whether ``device`` is selected; ``CelError`` when evaluating it errors."""
+        """Whether ``device`` is selected; ``CelError`` when evaluating it errors or would cost more
+        than Kubernetes allows."""
+        if why := self.over(device):
+            raise CelError(why)
         data = device.with_domains(self.domains)
         try:
             result = self.expression.eval(data={"device": data})
@@ -251,6 +293,9 @@ class Program:
 
     def _fails(self, device: "DeviceData", why: str) -> CelError:
         return CelError(f"its CEL selector {shorten(self.text)} fails on device {device.name}: {why}")
+
+
+MAX_SHAPES = 256  # device shapes whose bound one program keeps
 
 
 def _reason(error: object) -> str:
@@ -268,10 +313,11 @@ def program(text: str) -> Program:
 class DeviceData:
     """A published device as the ``device`` variable of a selector."""
 
-    __slots__ = ("attributes", "capacity", "data", "name")
+    __slots__ = ("_shape", "attributes", "capacity", "data", "name")
 
     def __init__(self, name: str, driver: str, attributes: Raw, capacity: Raw, multiple: bool) -> None:
         self.name = name
+        self._shape: celcost.Shape | None = None
         self.attributes = _by_domain(driver, attributes, _attribute)
         self.capacity = _by_domain(driver, capacity, _capacity)
         self.data: dict[str, Any] = {
@@ -286,6 +332,21 @@ class DeviceData:
 
     def __hash__(self) -> int:
         return hash(self.name)
+
+    def __getstate__(self) -> tuple[str, dict[str, Any]]:
+        return self.name, self.data  # sent to the process that evaluates what the loop defers
+
+    def __setstate__(self, state: tuple[str, dict[str, Any]]) -> None:
+        self.name, self.data = state
+        self.attributes, self.capacity = self.data["attributes"], self.data["capacity"]
+        self._shape = None
+
+    def shape(self) -> celcost.Shape:
+        """The sizes a selector's cost depends on."""
+        if self._shape is None:
+            driver = self.data["driver"]
+            self._shape = celcost.Shape(driver, {"attributes": self.attributes, "capacity": self.capacity})
+        return self._shape
 
     def with_domains(self, domains: frozenset[str]) -> dict[str, Any]:
         missing = [d for d in domains if d not in self.attributes or d not in self.capacity]
