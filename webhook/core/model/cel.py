@@ -30,6 +30,7 @@ reason, as the scheduler aborts it past that limit.
 import functools
 import math
 import re
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from fractions import Fraction
 from typing import Any
@@ -225,34 +226,89 @@ def _env() -> Any:
 _DOMAIN = re.compile(r"""(?:attributes|capacity)\s*\[\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')\s*\]""")
 
 
+Paths = tuple[tuple[str, str, str], ...] | None  # (field, domain, name) of each value it reads
+Sketch = tuple[celcost.Node, Paths]  # what is kept of a selector compiled elsewhere
+
+
+def _field(path: tuple[str, ...]) -> tuple[str, str, str]:
+    """``("device", "attributes", domain, name)`` as ``("attributes", domain, name)``, ``("device",
+    "driver")`` as ``("driver", "", "")``."""
+    rest = (*path[1:], "", "")
+    return rest[0], rest[1], rest[2]
+
+
+def _compile(text: str) -> Any:
+    try:
+        return _env().compile(text)
+    except RuntimeError as exc:
+        raise CelError(f"its CEL selector {shorten(text)} does not compile: {_reason(exc)}") from None
+
+
 class Program:
     """One compiled selector, and the domains it names (read as empty maps on devices without
-    them, as Kubernetes reads them)."""
+    them, as Kubernetes reads them). One made from a ``Sketch`` (compiled in another process) is
+    compiled here only when it is first evaluated here."""
 
-    __slots__ = ("_costs", "_tree", "domains", "expression", "text")
+    __slots__ = ("_costs", "_expression", "_paths", "domains", "text", "tree")
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, sketch: Sketch | None = None) -> None:
         if len(text) > MAX_LENGTH:
             raise CelError(f"its CEL selector is longer than {MAX_LENGTH} characters")
-        try:
-            self.expression = _env().compile(text)
-        except RuntimeError as exc:
-            raise CelError(f"its CEL selector {shorten(text)} does not compile: {_reason(exc)}") from None
         self.text = text
         self.domains = frozenset(a or b for a, b in _DOMAIN.findall(text))
-        self._tree: celcost.Node | None = None
+        self._expression: Any = None
+        if sketch is None:
+            self._expression = _compile(text)
+            tree = celcost.checked(self._expression.serialize())
+            reads = celcost.reads(tree)
+            sketch = tree, None if reads is None else tuple(_field(path) for path in sorted(reads))
+        self.tree, self._paths = sketch
         self._costs: dict[Any, int] = {}  # the device's shape -> the bound of one evaluation on it
+
+    @property
+    def expression(self) -> Any:
+        if self._expression is None:
+            self._expression = _compile(self.text)
+        return self._expression
+
+    @property
+    def compiled(self) -> bool:
+        return self._expression is not None
+
+    @property
+    def sketch(self) -> Sketch:
+        return self.tree, self._paths
+
+    def key(self, device: "DeviceData") -> Any:
+        """What this selector's answer on ``device`` depends on: the values it reads of it, when it
+        reads only values at constant paths (devices alike in them are answered alike, as one);
+        else the device itself."""
+        paths = self._paths
+        if paths is None:
+            return device
+        keys = device.keys
+        found = keys.get(paths)
+        if found is None:
+            data, values = device.data, []
+            for field, domain, name in paths:
+                if field in _MAPS:
+                    value = data[field].get(domain, _EMPTY).get(name, _MISSING)
+                else:
+                    value = data.get(field, _MISSING)
+                values.append(
+                    (dict, tuple(value.items())) if isinstance(value, dict) else (value.__class__, value)
+                )
+            found = keys[paths] = tuple(values)
+        return found
 
     def cost(self, device: "DeviceData") -> int:
         """The most one evaluation on ``device`` may cost cel-go (``celcost.bound``)."""
         shape = device.shape()
         found = self._costs.get(shape.key)
         if found is None:
-            if self._tree is None:
-                self._tree = celcost.checked(self.expression.serialize())
             if len(self._costs) >= MAX_SHAPES:
                 self._costs.clear()
-            found = self._costs[shape.key] = celcost.bound(self._tree, shape)
+            found = self._costs[shape.key] = celcost.bound(self.tree, shape)
         return found
 
     def over(self, device: "DeviceData") -> str:
@@ -304,20 +360,58 @@ def _reason(error: object) -> str:
     return text if len(text) <= 160 else text[:157] + "..."
 
 
-@functools.lru_cache(maxsize=1024)  # bounded: a selector text is compiled once while it is used
+_PROGRAMS: OrderedDict[str, Program | str] = OrderedDict()  # text -> its program, or why it does not compile
+MAX_PROGRAMS = 1024  # bounded: a selector text is compiled once while it is used
+
+
 def program(text: str) -> Program:
     """The compiled selector ``text``; ``CelError`` with the reason when it does not compile."""
-    return Program(text)
+    found = known(text)
+    if found is None:
+        try:
+            found = Program(text)
+        except CelError as error:
+            found = str(error)
+        _keep(text, found)
+    if isinstance(found, str):
+        raise CelError(found)
+    return found
+
+
+def known(text: str) -> Program | str | None:
+    """The program of ``text`` (or why it does not compile) if it is at hand, without compiling."""
+    found = _PROGRAMS.get(text)
+    if found is not None:
+        _PROGRAMS.move_to_end(text)
+    return found
+
+
+def adopt(text: str, sketch: Sketch | str) -> None:
+    """What another process found of ``text``: its sketch, or why it does not compile."""
+    if text not in _PROGRAMS:
+        _keep(text, sketch if isinstance(sketch, str) else Program(text, sketch))
+
+
+def _keep(text: str, found: Program | str) -> None:
+    _PROGRAMS[text] = found
+    if len(_PROGRAMS) > MAX_PROGRAMS:
+        _PROGRAMS.popitem(last=False)
+
+
+_MISSING = ("missing",)  # a value the device does not have
+_EMPTY: dict[str, Any] = {}
+_MAPS = ("attributes", "capacity")
 
 
 class DeviceData:
     """A published device as the ``device`` variable of a selector."""
 
-    __slots__ = ("_shape", "attributes", "capacity", "data", "name")
+    __slots__ = ("_shape", "attributes", "capacity", "data", "keys", "name")
 
     def __init__(self, name: str, driver: str, attributes: Raw, capacity: Raw, multiple: bool) -> None:
         self.name = name
         self._shape: celcost.Shape | None = None
+        self.keys: dict[Paths, Any] = {}  # what a selector reading these values reads (``Program.key``)
         self.attributes = _by_domain(driver, attributes, _attribute)
         self.capacity = _by_domain(driver, capacity, _capacity)
         self.data: dict[str, Any] = {
@@ -339,7 +433,7 @@ class DeviceData:
     def __setstate__(self, state: tuple[str, dict[str, Any]]) -> None:
         self.name, self.data = state
         self.attributes, self.capacity = self.data["attributes"], self.data["capacity"]
-        self._shape = None
+        self._shape, self.keys = None, {}
 
     def shape(self) -> celcost.Shape:
         """The sizes a selector's cost depends on."""

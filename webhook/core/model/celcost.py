@@ -477,3 +477,104 @@ def bound(tree: Node, shape: Shape) -> int:
         return _Bounder(shape).bound(tree, {}).cost
     except RecursionError:
         return UNBOUNDED
+
+
+# ---- what of the device an expression reads ---------------------------------------------------
+class _Whole(Exception):
+    """The expression may read more of the device than values at constant paths."""
+
+
+LEAF = {"driver": 2, "allowMultipleAllocations": 2, "attributes": 4, "capacity": 4}
+Path = tuple[str, ...] | None  # where in ``device`` a node is (None: not in it)
+
+
+def reads(tree: Node) -> frozenset[tuple[str, ...]] | None:
+    """The paths of the single values of ``device`` the expression reads (``("device",
+    "attributes", domain, name)``, ``("device", "driver")``, ...), when it reads the device only
+    through such paths of constant keys: its answer on a device is then a function of those
+    values. None when it may read more (a map of the device iterated, measured, compared or
+    indexed with a computed key)."""
+    found: set[tuple[str, ...]] = set()
+    try:
+        _Reader(found).visit(tree, {})
+    except (_Whole, RecursionError):
+        return None
+    return frozenset(found)
+
+
+class _Reader:
+    def __init__(self, found: set[tuple[str, ...]]) -> None:
+        self.found = found
+
+    def _extend(self, path: tuple[str, ...], key: str) -> tuple[str, ...] | None:
+        """``path`` followed by ``key``: a value's path is recorded and the path returned while it
+        leads to one; past a value, nothing more of the device is read."""
+        if len(path) > 1 and len(path) >= LEAF.get(path[1], 2):
+            return None  # a part of a value (a semver's, a quantity's): read with the value
+        out = (*path, key)
+        if len(out) >= LEAF.get(out[1], 2):
+            self.found.add(out)
+        return out
+
+    def used(self, node: Node, scope: Mapping[str, Path]) -> None:
+        """``node`` used as a value: a map of the device used so is read whole."""
+        path = self.visit(node, scope)
+        if path is not None and len(path) < LEAF.get(path[1] if len(path) > 1 else "", 2):
+            raise _Whole
+
+    def visit(self, node: Node, scope: Mapping[str, Path]) -> Path:
+        """The path of the device ``node`` is (None: not the device, nor a part of it)."""
+        match node:
+            case Ident(name):
+                if name in scope:
+                    return scope[name]
+                return ("device",) if name == "device" else None
+            case Select(operand, field, test):
+                path = self.visit(operand, scope)
+                out = self._extend(path, field) if path is not None else None
+                if test and out is not None and len(out) < LEAF.get(out[1], 2):
+                    raise _Whole  # has() of a domain: its presence
+                return None if test else out
+            case Call(function, target, args):
+                if function in ("_[_]", "_[?_]", "_?._") and len(args) == 2:
+                    path = self.visit(args[0], scope)
+                    key = args[1]
+                    if path is None:
+                        self.used(key, scope)
+                        return None
+                    if not (isinstance(key, Const) and isinstance(key.value, str)):
+                        raise _Whole
+                    return self._extend(path, key.value)
+                if function == "@in" and len(args) == 2 and isinstance(args[0], Const):
+                    path = self.visit(args[1], scope)
+                    if path is not None and isinstance(args[0].value, str) and len(path) == 3:
+                        self._extend(path, args[0].value)  # a name's presence: with its value
+                        return None
+                    if path is not None:
+                        raise _Whole
+                    return None
+                for arg in ([target] if target is not None else []) + list(args):
+                    self.used(arg, scope)
+                return None
+            case ListOf(elements):
+                for element in elements:
+                    self.used(element, scope)
+                return None
+            case MapOf(entries, _):
+                for key, value in entries:
+                    self.used(key, scope)
+                    self.used(value, scope)
+                return None
+            case Loop():
+                self.used(node.range, scope)
+                inner: dict[str, Path] = {**scope, node.var: None, node.var2: None}
+                start = self.visit(node.init, scope)
+                if start is not None and node.step != Ident(node.accu):
+                    raise _Whole
+                inner[node.accu] = start  # cel.bind: the bound name stands for that part of the device
+                self.used(node.condition, inner)
+                self.used(node.step, inner)
+                return self.visit(node.result, inner)
+            case Const():
+                return None
+        raise _Whole
