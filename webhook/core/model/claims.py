@@ -94,7 +94,8 @@ class Devices:
         self.missed = 0  # readings deferred so far (one more each time a reading is pending)
         self._answers: dict[str, dict[object, Answer]] = {}  # selector -> ``Program.key`` -> answer
         self._kept = 0
-        self._waiting: dict[Selectors, _Work] = {}  # deferred readings, in the order they were
+        self._waiting: dict[Selectors, _Work] = {}  # deferred readings, taken from in turn
+        self.deferred_now: set[Selectors] = set()  # the readings this turn deferred
         self._taken: dict[Selectors, int] = {}  # jobs being worked out off the loop
 
     def put_slice(self, record: SliceRecord) -> set[str]:
@@ -185,6 +186,7 @@ class Devices:
     def turn(self) -> None:
         """A new turn (a review, a cache event) may spend ``budget`` again."""
         self._left = self.budget or 0
+        self.deferred_now = set()
 
     def answer(self, selector: Program, device: DeviceData) -> Answer:
         """``selector``'s answer on ``device``, worked out once for all devices alike in what it
@@ -279,6 +281,7 @@ class Devices:
     ) -> "Reading":
         """The reading of ``selectors`` waits for work off the loop: pending."""
         self.missed += 1
+        self.deferred_now.add(selectors)
         if selectors not in self._waiting and selectors not in self._taken:
             self._waiting[selectors] = _Work(devices)
         cost = ""
@@ -301,11 +304,15 @@ class Devices:
         """Whether work waits to be taken."""
         return bool(self._waiting)
 
+    def busy(self, selectors: Selectors) -> bool:
+        """Whether work for the reading of ``selectors`` waits or is being worked out."""
+        return selectors in self._waiting or selectors in self._taken
+
     def take(self, units: int) -> "Job | None":
-        """The next work off the loop: devices of the reading deferred first, worth up to ``units``
-        (one at least, and no more than ``SCAN`` devices looked at here), each with the answers
-        known already; selectors not compiled here are compiled there first, on one device. None
-        when nothing waits."""
+        """The next work off the loop: devices of a deferred reading (each in turn), worth up to
+        ``units`` (one at least, at most ``JOB_DEVICES``, and no more than ``SCAN`` devices looked at
+        here), each with the answers known already; selectors not compiled here are compiled there
+        first, on one device. None when nothing waits."""
         if not self._waiting:
             return None
         selectors, work = next(iter(self._waiting.items()))
@@ -319,17 +326,18 @@ class Devices:
         else:
             programs = [f for f in found if isinstance(f, Program)]
             spent, end = 0, min(len(work.devices), work.at + SCAN)
-            while work.at < end and (not chosen or spent < units):
+            while work.at < end and (not chosen or spent < units) and len(chosen) < JOB_DEVICES:
                 data = work.devices[work.at]
                 work.at += 1
                 cost = self._units(programs, [data], math.inf, work.counted)
                 if cost:
                     chosen.append(data)
                     spent += cost
-        if work.at >= len(work.devices) and not any(f is None for f in found):
-            del self._waiting[selectors]
-        elif work.at >= len(work.devices):
+        del self._waiting[selectors]
+        if work.at >= len(work.devices) and any(f is None for f in found):
             work.at = 0  # evaluated on their first device once compiled: looked at again then
+        if work.at < len(work.devices):
+            self._waiting[selectors] = work  # the others' turn first
         self._taken[selectors] = self._taken.get(selectors, 0) + 1
         answers = [
             tuple(self._known(f, data) if isinstance(f, Program) else None for f in found) for data in chosen
@@ -413,6 +421,7 @@ class Devices:
 
 MAX_READINGS = 10_000  # distinct selector sets read at once; past it, read anew as they come
 SCAN = 2_000  # devices one ``take`` looks at, at most (it runs on the loop)
+JOB_DEVICES = 256  # devices one job carries, at most (pickled on the loop)
 MAX_ANSWERS = 1_000_000  # a selector's answers on devices kept at once; past it, worked out anew
 # The budget of one turn on a serving replica, in cost units: each evaluation costs its bound
 # (cel-go's units, about 50 ns each) and ``EVALUATION_UNITS`` besides (building its variable,

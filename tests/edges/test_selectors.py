@@ -1,0 +1,180 @@
+"""DRA selectors worked out off the loop (``cluster.selectors``), through the real server: a review
+whose selectors are costly waits for them while the loop answers the others."""
+
+import asyncio
+import statistics
+import time
+from concurrent.futures.process import BrokenProcessPool
+from typing import Any
+
+import aiohttp
+import orjson
+import pytest
+from aiohttp import web
+
+from tests.builders import H200, claim_template, gpu_request, pod, request, resource_slice
+from tests.core.test_cel_budget import CHEAP, NESTED, NVIDIA
+from tests.core.test_dra import dra_cluster, dra_pod
+from webhook.cluster.selectors import Evaluator
+from webhook.core.index.state import ClusterState
+from webhook.serve import server
+from webhook.serve.metrics import Metrics
+
+# each reads the device's own uuid (no two devices answered as one): 3 ms of evaluation a device
+COSTLY = tuple(
+    f"device.attributes['{NVIDIA}'].uuid != '' && {CHEAP} && {NESTED} && {i} == {i}" for i in range(3)
+)
+
+
+class Served:
+    """A ready source over ``state``, its selectors worked out off the loop by ``evaluator``."""
+
+    ready = True
+
+    def __init__(self, state: ClusterState) -> None:
+        self.state = state
+        self.evaluator = Evaluator(state)
+
+    async def run(self) -> None:
+        await self.evaluator.run()
+
+    async def fetch(self, ref: Any, namespace: str) -> dict[str, Any] | None:
+        return None
+
+    def not_ready_reason(self) -> str:
+        return ""
+
+    def readiness_reason(self) -> str:
+        return ""
+
+    async def step_down(self) -> None:
+        return None
+
+    def leader_address(self) -> str | None:
+        return None
+
+    async def evaluated(self, readings: set[Any], timeout: float) -> None:
+        await self.evaluator.settled(readings, timeout)
+
+
+def review(obj: dict[str, Any]) -> bytes:
+    asked = request(obj)
+    return orjson.dumps(
+        {
+            "apiVersion": "admission.k8s.io/v1",
+            "kind": "AdmissionReview",
+            "request": {
+                "uid": asked.uid,
+                "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                "resource": {"group": "", "version": "v1", "resource": "pods"},
+                "operation": "CREATE",
+                "namespace": asked.namespace,
+                "name": asked.name,
+                "object": obj,
+                "userInfo": {"username": "tester"},
+            },
+        }
+    )
+
+
+async def serving(source: Served) -> tuple[web.AppRunner, str, asyncio.Task[None]]:
+    app = server.make_app(source, Metrics(), server.Health(), 7 * 2**20)  # type: ignore[arg-type]
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    return runner, f"http://127.0.0.1:{port}", asyncio.create_task(source.run())
+
+
+def costly_cluster(slices: int) -> ClusterState:
+    return dra_cluster(
+        *(resource_slice(f"s{i}", "NVIDIA H200", 8, name=f"s{i}") for i in range(slices)),
+        claim_template("costly", gpu_request(count=1, selectors=COSTLY)),
+        quota='{"NVIDIA-H200": 100}',
+    )
+
+
+def test_a_review_waits_for_its_costly_selectors_while_the_loop_answers_the_others() -> None:
+    """3 selectors of 3 ms a device on 300 devices: about 3 s of evaluation. On the loop, every
+    review would wait that long; off it, the others are answered meanwhile, and the pod is answered
+    once its selectors are (refused saying so, and retried, while they take longer than a review
+    may wait)."""
+    source = Served(costly_cluster(37))
+    unrelated = review(pod("dp", H200, 1, queue_name="q", namespace="ns"))
+    costly = review(dra_pod("p", templates=("costly",)))
+
+    async def scenario() -> tuple[list[float], list[str]]:
+        runner, url, task = await serving(source)
+        latencies: list[float] = []
+        answers: list[str] = []
+        try:
+            async with aiohttp.ClientSession() as session:
+
+                async def post(body: bytes) -> dict[str, Any]:
+                    async with session.post(f"{url}/validate", data=body) as answer:
+                        return dict((await answer.json())["response"])
+
+                async def others() -> None:
+                    while not answers or not answers[-1].startswith("allowed"):
+                        started = time.perf_counter()
+                        assert (await post(unrelated))["allowed"]
+                        latencies.append(time.perf_counter() - started)
+                        await asyncio.sleep(0.01)
+
+                async def the_pod() -> None:
+                    for _ in range(30):
+                        got = await post(costly)
+                        answers.append("allowed" if got["allowed"] else got["status"]["message"])
+                        if got["allowed"]:
+                            return
+
+                await asyncio.wait_for(asyncio.gather(others(), the_pod()), 120)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await runner.cleanup()
+        return latencies, answers
+
+    latencies, answers = asyncio.run(scenario())
+    assert answers[-1] == "allowed", answers
+    assert all("is being evaluated, off the loop that answers reviews" in a for a in answers[:-1]), answers
+    assert source.evaluator.jobs >= 3 and source.evaluator.seconds > 1.0  # worked out off the loop
+    assert len(latencies) > 20 and max(latencies) < 0.5, (statistics.median(latencies), max(latencies))
+
+
+def test_work_whose_process_died_is_done_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    state = costly_cluster(1)
+    evaluator = Evaluator(state)
+    real, failed = Evaluator._work, []
+
+    async def dies_once(self: Evaluator, job: Any) -> Any:
+        if not failed:
+            failed.append(job)
+            raise BrokenProcessPool("killed")
+        return await real(self, job)
+
+    monkeypatch.setattr(Evaluator, "_work", dies_once)
+
+    async def scenario() -> Any:
+        task = asyncio.create_task(evaluator.run())
+        try:
+            for _ in range(600):
+                state.inventory.devices.turn()
+                found = state.asked(state_pod_template())
+                if not state.inventory.devices.deferred_now:
+                    return found
+                await evaluator.settled(set(state.inventory.devices.deferred_now), 1.0)
+            raise AssertionError("never evaluated")
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    found = asyncio.run(scenario())
+    assert failed and found.spec.text == H200, found
+
+
+def state_pod_template() -> Any:
+    from webhook.core.model.objects import pod_template_of
+
+    return pod_template_of(dra_pod("p", templates=("costly",)))
