@@ -178,3 +178,31 @@ def state_pod_template() -> Any:
     from webhook.core.model.objects import pod_template_of
 
     return pod_template_of(dra_pod("p", templates=("costly",)))
+
+
+def test_deferred_work_nobody_asks_for_any_more_is_dropped_and_a_pending_pod_keeps_asking(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A template deleted, a controller that gave up: its reading's work is dropped once nobody
+    asked for it in ``ABANDON_SECONDS`` (what was worked out is kept). A pod the cache charged
+    while its reading was deferred asks again every ``RECHARGE_SECONDS``: its work stays."""
+    from webhook.cluster import selectors
+    from webhook.core.index import ingest
+
+    monkeypatch.setattr(selectors, "ABANDON_SECONDS", 0.0)
+    monkeypatch.setattr(selectors, "RECHARGE_SECONDS", 0.0)
+    state = costly_cluster(1)
+    evaluator = Evaluator(state)
+    devices = state.inventory.devices
+    state.asked(state_pod_template())  # a review's: nobody asks again
+    assert devices.deferred()
+    evaluator._abandon()  # seen
+    time.sleep(0.01)
+    evaluator._abandon()  # not asked since: dropped
+    assert not devices.deferred() and evaluator.dropped == 1
+    ingest.upsert(state, dra_pod("p", templates=("costly",), queue_name="q"))  # the cache's: it asks again
+    assert state.pending and devices.deferred()
+    for _ in range(3):
+        evaluator._abandon()
+        time.sleep(0.01)
+    assert devices.deferred() and evaluator.dropped == 1

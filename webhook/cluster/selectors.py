@@ -9,8 +9,9 @@ meanwhile. A review that deferred a reading waits for it (``settled``) under a b
 decided again.
 
 The process is spawned at the first job (it shares nothing with the server but the jobs it is
-sent, and never the interpreter's lock), at a lower priority than the server; one that died is
-spawned again at the next job, the jobs it held deferred anew.
+sent, and never the interpreter's lock, and imports only the model), and runs only on a processor
+nothing else wants (``SCHED_IDLE``); one that died is spawned again at the next job, the jobs it
+held deferred anew.
 """
 
 import asyncio
@@ -22,33 +23,60 @@ import pickle
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import TYPE_CHECKING
 
-from webhook.core.index.state import ClusterState
+if TYPE_CHECKING:  # the process that evaluates imports this module: the model only, not the state
+    from webhook.core.index.state import ClusterState
 from webhook.core.model.claims import INLINE_UNITS, Done, Job, Selectors, evaluate_selectors
 
 log = logging.getLogger(__name__)
 JOB_UNITS = 2_000_000  # cost units one job carries (about 0.1 s of evaluation)
 IDLE_SECONDS = 0.05  # how often the state is looked at while no job waits
 DEADLINE = 30.0  # seconds one job may take in its process: later, it is stuck and stopped
-NICE = 10  # the process's niceness, added to the server's
 POLL = 0.005  # how often a review waiting for its readings looks
+ABANDON_SECONDS = 10.0  # a deferred reading nobody asked for in this long is dropped
+RECHARGE_SECONDS = 5.0  # how often pods charged while their readings were deferred ask again
 
 
 class Evaluator:
     """Works out, in a process of its own, what ``state`` deferred; and sets ``state``'s budget."""
 
-    def __init__(self, state: ClusterState, budget: int = INLINE_UNITS) -> None:
+    def __init__(self, state: "ClusterState", budget: int = INLINE_UNITS) -> None:
         self.state = state
         state.inventory.devices.budget = budget
         self._pool: ProcessPoolExecutor | None = None
         self._wake = asyncio.Event()
         self.jobs = 0  # jobs worked out so far
         self.seconds = 0.0  # and the time they took, in their process and back
+        self.dropped = 0  # deferred readings dropped, nobody asking for them any more
+        self._asked: dict[Selectors, tuple[int, float]] = {}  # asks seen, and when they last grew
+        self._recharged = time.monotonic()
+
+    def _abandon(self) -> None:
+        """Drop the deferred readings nobody asked for in ``ABANDON_SECONDS`` (a template deleted, a
+        controller that gave up: its work would be for no one), and have the pods charged while theirs
+        were deferred ask again every ``RECHARGE_SECONDS`` (they still need theirs)."""
+        devices, now = self.state.inventory.devices, time.monotonic()
+        if self.state.pending and now - self._recharged > RECHARGE_SECONDS:
+            self._recharged = now
+            self.state.recharge_pending()
+        asks = devices.asks()
+        for selectors, count in asks.items():
+            seen = self._asked.get(selectors)
+            if seen is None or seen[0] != count:
+                self._asked[selectors] = (count, now)
+            elif now - seen[1] > ABANDON_SECONDS:
+                devices.drop(selectors)
+                del self._asked[selectors]
+                self.dropped += 1
+        for gone in self._asked.keys() - asks.keys():
+            del self._asked[gone]
 
     async def run(self) -> None:
         devices = self.state.inventory.devices
         try:
             while True:
+                self._abandon()
                 job = devices.take(JOB_UNITS)
                 if job is None:
                     self._wake.clear()
@@ -72,16 +100,17 @@ class Evaluator:
 
     async def _work(self, job: Job) -> Done:
         if not job.devices and not any(job.sketch):
-            return [None] * len(job.selectors), []  # nothing to work out: the answers are all known
+            return [None] * len(job.selectors), [None] * len(job.selectors), []  # all known already
+        spawned = self._pool is None
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
-                max_workers=1,
-                mp_context=multiprocessing.get_context("spawn"),
-                initializer=os.nice,
-                initargs=(NICE,),
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=background
             )
         packed = pickle.dumps(job)
         working = asyncio.get_running_loop().run_in_executor(self._pool, _work_packed, packed)
+        if spawned:  # it is started by the first job: made background work at once, before it imports
+            for process in list((getattr(self._pool, "_processes", None) or {}).values()):
+                background(process.pid)
         try:
             return await asyncio.wait_for(working, DEADLINE)
         except TimeoutError:  # a job is bounded (its cost): one this late is stuck
@@ -108,6 +137,17 @@ class Evaluator:
         for process in list((getattr(pool, "_processes", None) or {}).values()):  # none public before 3.14
             process.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def background(pid: int | None = None) -> None:
+    """Process ``pid`` (None: this one) runs only on a processor nothing else wants (Linux's
+    ``SCHED_IDLE``), or else at the lowest priority: the server's loop, and anything else, goes
+    first."""
+    with contextlib.suppress(OSError, AttributeError):
+        os.sched_setscheduler(pid or 0, os.SCHED_IDLE, os.sched_param(0))
+        return
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, pid or 0, 19)
 
 
 def _work_packed(packed: bytes) -> Done:

@@ -225,6 +225,13 @@ class ClusterState:
             again, self.pending = self.pending, set()
             self._recharge(sorted(again))
 
+    def recharge_pending(self) -> None:
+        """Charge again the pods charged while their readings were deferred (a turn of its own):
+        what they still need is asked for again."""
+        self.inventory.devices.turn()
+        again, self.pending = self.pending, set()
+        self._recharge(sorted(again))
+
     def _index(self, pod: PodRecord) -> None:
         missed = self.inventory.devices.missed
         self._index_charges(pod)

@@ -31,9 +31,9 @@ import functools
 import math
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from webhook.core.model import celcost
 from webhook.core.model.celcost import MAX_COST
@@ -227,7 +227,13 @@ _DOMAIN = re.compile(r"""(?:attributes|capacity)\s*\[\s*(?:"((?:[^"\\]|\\.)*)"|'
 
 
 Paths = tuple[tuple[str, str, str], ...] | None  # (field, domain, name) of each value it reads
-Sketch = tuple[celcost.Node, Paths]  # what is kept of a selector compiled elsewhere
+
+
+class Sketch(NamedTuple):
+    """What is kept of a selector compiled in another process: the values it reads of a device
+    (``Program.key``; None: it may read more)."""
+
+    paths: Paths
 
 
 def _field(path: tuple[str, ...]) -> tuple[str, str, str]:
@@ -246,8 +252,9 @@ def _compile(text: str) -> Any:
 
 class Program:
     """One compiled selector, and the domains it names (read as empty maps on devices without
-    them, as Kubernetes reads them). One made from a ``Sketch`` (compiled in another process) is
-    compiled here only when it is first evaluated here."""
+    them, as Kubernetes reads them). One known from a ``Sketch`` (compiled in another process) is
+    compiled here only when it is first evaluated here; until then its cost is known on the shapes
+    of devices that process told (``learn``)."""
 
     __slots__ = ("_costs", "_expression", "_paths", "domains", "text", "tree")
 
@@ -257,18 +264,23 @@ class Program:
         self.text = text
         self.domains = frozenset(a or b for a, b in _DOMAIN.findall(text))
         self._expression: Any = None
-        if sketch is None:
-            self._expression = _compile(text)
-            tree = celcost.checked(self._expression.serialize())
-            reads = celcost.reads(tree)
-            sketch = tree, None if reads is None else tuple(_field(path) for path in sorted(reads))
-        self.tree, self._paths = sketch
+        self.tree: celcost.Node | None = None
         self._costs: dict[Any, int] = {}  # the device's shape -> the bound of one evaluation on it
+        if sketch is None:
+            self._compile()
+        else:
+            self._paths = sketch.paths
+
+    def _compile(self) -> None:
+        self._expression = _compile(self.text)
+        self.tree = celcost.checked(self._expression.serialize())
+        reads = celcost.reads(self.tree)
+        self._paths = None if reads is None else tuple(_field(path) for path in sorted(reads))
 
     @property
     def expression(self) -> Any:
         if self._expression is None:
-            self._expression = _compile(self.text)
+            self._compile()
         return self._expression
 
     @property
@@ -276,8 +288,14 @@ class Program:
         return self._expression is not None
 
     @property
-    def sketch(self) -> Sketch:
-        return self.tree, self._paths
+    def sketch(self) -> "Sketch":
+        return Sketch(self._paths)
+
+    def learn(self, costs: Mapping[Any, int]) -> None:
+        """Costs worked out elsewhere, by device shape."""
+        if len(self._costs) + len(costs) > MAX_SHAPES:
+            self._costs.clear()
+        self._costs.update(costs)
 
     def key(self, device: "DeviceData") -> Any:
         """What this selector's answer on ``device`` depends on: the values it reads of it, when it
@@ -301,19 +319,32 @@ class Program:
             found = keys[paths] = tuple(values)
         return found
 
-    def cost(self, device: "DeviceData") -> int:
-        """The most one evaluation on ``device`` may cost cel-go (``celcost.bound``)."""
+    def cost(self, device: "DeviceData") -> int | None:
+        """The most one evaluation on ``device`` may cost cel-go (``celcost.bound``); None when it
+        is not known here (compiled elsewhere, and not told of devices of this shape)."""
         shape = device.shape()
         found = self._costs.get(shape.key)
-        if found is None:
+        if found is None and self.tree is not None:
             if len(self._costs) >= MAX_SHAPES:
                 self._costs.clear()
             found = self._costs[shape.key] = celcost.bound(self.tree, shape)
         return found
 
+    def costs(self, devices: "Iterable[DeviceData]") -> dict[Any, int]:
+        """The bound of one evaluation on each shape of ``devices`` (to tell another process)."""
+        out = {}
+        for device in devices:
+            key = device.shape().key
+            if key not in out and (cost := self.cost(device)) is not None:
+                out[key] = cost
+        return out
+
     def over(self, device: "DeviceData") -> str:
         """Why ``device`` is not evaluated (its cost may pass Kubernetes' limit), or ""."""
+        if not self.compiled:
+            self._compile()  # compiled here: its bound is known on every device
         cost = self.cost(device)
+        assert cost is not None
         if cost <= MAX_COST:
             return ""
         said = "cannot be bounded" if cost >= celcost.UNBOUNDED else f"may reach {cost:,}"

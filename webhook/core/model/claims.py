@@ -211,6 +211,8 @@ class Devices:
         ``EVALUATION_UNITS`` (nothing past Kubernetes' limit: it is refused from its bound), and
         compiling it here if it was compiled elsewhere."""
         cost = selector.cost(device)
+        if cost is None:
+            return UNPRICED  # compiled elsewhere, and not told of this shape: left to be done there
         units = cost + EVALUATION_UNITS if cost <= MAX_COST else 0
         return units if selector.compiled else units + len(selector.text) * COMPILE_UNITS
 
@@ -282,18 +284,22 @@ class Devices:
         """The reading of ``selectors`` waits for work off the loop: pending."""
         self.missed += 1
         self.deferred_now.add(selectors)
-        if selectors not in self._waiting and selectors not in self._taken:
-            self._waiting[selectors] = _Work(devices)
+        work = self._waiting.get(selectors)
+        if work is None and selectors not in self._taken:
+            work = self._waiting[selectors] = _Work(devices)
+        if work is not None:
+            work.asks += 1
         cost = ""
         if dearest is None:
             text = next((t for t in selectors if known(t) is None), selectors[-1])
         else:
             selector, device = dearest
             text = selector.text
-            cost = (
-                f" ({selector.cost(device):,} of cel-go's cost units on device {device.name}, of Kubernetes'"
-                f" limit of {MAX_COST:,})"
-            )
+            if (bound := selector.cost(device)) is not None:
+                cost = (
+                    f" ({bound:,} of cel-go's cost units on device {device.name}, of Kubernetes'"
+                    f" limit of {MAX_COST:,})"
+                )
         why = (
             f"its CEL selector {shorten(text)} is being evaluated, off the loop that answers reviews, on"
             f" {len(devices):,} devices the slices publish{cost}: try again in a few seconds"
@@ -303,6 +309,15 @@ class Devices:
     def deferred(self) -> bool:
         """Whether work waits to be taken."""
         return bool(self._waiting)
+
+    def asks(self) -> dict[Selectors, int]:
+        """How many times each waiting reading was asked for so far."""
+        return {selectors: work.asks for selectors, work in self._waiting.items()}
+
+    def drop(self, selectors: Selectors) -> None:
+        """Work nobody asks for any more is dropped (what it worked out is kept): deferred anew when
+        it is asked for again."""
+        self._waiting.pop(selectors, None)
 
     def busy(self, selectors: Selectors) -> bool:
         """Whether work for the reading of ``selectors`` waits or is being worked out."""
@@ -342,15 +357,19 @@ class Devices:
         answers = [
             tuple(self._known(f, data) if isinstance(f, Program) else None for f in found) for data in chosen
         ]
-        return Job(selectors, chosen, answers, tuple(f is None for f in found))
+        return Job(
+            selectors, chosen, answers, tuple(not isinstance(f, Program) or f.tree is None for f in found)
+        )
 
     def settle(self, job: "Job", done: "Done") -> bool:
         """Keep what was worked out off the loop (``evaluate_selectors``); whether nothing of its
         selectors waits or is being worked out any more."""
-        sketches, answers = done
-        for text, sketch in zip(job.selectors, sketches, strict=True):
+        sketches, costs, answers = done
+        for text, sketch, shapes in zip(job.selectors, sketches, costs, strict=True):
             if sketch is not None:
                 adopt(text, sketch)
+            if shapes and isinstance(found := known(text), Program):
+                found.learn(shapes)
         for data, row in zip(job.devices, answers, strict=True):
             for text, answer in zip(job.selectors, row, strict=True):
                 found = known(text)
@@ -428,6 +447,7 @@ MAX_ANSWERS = 1_000_000  # a selector's answers on devices kept at once; past it
 # about 25 us); 60,000 are about 3 ms of the loop.
 EVALUATION_UNITS = 500
 LOOKUP_UNITS = 10  # an answer looked up (known already) as a slice is read
+UNPRICED = 1 << 40  # an evaluation whose cost is not known here: never worked out on the loop
 COMPILE_UNITS = 150  # a character compiled (a text of 10 KiB: about 60 ms, with reading its tree)
 INLINE_UNITS = 60_000
 
@@ -443,17 +463,18 @@ class _OverBudget(Exception):
 class _Work:
     """A deferred reading's devices, looked at in order by ``take``."""
 
-    __slots__ = ("at", "counted", "devices")
+    __slots__ = ("asks", "at", "counted", "devices")
 
     def __init__(self, devices: list[DeviceData]) -> None:
-        self.devices, self.at = devices, 0
+        self.devices, self.at, self.asks = devices, 0, 0
         self.counted: set[Any] = set()  # (selector, key) taken already
 
 
 @value_class
 class Job:
     """Work for the process that evaluates off the loop: ``selectors`` on ``devices``, with the
-    answers known already (None: to work out), and which selectors to send the sketch of."""
+    answers known already (None: to work out), and which selectors are not compiled here (their
+    sketch and their costs on these devices are sent back)."""
 
     selectors: Selectors
     devices: list[DeviceData]
@@ -461,9 +482,9 @@ class Job:
     sketch: tuple[bool, ...]
 
 
-# What came back: each selector's sketch (or why it does not compile), when asked for; each
-# device's answers
-Done = tuple[list[Sketch | str | None], list[tuple[Answer | None, ...]]]
+# What came back: each selector's sketch (or why it does not compile) and its costs by device
+# shape, when asked for; each device's answers
+Done = tuple[list[Sketch | str | None], list[dict[Any, int] | None], list[tuple[Answer | None, ...]]]
 
 
 def evaluate_selectors(job: Job) -> Done:
@@ -472,17 +493,20 @@ def evaluate_selectors(job: Job) -> Done:
     loop runs."""
     programs: list[Program | None] = []
     sketches: list[Sketch | str | None] = []
+    costs: list[dict[Any, int] | None] = []
     for text, wanted in zip(job.selectors, job.sketch, strict=True):
         try:
             found = program(text)
         except CelError as error:
             programs.append(None)
             sketches.append(str(error))
+            costs.append(None)
             continue
         programs.append(found)
         sketches.append(found.sketch if wanted else None)
+        costs.append(found.costs(job.devices) if wanted else None)
     if any(p is None for p in programs):
-        return sketches, [(None,) * len(programs) for _ in job.devices]
+        return sketches, costs, [(None,) * len(programs) for _ in job.devices]
     out = []
     for data, had in zip(job.devices, job.known, strict=True):
         row: list[Answer | None] = []
@@ -494,7 +518,7 @@ def evaluate_selectors(job: Job) -> Done:
             if answer is not True:
                 break
         out.append(tuple(row) + (None,) * (len(programs) - len(row)))
-    return sketches, out
+    return sketches, costs, out
 
 
 @value_class
