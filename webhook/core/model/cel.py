@@ -307,6 +307,8 @@ class Program:
         keys = device.keys
         found = keys.get(paths)
         if found is None:
+            if len(keys) >= MAX_KEYS:
+                keys.clear()
             data, values = device.data, []
             for field, domain, name in paths:
                 if field in _MAPS:
@@ -383,6 +385,7 @@ class Program:
 
 
 MAX_SHAPES = 256  # device shapes whose bound one program keeps
+MAX_KEYS = 64  # the values of this many sets of paths one device keeps
 
 
 def _reason(error: object) -> str:

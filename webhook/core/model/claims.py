@@ -441,7 +441,7 @@ class Devices:
 MAX_READINGS = 10_000  # distinct selector sets read at once; past it, read anew as they come
 SCAN = 2_000  # devices one ``take`` looks at, at most (it runs on the loop)
 JOB_DEVICES = 256  # devices one job carries, at most (pickled on the loop)
-MAX_ANSWERS = 1_000_000  # a selector's answers on devices kept at once; past it, worked out anew
+MAX_ANSWERS = 200_000  # answers kept at once (about 100 bytes each); past it, worked out anew
 # The budget of one turn on a serving replica, in cost units: each evaluation costs its bound
 # (cel-go's units, about 50 ns each) and ``EVALUATION_UNITS`` besides (building its variable,
 # about 25 us); 60,000 are about 3 ms of the loop.
