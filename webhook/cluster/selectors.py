@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 JOB_UNITS = 2_000_000  # cost units one job carries (about 0.1 s of evaluation)
 IDLE_SECONDS = 0.05  # how often the state is looked at while no job waits
 DEADLINE = 30.0  # seconds one job may take in its process: later, it is stuck and stopped
-POLL = 0.005  # how often a review waiting for its readings looks
 ABANDON_SECONDS = 10.0  # a deferred reading nobody asked for in this long is dropped
 RECHARGE_SECONDS = 5.0  # how often pods charged while their readings were deferred ask again
 
@@ -46,6 +45,7 @@ class Evaluator:
         state.inventory.devices.budget = budget
         self._pool: ProcessPoolExecutor | None = None
         self._wake = asyncio.Event()
+        self._done = asyncio.Event()  # set, and replaced, each time a job's answers are kept
         self.jobs = 0  # jobs worked out so far
         self.seconds = 0.0  # and the time they took, in their process and back
         self.dropped = 0  # deferred readings dropped, nobody asking for them any more
@@ -92,6 +92,8 @@ class Evaluator:
                     await asyncio.sleep(1.0)
                     continue
                 self.state.selectors_evaluated(job, done)
+                self._done.set()
+                self._done = asyncio.Event()
                 self.jobs += 1
                 self.seconds += time.perf_counter() - started
                 await asyncio.sleep(0)  # each job's answers are one turn: the loop's other work between
@@ -124,9 +126,10 @@ class Evaluator:
         """Until no work of ``readings`` waits or is being worked out, or ``timeout`` seconds."""
         devices = self.state.inventory.devices
         deadline = time.monotonic() + timeout
-        while any(devices.busy(s) for s in readings) and time.monotonic() < deadline:
+        while any(devices.busy(s) for s in readings) and (left := deadline - time.monotonic()) > 0:
             self._wake.set()
-            await asyncio.sleep(POLL)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._done.wait(), left)
 
     def close(self) -> None:
         """Stop the process now, whatever it is working out (one left running would outlive this
