@@ -1,20 +1,21 @@
 """``make bench``: reviews answered while costly DRA selectors arrive, against none, in one run.
 
-    python -m tests.bench.celbudget [--devices 1000] [--selectors 32] [--seconds 20] [--every 0.01]
+    python -m tests.bench.celbudget [--devices 1000] [--selectors 32] [--rounds 3] [--seconds 20] [--every 0.01]
 
 Two ``cardquota serve`` processes, each on its live cache, sync from loopback fake API servers (this
 process) that publish the same ``--devices`` H200 in ResourceSlices of 8, NVIDIA's classes, a node
-of device-plugin H200 and a queue. For ``--seconds``, this process sends both, over keep-alive TLS,
-a device-plugin pod's create (validate, a dry run) every ``--every`` seconds, at the same moments,
-each timed from when it was due to when it was answered, so that the machine's noise falls on both
-alike. Meanwhile the first, and only it, takes the load: every half second a ResourceClaimTemplate
+of device-plugin H200 and a queue. For ``--rounds`` of ``--seconds``, this process sends both, over
+keep-alive TLS, a device-plugin pod's create (validate, a dry run) every ``--every`` seconds, at the
+same moments (which goes first alternates), each timed from when it was due to when it was
+answered, so that the machine's noise falls on both alike. Meanwhile the first, and only it, takes
+the load: every half second a ResourceClaimTemplate
 arrives through its watch with ``--selectors`` selectors, each the issue's nested comprehension
 (70,000 of cel-go's cost units, 3 ms an evaluation) reading the device's own uuid, so that no two
 devices are answered as one (100 s of evaluation a template at 1,000 devices); a pod using it is
 reviewed at once, and again every second, as its controller would retry.
 
-Printed: each server's p50, p99 and worst review, the ratio of the p99s, and what the costly pods
-were answered.
+Printed: each server's p50, p99 and worst review, the ratio of the p99s (and each round's), and
+what the costly pods were answered.
 """
 
 import argparse
@@ -141,23 +142,6 @@ class Bench:
         self.templates = 0
         self.answers: list[str] = []
 
-    async def unrelated(self, session: aiohttp.ClientSession, seconds: float, every: float) -> list[float]:
-        """A review due every ``every`` seconds for ``seconds``: each one's time from due to answered."""
-        loop = asyncio.get_running_loop()
-        start, out, tasks = loop.time(), [], []
-
-        async def one(due: float) -> None:
-            async with session.post(f"{self.url}/validate", data=UNRELATED) as answer:
-                assert (await answer.json())["response"]["allowed"], await answer.text()
-            out.append(loop.time() - due)
-
-        for i in range(int(seconds / every)):
-            due = start + i * every
-            await asyncio.sleep(max(0.0, due - loop.time()))
-            tasks.append(asyncio.create_task(one(due)))
-        await asyncio.gather(*tasks)
-        return out
-
     async def tenant(self, session: aiohttp.ClientSession, seconds: float) -> None:
         """A costly template every half second, its pod reviewed at once and every second after."""
         loop = asyncio.get_running_loop()
@@ -177,6 +161,29 @@ class Bench:
             pods.append(asyncio.create_task(retry(n)))
             await asyncio.sleep(0.5)
         await asyncio.gather(*pods)
+
+
+async def unrelated(
+    session: aiohttp.ClientSession, urls: list[str], seconds: float, every: float
+) -> list[list[float]]:
+    """A review due at each of ``urls`` every ``every`` seconds for ``seconds``, sent to each in
+    turn (which goes first alternates): each one's time from due to answered, by server."""
+    loop = asyncio.get_running_loop()
+    start, tasks = loop.time(), []
+    out: list[list[float]] = [[] for _ in urls]
+
+    async def one(url: str, due: float, into: list[float]) -> None:
+        async with session.post(f"{url}/validate", data=UNRELATED) as answer:
+            assert (await answer.json())["response"]["allowed"], await answer.text()
+        into.append(loop.time() - due)
+
+    for i in range(int(seconds / every)):
+        due = start + i * every
+        await asyncio.sleep(max(0.0, due - loop.time()))
+        order = range(len(urls)) if i % 2 == 0 else reversed(range(len(urls)))
+        tasks += [asyncio.create_task(one(urls[k], due, out[k])) for k in order]
+    await asyncio.gather(*tasks)
+    return out
 
 
 @contextlib.asynccontextmanager
@@ -234,34 +241,37 @@ async def main_async(args: argparse.Namespace) -> None:
                 for server in servers:
                     await ready(server, context)
                 bench = Bench(servers[0].url, context, api, args.selectors)
-                quiet_bench = Bench(servers[1].url, context, api, args.selectors)
                 connector = aiohttp.TCPConnector(ssl=context, limit=64)
                 async with (
                     aiohttp.ClientSession(connector=connector) as session,
                     aiohttp.ClientSession(connector=aiohttp.TCPConnector(ssl=context)) as tenants,
                 ):
-                    for one in (bench, quiet_bench):  # warm: connections, first answers
-                        await one.unrelated(session, 1.0, args.every)
-                    load = asyncio.create_task(bench.tenant(tenants, args.seconds))
-                    samples = await asyncio.gather(
-                        bench.unrelated(session, args.seconds, args.every),
-                        quiet_bench.unrelated(session, args.seconds, args.every),
-                    )
-                    await load
+                    await unrelated(session, [s.url for s in servers], 1.0, args.every)  # warm
+                    samples: list[list[float]] = [[], []]
+                    ratios = []
+                    for _ in range(args.rounds):
+                        load = asyncio.create_task(bench.tenant(tenants, args.seconds))
+                        got = await unrelated(session, [s.url for s in servers], args.seconds, args.every)
+                        await load
+                        ratios.append(figures(got[0])[1] / figures(got[1])[1])
+                        for into, more in zip(samples, got, strict=True):
+                            into += more
             finally:
                 for server in servers:
                     server.stop()
     (l50, l99, lmax), (q50, q99, qmax) = figures(samples[0]), figures(samples[1])
     print(
         f"{args.devices:,} devices; {len(samples[0]):,} reviews to each server, due every"
-        f" {args.every * 1000:g} ms for {args.seconds:g} s"
+        f" {args.every * 1000:g} ms for {args.rounds} rounds of {args.seconds:g} s"
     )
     print(
         f"under the load: p50 {l50:.2f} ms, p99 {l99:.2f} ms, worst {lmax:.1f} ms ({bench.templates} templates"
         f" of {args.selectors} selectors arrived)"
     )
     print(f"none:           p50 {q50:.2f} ms, p99 {q99:.2f} ms, worst {qmax:.1f} ms")
-    print(f"p99 under the load / none: {l99 / q99:.2f}x")
+    print(
+        f"p99 under the load / none: {l99 / q99:.2f}x (each round's: {', '.join(f'{r:.2f}' for r in ratios)})"
+    )
     allowed = sum(1 for a in bench.answers if a == "allowed")
     waiting = sum(1 for a in bench.answers if "is being evaluated, off the loop" in a)
     print(
@@ -276,6 +286,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", type=int, default=1000)
     parser.add_argument("--selectors", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--every", type=float, default=0.01)
     asyncio.run(main_async(parser.parse_args()))
