@@ -15,6 +15,7 @@ from aiohttp import web
 from tests.builders import H200, claim_template, gpu_request, pod, request, resource_slice
 from tests.core.test_cel_budget import CHEAP, NESTED, NVIDIA
 from tests.core.test_dra import dra_cluster, dra_pod
+from tests.edges.serving import ROOT
 from webhook.cluster.selectors import Evaluator
 from webhook.core.index.state import ClusterState
 from webhook.serve import server
@@ -214,3 +215,55 @@ def test_deferred_work_nobody_asks_for_any_more_is_dropped_and_a_pending_pod_kee
         evaluator._abandon()
         time.sleep(0.01)
     assert devices.deferred() and evaluator.dropped == 1
+
+
+def test_the_process_that_evaluates_is_gone_when_the_server_is_killed(tmp_path: Any) -> None:
+    """A server killed (OOM, SIGKILL) closes nothing: its process must not outlive it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "serve.py"
+    script.write_text(
+        "import asyncio, sys\n"
+        "from tests.edges.test_selectors import costly_cluster, state_pod_template\n"
+        "from webhook.cluster.selectors import Evaluator\n"
+        "async def main():\n"
+        "    state = costly_cluster(1)\n"
+        "    evaluator = Evaluator(state)\n"
+        "    state.asked(state_pod_template())\n"
+        "    job = state.inventory.devices.take(1)\n"
+        "    await evaluator._work(job)\n"
+        "    print(*[p.pid for p in evaluator._pool._processes.values()], flush=True)\n"
+        "    await asyncio.sleep(3600)\n"
+        "if __name__ == '__main__':\n"
+        "    asyncio.run(main())\n"
+    )
+    server = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    try:
+        assert server.stdout is not None
+        child = int(server.stdout.readline())
+        os.kill(child, 0)  # alive
+        server.send_signal(signal.SIGKILL)
+        server.wait(timeout=10)
+        for _ in range(100):
+            try:
+                os.kill(child, 0)
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
+        os.kill(child, signal.SIGKILL)
+        raise AssertionError("the process outlived its server")
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+        if server.stdout is not None:
+            server.stdout.close()

@@ -9,9 +9,9 @@ meanwhile. A review that deferred a reading waits for it (``settled``) under a b
 decided again.
 
 The process is spawned at the first job (it shares nothing with the server but the jobs it is
-sent, and never the interpreter's lock, and imports only the model), and runs only on a processor
-nothing else wants (``SCHED_IDLE``); one that died is spawned again at the next job, the jobs it
-held deferred anew.
+sent, and never the interpreter's lock, and imports only the model), runs only on a processor
+nothing else wants (``SCHED_IDLE``), and exits when the server is gone, however it went; one that
+died is spawned again at the next job, the jobs it held deferred anew.
 """
 
 import asyncio
@@ -20,6 +20,7 @@ import logging
 import multiprocessing
 import os
 import pickle
+import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -35,6 +36,7 @@ IDLE_SECONDS = 0.05  # how often the state is looked at while no job waits
 DEADLINE = 30.0  # seconds one job may take in its process: later, it is stuck and stopped
 ABANDON_SECONDS = 10.0  # a deferred reading nobody asked for in this long is dropped
 RECHARGE_SECONDS = 5.0  # how often pods charged while their readings were deferred ask again
+PARENT_SECONDS = 1.0  # how often the process looks whether the server that spawned it is still there
 
 
 class Evaluator:
@@ -106,7 +108,7 @@ class Evaluator:
         spawned = self._pool is None
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=background
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"), initializer=_child
             )
         packed = pickle.dumps(job)
         working = asyncio.get_running_loop().run_in_executor(self._pool, _work_packed, packed)
@@ -151,6 +153,20 @@ def background(pid: int | None = None) -> None:
         return
     with contextlib.suppress(OSError):
         os.setpriority(os.PRIO_PROCESS, pid or 0, 19)
+
+
+def _child() -> None:
+    """In the process, first: background work, and gone as soon as the server is (killed, it
+    closes nothing: the process would outlive it, holding the model's memory)."""
+    background()
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_SECONDS)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="parent watch", daemon=True).start()
 
 
 def _work_packed(packed: bytes) -> Done:
