@@ -91,7 +91,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-## bench: pod creates and scale-ups through the local API server with and without the webhooks, then the server under wrk next to a floor handler (1k/10k/100k pods) and a device-plugin pod create through it against the commit before DRA, the decision core alone, a pod create against the commit before, the multi-card check, the first sync, the enqueue gate with 100 Volcano Jobs waiting, a review forwarded by a standby against a direct one and the Lease's API load, and how long a refused or held workload stays down after its cards free with the waiting line (deny and wait mode) and without (real scheduler), an inference scale-up against training holding every card with tidal reclaim and with each partner alone, one reclaim pass at 100,000 waiting pods and the reviews answered meanwhile, beside the serving replica's own passes too (cards alone, then with CPU requests), and a DRA pod's decision next to a device-plugin pod's, the bytes kept per claim and slice device and the first sync of 10,000 claims
+## bench: pod creates and scale-ups through the local API server with and without the webhooks, then the server under wrk next to a floor handler (1k/10k/100k pods) and a device-plugin pod create through it against the commit before DRA, the decision core alone, a pod create against the commit before, the multi-card check, the first sync, the enqueue gate with 100 Volcano Jobs waiting, a review forwarded by a standby against a direct one and the Lease's API load, and how long a refused or held workload stays down after its cards free with the waiting line (deny and wait mode) and without (real scheduler), an inference scale-up against training holding every card with tidal reclaim and with each partner alone, one reclaim pass at 100,000 waiting pods and the reviews answered meanwhile, beside the serving replica's own passes too (cards alone, then with CPU requests), and a DRA pod's decision next to a device-plugin pod's, the bytes kept per claim and slice device and the first sync of 10,000 claims, and reviews answered while templates of costly selectors arrive at 1,000 devices against none
 bench: $(STAMP) e2e-bin
 	$(BIN)/python -m tests.bench.apiserver
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; } || \
@@ -110,6 +110,7 @@ bench: $(STAMP) e2e-bin
 	$(BIN)/python -m tests.bench.reclaim --rounds 2 --reviews 500 --cpu
 	$(BIN)/python -m tests.bench.dra
 	$(BIN)/python -m tests.bench.filters
+	$(BIN)/python -m tests.bench.celbudget
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 def build_source(settings: ServeSettings, metrics: Metrics | None = None) -> StateSource:
     """The snapshot directory if given; else the cluster from a kubeconfig or, in a pod, in-cluster."""
     if settings.cluster is not None:
-        return SnapshotSource(settings.cluster, settings.policy())
+        return SnapshotSource(settings.cluster, settings.policy(), off_loop=True)
     if settings.kubeconfig is None and not os.environ.get("KUBERNETES_SERVICE_HOST"):
         raise ConfigError("no state source: pass --cluster DIR (a snapshot) or --kubeconfig PATH")
     # The Kubernetes client library (about 37 MiB) is loaded only for a cluster, never for a snapshot.
@@ -56,6 +56,7 @@ def build_source(settings: ServeSettings, metrics: Metrics | None = None) -> Sta
         reclaim_after=settings.reclaim_after_seconds if settings.reclaim != "off" else None,
         on_reclaim=metrics.observe_reclaim if metrics is not None else lambda card, outcome, cards: None,
         on_bound=metrics.reclaim_bound.observe if metrics is not None else lambda seconds: None,
+        off_loop=True,
     )
 
 

@@ -16,7 +16,7 @@ import gc
 import tempfile
 import time
 import tracemalloc
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +146,16 @@ async def serving(objects: dict[str, list[bytes]]) -> AsyncIterator[tuple[str, P
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
     url = f"http://127.0.0.1:{port}"
+    try:
+        with kubeconfig_for(url) as kubeconfig:
+            yield url, kubeconfig
+    finally:
+        await runner.cleanup()
+
+
+@contextlib.contextmanager
+def kubeconfig_for(url: str) -> Iterator[Path]:
+    """A kubeconfig that reaches ``url`` with a token, in a temporary directory."""
     config = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -154,13 +164,10 @@ async def serving(objects: dict[str, list[bytes]]) -> AsyncIterator[tuple[str, P
         "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
         "current-context": "fake",
     }
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            kubeconfig = Path(tmp) / "kubeconfig"
-            kubeconfig.write_text(yaml.safe_dump(config))
-            yield url, kubeconfig
-    finally:
-        await runner.cleanup()
+    with tempfile.TemporaryDirectory() as tmp:
+        kubeconfig = Path(tmp) / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump(config))
+        yield kubeconfig
 
 
 async def main_async(pods: int, nodes: int, skeleton: bool) -> None:

@@ -277,6 +277,9 @@ class FakeSource:
     def leader_address(self) -> str | None:
         return None
 
+    async def evaluated(self, readings: set[Any], timeout: float) -> None:
+        return None
+
 
 class Unsynced(FakeSource):
     """A state source that has not synced: what the live cache is before its first list."""

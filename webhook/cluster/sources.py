@@ -16,9 +16,11 @@ from webhook.cluster import cache, snapshot
 from webhook.cluster.caller import LineCaller
 from webhook.cluster.lease import LeaderElector, PodLabelClient, ServingLabel
 from webhook.cluster.reclaimer import InProcess, Reclaimer
+from webhook.cluster.selectors import Evaluator
 from webhook.core.decide import report
 from webhook.core.index.line import Waiter
 from webhook.core.index.state import ClusterState
+from webhook.core.model.claims import Selectors
 from webhook.core.model.objects import OwnerRef
 from webhook.core.model.policy import Policy
 
@@ -50,13 +52,19 @@ class StateSource(Protocol):
     def leader_address(self) -> str | None:
         """Where the replica that decides serves, when it is another one (forwarding); else None."""
 
+    async def evaluated(self, readings: set[Selectors], timeout: float) -> None:
+        """Until the DRA selectors of ``readings`` a decision deferred are worked out off the loop,
+        or ``timeout`` seconds (at once when nothing works them out: the state defers nothing)."""
+
 
 class SnapshotSource:
-    """A snapshot directory, loaded once in a worker thread; ready when loaded."""
+    """A snapshot directory, loaded once in a worker thread; ready when loaded. ``off_loop``: DRA
+    selectors are then evaluated within a budget on the loop, the rest in a process of its own."""
 
-    def __init__(self, directory: Path, policy: Policy) -> None:
-        self.directory, self.policy = directory, policy
+    def __init__(self, directory: Path, policy: Policy, off_loop: bool = False) -> None:
+        self.directory, self.policy, self.off_loop = directory, policy, off_loop
         self._state: ClusterState | None = None
+        self.evaluator: Evaluator | None = None
 
     @property
     def state(self) -> ClusterState | None:
@@ -81,10 +89,18 @@ class SnapshotSource:
     def leader_address(self) -> str | None:
         return None
 
+    async def evaluated(self, readings: set[Selectors], timeout: float) -> None:
+        if self.evaluator is not None:
+            await self.evaluator.settled(readings, timeout)
+
     async def run(self) -> None:
         state = await asyncio.to_thread(snapshot.load_snapshot, self.directory, self.policy)
         settle_heap()
+        if self.off_loop:
+            self.evaluator = Evaluator(state)
         self._state = state
+        if self.evaluator is not None:
+            await self.evaluator.run()
 
 
 def settle_heap() -> None:
@@ -126,11 +142,13 @@ class LiveSource:
         reclaim_after: float | None = None,
         on_reclaim: Callable[[str, str, int], None] = lambda card, outcome, cards: None,
         on_bound: Callable[[float], None] = lambda seconds: None,
+        off_loop: bool = False,
     ) -> None:
         """``call_seconds``: how often the waiting lines are called while this replica serves;
         None for a source that only reads (``cardquota status``). ``reclaim_after``: how long an
         admitted pod waits for cards no node has free before tidal reclaim takes them back for it
-        (None: no reclaim, a source that only reads)."""
+        (None: no reclaim, a source that only reads). ``off_loop``: DRA selectors are evaluated
+        within a budget on the loop, the rest in a process of its own (a source that serves)."""
         self.elect, self.label_pod = elect, label_pod
         self.call_seconds, self.on_served = call_seconds, on_served
         self.reclaim_after, self.on_reclaim, self.on_bound = reclaim_after, on_reclaim, on_bound
@@ -140,6 +158,7 @@ class LiveSource:
         self.audit_seconds = audit_seconds
         self._warned: dict[tuple[str, str], float] = {}  # (queue, card) -> when an Event was recorded
         self._state = ClusterState(policy)
+        self.evaluator = Evaluator(self._state) if off_loop else None
         self.informers: list[cache.Informer] = []
         self._transport: cache.Transport | None = None
         self._term = 0  # the last term as leader (``elector.won``) whose takeover barrier has passed
@@ -251,6 +270,10 @@ class LiveSource:
             except cache.Unavailable as exc:
                 log.warning("could not record an Event", extra={"node": nodes[0], "error": str(exc)})
 
+    async def evaluated(self, readings: set[Selectors], timeout: float) -> None:
+        if self.evaluator is not None:
+            await self.evaluator.settled(readings, timeout)
+
     async def fetch(self, ref: OwnerRef, namespace: str) -> dict[str, Any] | None:
         kind = cache.kind_of(ref.kind, ref.api_version)
         if self._transport is None or kind is None:
@@ -293,6 +316,8 @@ class LiveSource:
             settle_heap()
             log.info("cache synced", extra={"pods": len(self._state.pods), "nodes": len(self._state.nodes)})
             tasks.append(asyncio.create_task(self._audit(transport), name="auditor"))
+            if self.evaluator is not None:
+                tasks.append(asyncio.create_task(self.evaluator.run(), name="selector evaluator"))
             if self.call_seconds is not None:
                 caller = LineCaller(
                     self._state, transport, lambda: self.ready, self.call_seconds, on_served=self.on_served

@@ -100,12 +100,39 @@ def decide_request(
 ) -> Decision:
     """Decide a read review and log one line for it."""
     started = time.perf_counter()
+    return _record(state, request, webhook, now, _decide(state, request, webhook, now, owner), started)
+
+
+def try_request(
+    state: ClusterState,
+    request: Request,
+    webhook: Webhook,
+    now: float,
+    owner: patches.Owner | None = None,
+) -> Decision | None:
+    """``decide_request``, or None (nothing recorded, nothing logged) when the decision deferred
+    DRA selectors to be worked out off the loop (``Devices.deferred_now``): it is taken again
+    once they are."""
+    started = time.perf_counter()
+    missed = state.inventory.devices.missed
+    decision = _decide(state, request, webhook, now, owner)
+    if state.inventory.devices.missed != missed:
+        return None
+    return _record(state, request, webhook, now, decision, started)
+
+
+def _decide(
+    state: ClusterState, request: Request, webhook: Webhook, now: float, owner: patches.Owner | None
+) -> Decision:
     if webhook == "validate":
-        decision = admission.validate(state, request, now)
-        admission.admit(state, request, decision, now)
-    else:
-        decision = admission.mutate(state, request, owner, now)
-        admission.admit(state, request, decision, now)  # a multi-card pod's assigned model
+        return admission.validate(state, request, now)
+    return admission.mutate(state, request, owner, now)
+
+
+def _record(
+    state: ClusterState, request: Request, webhook: Webhook, now: float, decision: Decision, started: float
+) -> Decision:
+    admission.admit(state, request, decision, now)  # a mutation's: a multi-card pod's assigned model
     logs.review(
         {
             "uid": request.uid,

@@ -22,7 +22,7 @@ from webhook.cluster.sources import StateSource
 from webhook.core.index import ingest
 from webhook.core.index.state import ClusterState
 from webhook.core.model.objects import OwnerRef
-from webhook.core.model.verdicts import TOO_COMPLEX, Allowed, Denied, Request
+from webhook.core.model.verdicts import TOO_COMPLEX, Allowed, Decision, Denied, Request
 from webhook.errors import BadReview, NotReady
 from webhook.serve import forward, review, wire
 from webhook.serve.metrics import Metrics
@@ -45,6 +45,7 @@ BODY_LIMIT = web.AppKey("body_limit", int)
 FORWARDER = web.AppKey("forwarder", forward.Forwarder)
 FORWARD_WAIT = web.AppKey("forward_wait", float)
 OWNER_READ_SECONDS = 1.0
+EVALUATION_SECONDS = 2.0  # how long a review waits for the DRA selectors it deferred (timeout: 5 s)
 UID = web.RequestKey("uid", str)  # the review uid, once parsed, for the bug log line
 
 
@@ -143,7 +144,7 @@ async def _answer_review(request: web.Request, webhook: review.Webhook) -> web.R
     owner = None
     if (wanted := review.owner_to_fetch(state, read, webhook)) is not None:
         owner = await _live_owner(source, read, *wanted)
-    decision = review.decide_request(state, read, webhook, time.time(), owner)
+    decision = await _decision(source, state, read, webhook, owner)
     payload = orjson.dumps(wire.response(raw.uid, decision))
     outcome = "allowed" if isinstance(decision, Allowed) else "denied"
     elapsed = time.perf_counter() - started
@@ -152,6 +153,21 @@ async def _answer_review(request: web.Request, webhook: review.Webhook) -> web.R
     if isinstance(decision, Denied) and decision.cause == TOO_COMPLEX:
         metrics.too_complex.labels(webhook).inc()
     return web.Response(body=payload, content_type="application/json")
+
+
+async def _decision(
+    source: StateSource, state: ClusterState, read: Request, webhook: review.Webhook, owner: Any
+) -> Decision:
+    """The review's decision. One that deferred DRA selectors to be worked out off the loop waits
+    for them (the loop answers other reviews meanwhile) and is taken again, for up to
+    ``EVALUATION_SECONDS``; then it is what it is (a refusal saying they are being evaluated)."""
+    deadline = time.monotonic() + EVALUATION_SECONDS
+    while (left := deadline - time.monotonic()) > 0:
+        decision = review.try_request(state, read, webhook, time.time(), owner)
+        if decision is not None:
+            return decision
+        await source.evaluated(set(state.inventory.devices.deferred_now), left)
+    return review.decide_request(state, read, webhook, time.time(), owner)
 
 
 async def _live_owner(source: StateSource, request: Request, ref: OwnerRef, namespace: str) -> Any:

@@ -31,6 +31,7 @@ def pod_template(
 
 
 def validate(state: ClusterState, request: Request, now: float) -> Decision:
+    state.inventory.devices.turn()
     state.expire(now)
     if request.operation == "DELETE":
         return Allowed("deletes are always allowed")
@@ -77,6 +78,7 @@ def mutate(
     """Pod CREATE: affinity and canonical card name, and in wait mode the scheduling gate of a
     controller's pod that does not fit now. PodGroup CREATE, and an UPDATE that enqueues one created
     without them (its create's mutation failed, and its policy is Ignore): annotations from its owner."""
+    state.inventory.devices.turn()
     repair = request.operation == "UPDATE" and request.resource == "podgroups"
     if (request.operation != "CREATE" and not repair) or request.sub_resource:
         return Allowed("only creates, and PodGroup updates, are mutated")

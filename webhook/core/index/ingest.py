@@ -60,6 +60,7 @@ def key(obj: Mapping[str, Any]) -> str:
 
 def upsert(state: ClusterState, obj: Mapping[str, Any]) -> str:
     """Add or replace ``obj``; returns why it was skipped, or "" when it was applied."""
+    state.inventory.devices.turn()
     where = bucket(obj)
     if where is None:
         return f"{obj.get('kind', '?')} is not used"
@@ -76,6 +77,7 @@ def upsert(state: ClusterState, obj: Mapping[str, Any]) -> str:
 
 def remove(state: ClusterState, obj: Mapping[str, Any]) -> None:
     """Forget ``obj`` (only its identity is read: a DELETED event may carry an old body)."""
+    state.inventory.devices.turn()
     where = bucket(obj)
     state.skip(key(obj), "")
     if where is None or shapes.problem(RESOURCES.get(where, "nodes"), "", {"metadata": obj.get("metadata")}):

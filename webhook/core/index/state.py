@@ -23,7 +23,7 @@ from webhook.core.index.waiting import Waiting, scale_key
 from webhook.core.index.workloads import Workloads
 from webhook.core.model import compact, keys
 from webhook.core.model.cards import CardName, CardSpec
-from webhook.core.model.claims import Devices
+from webhook.core.model.claims import Devices, Done, Job
 from webhook.core.model.demand import Demand, PodDemand, allocated_demand, known_card, pod_demand
 from webhook.core.model.devices import ClaimRecord, ClassRecord, SliceRecord, TemplateRecord
 from webhook.core.model.inventory import Inventory
@@ -92,6 +92,7 @@ class ClusterState:
         self.reclaims: dict[str, Taken] = {}
         self._deadlines: list[tuple[float, str]] = []
         self.pool = compact.Pool()  # the shared values this state's records are built from
+        self.pending: set[str] = set()  # pods charged while a reading of their selectors was deferred
         self._charger = Charger(self.inventory, self.policy, self.pool, self.queue_of_pod)
 
     def skip(self, key: str, problem: str) -> None:
@@ -219,6 +220,7 @@ class ClusterState:
         """Many pods at once (a list), their records built from ``self.pool``: the demand and the
         charge of each template are worked out once for all its pods (nodes and queues do not
         change meanwhile)."""
+        self.inventory.devices.turn()
         with self._charger.batch():
             for pod in pods:
                 self.upsert_pod(pod, pooled=True)
@@ -227,6 +229,7 @@ class ClusterState:
         if uid in self.pods:
             self._unindex(uid, leaving=True)
             del self.pods[uid]
+            self.pending.discard(uid)
             self.ledger.settle(resize_key(uid))
 
     def expire(self, now: float) -> None:
@@ -244,7 +247,28 @@ class ClusterState:
     def compute_charged(self, template: PodTemplate) -> tuple[int, int] | None:
         return compute_charged(template, self.inventory, self.policy)
 
+    def selectors_evaluated(self, job: Job, done: Done) -> None:
+        """Work deferred off the loop is done (``Devices.settle``): once a reading's is all done,
+        the pods charged while any was pending are charged again (a turn of their own)."""
+        self.inventory.devices.turn()
+        if self.inventory.devices.settle(job, done):
+            again, self.pending = self.pending, set()
+            self._recharge(sorted(again))
+
+    def recharge_pending(self) -> None:
+        """Charge again the pods charged while their readings were deferred (a turn of its own):
+        what they still need is asked for again."""
+        self.inventory.devices.turn()
+        again, self.pending = self.pending, set()
+        self._recharge(sorted(again))
+
     def _index(self, pod: PodRecord) -> None:
+        missed = self.inventory.devices.missed
+        self._index_charges(pod)
+        if self.inventory.devices.missed != missed:
+            self.pending.add(pod.uid)  # charged again once its readings are done
+
+    def _index_charges(self, pod: PodRecord) -> None:
         if pod.template.claims:
             self.claims.join(pod)
             demand = self._claim_demand(pod) if pod.is_live and pod.waiting is None else None

@@ -21,15 +21,22 @@ device a ResourceSlice publishes, with the variable Kubernetes gives them
 An expression that does not compile, or that errors on a device, is an error with the reason, as
 the scheduler treats it (an error aborts the claim's allocation): never "no match". The sets and
 lists extensions of Kubernetes' CEL are not available; an expression using them does not compile.
+
+Each evaluation is held to Kubernetes' cost limit (``celcost``): an expression whose cost on a device
+may pass 1,000,000 units of cel-go's runtime cost is not evaluated there, and is an error with the
+reason, as the scheduler aborts it past that limit.
 """
 
 import functools
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
+from webhook.core.model import celcost
+from webhook.core.model.celcost import MAX_COST
 from webhook.core.model.quantity import QuantityError, parse_quantity
 from webhook.core.model.quoting import shorten
 
@@ -219,24 +226,148 @@ def _env() -> Any:
 _DOMAIN = re.compile(r"""(?:attributes|capacity)\s*\[\s*(?:"((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')\s*\]""")
 
 
+Paths = tuple[tuple[str, str, str], ...] | None  # (field, domain, name) of each value it reads
+
+
+class Sketch(NamedTuple):
+    """What is kept of a selector compiled in another process: the values it reads of a device
+    (``Program.key``; None: it may read more)."""
+
+    paths: Paths
+
+
+def _field(path: tuple[str, ...]) -> tuple[str, str, str]:
+    """``("device", "attributes", domain, name)`` as ``("attributes", domain, name)``, ``("device",
+    "driver")`` as ``("driver", "", "")``."""
+    rest = (*path[1:], "", "")
+    return rest[0], rest[1], rest[2]
+
+
+def _compile(text: str) -> Any:
+    try:
+        return _env().compile(text)
+    except RuntimeError as exc:
+        raise CelError(f"its CEL selector {shorten(text)} does not compile: {_reason(exc)}") from None
+
+
 class Program:
     """One compiled selector, and the domains it names (read as empty maps on devices without
-    them, as Kubernetes reads them)."""
+    them, as Kubernetes reads them). One known from a ``Sketch`` (compiled in another process) is
+    compiled here only when it is first evaluated here; until then its cost is known on the shapes
+    of devices that process told (``learn``)."""
 
-    __slots__ = ("domains", "expression", "text")
+    __slots__ = ("_costs", "_expression", "_paths", "domains", "text", "tree")
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, sketch: Sketch | None = None) -> None:
         if len(text) > MAX_LENGTH:
             raise CelError(f"its CEL selector is longer than {MAX_LENGTH} characters")
-        try:
-            self.expression = _env().compile(text)
-        except RuntimeError as exc:
-            raise CelError(f"its CEL selector {shorten(text)} does not compile: {_reason(exc)}") from None
         self.text = text
         self.domains = frozenset(a or b for a, b in _DOMAIN.findall(text))
+        self._expression: Any = None
+        self.tree: celcost.Node | None = None
+        self._costs: dict[Any, int] = {}  # the device's shape -> the bound of one evaluation on it
+        if sketch is None:
+            self._compile()
+        else:
+            self._paths = sketch.paths
+
+    def _compile(self) -> None:
+        self._expression = _compile(self.text)
+        self.tree = celcost.checked(self._expression.serialize())
+        reads = celcost.reads(self.tree)
+        self._paths = None if reads is None else tuple(_field(path) for path in sorted(reads))
+
+    @property
+    def expression(self) -> Any:
+        if self._expression is None:
+            self._compile()
+        return self._expression
+
+    @property
+    def compiled(self) -> bool:
+        return self._expression is not None
+
+    @property
+    def sketch(self) -> "Sketch":
+        return Sketch(self._paths)
+
+    def learn(self, costs: Mapping[Any, int]) -> None:
+        """Costs worked out elsewhere, by device shape."""
+        if len(self._costs) + len(costs) > MAX_SHAPES:
+            self._costs.clear()
+        self._costs.update(costs)
+
+    def key(self, device: "DeviceData") -> Any:
+        """What this selector's answer on ``device`` depends on: the values it reads of it, when it
+        reads only values at constant paths (devices alike in them are answered alike, as one);
+        else the device itself."""
+        paths = self._paths
+        if paths is None:
+            return device
+        keys = device.keys
+        found = keys.get(paths)
+        if found is None:
+            if len(keys) >= MAX_KEYS:
+                keys.clear()
+            data, values = device.data, []
+            for field, domain, name in paths:
+                if field in _MAPS:
+                    value = data[field].get(domain, _EMPTY).get(name, _MISSING)
+                else:
+                    value = data.get(field, _MISSING)
+                values.append(
+                    (dict, tuple(value.items())) if isinstance(value, dict) else (value.__class__, value)
+                )
+            found = keys[paths] = tuple(values)
+        return found
+
+    def cost(self, device: "DeviceData") -> int | None:
+        """The most one evaluation on ``device`` may cost cel-go (``celcost.bound``); None when it
+        is not known here (compiled elsewhere, and not told of devices of this shape)."""
+        shape = device.shape()
+        found = self._costs.get(shape.key)
+        if found is None and self.tree is not None:
+            if len(self._costs) >= MAX_SHAPES:
+                self._costs.clear()
+            found = self._costs[shape.key] = celcost.bound(self.tree, shape)
+        return found
+
+    def costs(self, devices: "Iterable[DeviceData]") -> dict[Any, int]:
+        """The bound of one evaluation on each shape of ``devices`` (to tell another process)."""
+        out = {}
+        for device in devices:
+            key = device.shape().key
+            if key not in out and (cost := self.cost(device)) is not None:
+                out[key] = cost
+        return out
+
+    def over(self, device: "DeviceData") -> str:
+        """Why ``device`` is not evaluated (its cost may pass Kubernetes' limit), or ""."""
+        if not self.compiled:
+            self._compile()  # compiled here: its bound is known on every device
+        cost = self.cost(device)
+        assert cost is not None
+        if cost <= MAX_COST:
+            return ""
+        said = "cannot be bounded" if cost >= celcost.UNBOUNDED else f"may reach {cost:,}"
+        return (
+            f"its CEL selector {shorten(self.text)} is not evaluated on device {device.name}: its cost"
+            f" {said}, past Kubernetes' limit of {MAX_COST:,} for one evaluation (the scheduler aborts a"
+            " claim's allocation past it)"
+        )
+
+    def evaluate(self, device: "DeviceData") -> bool | str:
+        """Whether ``device`` is selected, or why that cannot be known (the text of the error)."""
+        try:
+            return self.matches(device)
+        except CelError as error:
+            return str(error)
 
     def matches(self, device: "DeviceData") -> bool:
-        """Whether ``device`` is selected; ``CelError`` when evaluating it errors."""
+        """Whether ``device`` is selected; ``CelError`` when evaluating it errors or would cost more
+        than Kubernetes allows."""
+        if why := self.over(device):
+            raise CelError(why)
         data = device.with_domains(self.domains)
         try:
             result = self.expression.eval(data={"device": data})
@@ -253,25 +384,68 @@ class Program:
         return CelError(f"its CEL selector {shorten(self.text)} fails on device {device.name}: {why}")
 
 
+MAX_SHAPES = 256  # device shapes whose bound one program keeps
+MAX_KEYS = 64  # the values of this many sets of paths one device keeps
+
+
 def _reason(error: object) -> str:
     """The first line of a CEL error, without its status code."""
     text = re.sub(r"^[A-Z_]+: ", "", str(error).split("\n", 1)[0]).removesuffix(" [INVALID_ARGUMENT]")
     return text if len(text) <= 160 else text[:157] + "..."
 
 
-@functools.lru_cache(maxsize=1024)  # bounded: a selector text is compiled once while it is used
+_PROGRAMS: OrderedDict[str, Program | str] = OrderedDict()  # text -> its program, or why it does not compile
+MAX_PROGRAMS = 1024  # bounded: a selector text is compiled once while it is used
+
+
 def program(text: str) -> Program:
     """The compiled selector ``text``; ``CelError`` with the reason when it does not compile."""
-    return Program(text)
+    found = known(text)
+    if found is None:
+        try:
+            found = Program(text)
+        except CelError as error:
+            found = str(error)
+        _keep(text, found)
+    if isinstance(found, str):
+        raise CelError(found)
+    return found
+
+
+def known(text: str) -> Program | str | None:
+    """The program of ``text`` (or why it does not compile) if it is at hand, without compiling."""
+    found = _PROGRAMS.get(text)
+    if found is not None:
+        _PROGRAMS.move_to_end(text)
+    return found
+
+
+def adopt(text: str, sketch: Sketch | str) -> None:
+    """What another process found of ``text``: its sketch, or why it does not compile."""
+    if text not in _PROGRAMS:
+        _keep(text, sketch if isinstance(sketch, str) else Program(text, sketch))
+
+
+def _keep(text: str, found: Program | str) -> None:
+    _PROGRAMS[text] = found
+    if len(_PROGRAMS) > MAX_PROGRAMS:
+        _PROGRAMS.popitem(last=False)
+
+
+_MISSING = ("missing",)  # a value the device does not have
+_EMPTY: dict[str, Any] = {}
+_MAPS = ("attributes", "capacity")
 
 
 class DeviceData:
     """A published device as the ``device`` variable of a selector."""
 
-    __slots__ = ("attributes", "capacity", "data", "name")
+    __slots__ = ("_shape", "attributes", "capacity", "data", "keys", "name")
 
     def __init__(self, name: str, driver: str, attributes: Raw, capacity: Raw, multiple: bool) -> None:
         self.name = name
+        self._shape: celcost.Shape | None = None
+        self.keys: dict[Paths, Any] = {}  # what a selector reading these values reads (``Program.key``)
         self.attributes = _by_domain(driver, attributes, _attribute)
         self.capacity = _by_domain(driver, capacity, _capacity)
         self.data: dict[str, Any] = {
@@ -286,6 +460,21 @@ class DeviceData:
 
     def __hash__(self) -> int:
         return hash(self.name)
+
+    def __getstate__(self) -> tuple[str, dict[str, Any]]:
+        return self.name, self.data  # sent to the process that evaluates what the loop defers
+
+    def __setstate__(self, state: tuple[str, dict[str, Any]]) -> None:
+        self.name, self.data = state
+        self.attributes, self.capacity = self.data["attributes"], self.data["capacity"]
+        self._shape, self.keys = None, {}
+
+    def shape(self) -> celcost.Shape:
+        """The sizes a selector's cost depends on."""
+        if self._shape is None:
+            driver = self.data["driver"]
+            self._shape = celcost.Shape(driver, {"attributes": self.attributes, "capacity": self.capacity})
+        return self._shape
 
     def with_domains(self, domains: frozenset[str]) -> dict[str, Any]:
         missing = [d for d in domains if d not in self.attributes or d not in self.capacity]

@@ -12,6 +12,12 @@ class's and its own CEL selectors select (evaluated as the scheduler evaluates t
 spec an operator's class is annotated with. A request is a GPU request when its class is annotated,
 when its selectors select a GPU, or when they name a GPU driver (then a model it cannot read is
 refused, never taken for "no GPU").
+
+Each selector's answer is kept per device. Offline every answer is worked out when it is asked for;
+on a serving replica (``Devices.budget``) one turn (a review, a cache event) works out at most
+``INLINE_UNITS`` of them on the spot, and a reading that needs more is deferred: it is "pending",
+its evaluations are left for a process of their own (``take``, ``evaluate_selectors``, ``settle``),
+and what asked for it is refused with the reason until they are done.
 """
 
 import math
@@ -22,7 +28,8 @@ from fractions import Fraction
 from typing import Any
 
 from webhook.core.model.cards import UNIT, CardName, CardSpec, amount
-from webhook.core.model.cel import CelError, program
+from webhook.core.model.cel import CelError, DeviceData, Program, Sketch, adopt, known, program
+from webhook.core.model.celcost import MAX_COST
 from webhook.core.model.devices import (
     ALL,
     CLASS_CARD,
@@ -37,7 +44,11 @@ from webhook.core.model.devices import (
     named,
 )
 from webhook.core.model.quantity import QuantityError, parse_quantity
+from webhook.core.model.quoting import shorten
 from webhook.core.model.values import value_class
+
+Answer = bool | str  # a selector's answer on a device: selected or not, or why it cannot be known
+Selectors = tuple[str, ...]
 
 
 @value_class
@@ -78,6 +89,16 @@ class Devices:
         self._readings: dict[tuple[tuple[str, ...], tuple[str, ...]], Reading] = {}
         # selectors -> slice name -> (the slice read, the cards it selects there, or why not)
         self._selected: dict[tuple[str, ...], dict[str, tuple[SliceRecord, dict[CardName, bool], str]]] = {}
+        # How many cost units (``EVALUATION_UNITS`` plus its bound, each evaluation) one turn may
+        # spend evaluating selectors; None: no limit (offline, where nothing else waits)
+        self.budget: int | None = None
+        self._left = 0
+        self.missed = 0  # readings deferred so far (one more each time a reading is pending)
+        self._answers: dict[str, dict[object, Answer]] = {}  # selector -> ``Program.key`` -> answer
+        self._kept = 0
+        self._waiting: dict[Selectors, _Work] = {}  # deferred readings, taken from in turn
+        self.deferred_now: set[Selectors] = set()  # the readings this turn deferred
+        self._taken: dict[Selectors, int] = {}  # jobs being worked out off the loop
 
     def put_slice(self, record: SliceRecord) -> set[str]:
         """Add or replace a slice; returns the nodes whose cards changed."""
@@ -115,7 +136,9 @@ class Devices:
         if found is None:
             if len(self._readings) >= MAX_READINGS:
                 self._readings, self._selected = {}, {}
-            found = self._readings[key] = self._read(key[0] + key[1])
+            found = self._read(key[0] + key[1])
+            if not found.pending:  # a pending reading is read again when asked for again
+                self._readings[key] = found
         if device_class.card is not None:  # the operator's word: its devices are these models
             cards = tuple(c for c in found.cards if c in device_class.card.cards) or device_class.card.cards
             found = replace(found, cards=cards, gpu=True)
@@ -123,6 +146,14 @@ class Devices:
 
     def _read(self, selectors: tuple[str, ...]) -> "Reading":
         mentioned = any(driver in text for driver in self.drivers for text in selectors)
+        if self.budget is not None:  # compiling is paid for too: a long text takes milliseconds
+            at_hand = [known(text) for text in selectors]
+            if problem := next((f for f in at_hand if isinstance(f, str)), ""):
+                return Reading((), (), problem, mentioned)
+            units = sum(len(t) * COMPILE_UNITS for t, f in zip(selectors, at_hand, strict=True) if f is None)
+            if units > self._left:
+                return self._defer(selectors, self._published(), None)
+            self._left -= units
         try:
             programs = [program(text) for text in selectors]
         except CelError as error:
@@ -130,13 +161,20 @@ class Devices:
         parts = self._selected.setdefault(selectors, {})
         for gone in parts.keys() - self.slices.keys():
             del parts[gone]
+        stale = [
+            (name, found)
+            for name, found in self.slices.items()
+            if (part := parts.get(name)) is None or part[0] is not found
+        ]
+        for at, (name, found) in enumerate(stale):
+            try:
+                parts[name] = (found, *self._select(found, programs))
+            except _OverBudget as over:
+                return self._defer(selectors, self._published(f for _, f in stale[at:]), over.dearest)
         cards: dict[CardName, bool] = {}  # card -> whether every device of it selected is shared
         drivers: dict[str, None] = {}
         for name, found in self.slices.items():
-            part = parts.get(name)
-            if part is None or part[0] is not found:
-                part = parts[name] = (found, *_select(found, programs))
-            _, selected, problem = part
+            _, selected, problem = parts[name]
             if problem:
                 return Reading((), (), problem, True)
             for card, whole_shared in selected.items():
@@ -145,6 +183,215 @@ class Devices:
         chosen = tuple(sorted(cards))
         shared = frozenset(card for card, all_shared in cards.items() if all_shared)
         return Reading(chosen, tuple(drivers), "", mentioned or bool(cards), chosen, shared)
+
+    # ---- evaluating selectors, on the loop within a budget, or deferred ------------------------
+    def turn(self) -> None:
+        """A new turn (a review, a cache event) may spend ``budget`` again."""
+        self._left = self.budget or 0
+        self.deferred_now = set()
+
+    def answer(self, selector: Program, device: DeviceData) -> Answer:
+        """``selector``'s answer on ``device``, worked out once for all devices alike in what it
+        reads of them (``Program.key``); ``_OverBudget`` when working it out now would pass what
+        is left of this turn's budget."""
+        key = selector.key(device)
+        known = self._answers.get(selector.text)
+        found = known.get(key) if known is not None else None
+        if found is None:
+            if self.budget is not None:
+                units = self._price(selector, device)
+                if units > self._left:
+                    raise _OverBudget((selector, device))
+                self._left -= units
+            found = selector.evaluate(device)
+            self._remember(selector.text, key, found)
+        return found
+
+    @staticmethod
+    def _price(selector: Program, device: DeviceData) -> int:
+        """What working out ``selector`` on ``device`` costs the loop, in cost units: its bound and
+        ``EVALUATION_UNITS`` (nothing past Kubernetes' limit: it is refused from its bound), and
+        compiling it here if it was compiled elsewhere."""
+        cost = selector.cost(device)
+        if cost is None:
+            return UNPRICED  # compiled elsewhere, and not told of this shape: left to be done there
+        units = cost + EVALUATION_UNITS if cost <= MAX_COST else 0
+        return units if selector.compiled else units + len(selector.text) * COMPILE_UNITS
+
+    def _known(self, selector: Program, device: DeviceData) -> Answer | None:
+        known = self._answers.get(selector.text)
+        return known.get(selector.key(device)) if known is not None else None
+
+    def _remember(self, text: str, key: object, answer: Answer) -> None:
+        if self._kept >= MAX_ANSWERS:  # bounded: past it, each is worked out again as it is asked for
+            self._answers, self._kept = {}, 0
+        known = self._answers.setdefault(text, {})
+        if key not in known:
+            self._kept += 1
+        known[key] = answer
+
+    def _select(self, found: SliceRecord, programs: list[Program]) -> tuple[dict[CardName, bool], str]:
+        """The cards of the devices of one slice every program selects (each with whether every such
+        device is shared), or why a program cannot be evaluated on one of them (the programs in
+        order, as the scheduler: the first that does not select a device ends it)."""
+        cards: dict[CardName, bool] = {}
+        counting = self.budget is not None
+        for device in found.devices:
+            if device.data is None:
+                continue
+            for selector in programs:
+                if counting:  # looking an answer up is paid for too: a slice at a time
+                    self._left -= LOOKUP_UNITS
+                    if self._left < 0:
+                        raise _OverBudget(None)
+                answer = self.answer(selector, device.data)
+                if isinstance(answer, str):
+                    return {}, answer
+                if not answer:
+                    break
+            else:
+                cards[device.card] = cards.get(device.card, True) and device.shared
+        return cards, ""
+
+    def _published(self, slices: Iterable[SliceRecord] | None = None) -> list[DeviceData]:
+        return [
+            d.data
+            for found in (self.slices.values() if slices is None else slices)
+            for d in found.devices
+            if d.data
+        ]
+
+    def _units(
+        self, programs: list[Program], devices: list[DeviceData], most: float, counted: set[Any] | None = None
+    ) -> int:
+        """What answering ``programs`` on ``devices`` may cost (``_price``), each answer not known
+        yet counted once for all devices alike, counting no further than past ``most``."""
+        counted = set() if counted is None else counted
+        units = 0
+        for data in devices:
+            for selector in programs:
+                key = selector.key(data)
+                known = self._answers.get(selector.text)
+                if (known is not None and key in known) or (selector.text, key) in counted:
+                    continue
+                counted.add((selector.text, key))
+                units += self._price(selector, data)
+            if units > most:
+                break
+        return units
+
+    def _defer(
+        self, selectors: Selectors, devices: list[DeviceData], dearest: tuple[Program, DeviceData] | None
+    ) -> "Reading":
+        """The reading of ``selectors`` waits for work off the loop: pending."""
+        self.missed += 1
+        self.deferred_now.add(selectors)
+        work = self._waiting.get(selectors)
+        if work is None and selectors not in self._taken:
+            work = self._waiting[selectors] = _Work(devices)
+        if work is not None:
+            work.asks += 1
+        cost = ""
+        if dearest is None:
+            text = next((t for t in selectors if known(t) is None), selectors[-1])
+        else:
+            selector, device = dearest
+            text = selector.text
+            if (bound := selector.cost(device)) is not None:
+                cost = (
+                    f" ({bound:,} of cel-go's cost units on device {device.name}, of Kubernetes'"
+                    f" limit of {MAX_COST:,})"
+                )
+        why = (
+            f"its CEL selector {shorten(text)} is being evaluated, off the loop that answers reviews, on"
+            f" {len(devices):,} devices the slices publish{cost}: try again in a few seconds"
+        )
+        return Reading((), (), why, True, pending=True)
+
+    def deferred(self) -> bool:
+        """Whether work waits to be taken."""
+        return bool(self._waiting)
+
+    def asks(self) -> dict[Selectors, int]:
+        """How many times each waiting reading was asked for so far."""
+        return {selectors: work.asks for selectors, work in self._waiting.items()}
+
+    def drop(self, selectors: Selectors) -> None:
+        """Work nobody asks for any more is dropped (what it worked out is kept): deferred anew when
+        it is asked for again."""
+        self._waiting.pop(selectors, None)
+
+    def busy(self, selectors: Selectors) -> bool:
+        """Whether work for the reading of ``selectors`` waits or is being worked out."""
+        return selectors in self._waiting or selectors in self._taken
+
+    def take(self, units: int) -> "Job | None":
+        """The next work off the loop: devices of a deferred reading (each in turn), worth up to
+        ``units`` (one at least, at most ``JOB_DEVICES``, and no more than ``SCAN`` devices looked at
+        here), each with the answers known already; selectors not compiled here are compiled there
+        first, on one device. None when nothing waits."""
+        if not self._waiting:
+            return None
+        selectors, work = next(iter(self._waiting.items()))
+        found = [known(text) for text in selectors]
+        chosen: list[DeviceData] = []
+        if any(isinstance(f, str) for f in found):
+            work.at = len(work.devices)  # one does not compile: nothing to evaluate
+        elif any(f is None for f in found):
+            chosen = work.devices[work.at : work.at + 1]  # their sketches first, then the others
+            work.at += len(chosen)
+        else:
+            programs = [f for f in found if isinstance(f, Program)]
+            spent, end = 0, min(len(work.devices), work.at + SCAN)
+            while work.at < end and (not chosen or spent < units) and len(chosen) < JOB_DEVICES:
+                data = work.devices[work.at]
+                work.at += 1
+                cost = self._units(programs, [data], math.inf, work.counted)
+                if cost:
+                    chosen.append(data)
+                    spent += cost
+        del self._waiting[selectors]
+        if work.at >= len(work.devices) and any(f is None for f in found):
+            work.at = 0  # evaluated on their first device once compiled: looked at again then
+        if work.at < len(work.devices):
+            self._waiting[selectors] = work  # the others' turn first
+        self._taken[selectors] = self._taken.get(selectors, 0) + 1
+        answers = [
+            tuple(self._known(f, data) if isinstance(f, Program) else None for f in found) for data in chosen
+        ]
+        return Job(
+            selectors, chosen, answers, tuple(not isinstance(f, Program) or f.tree is None for f in found)
+        )
+
+    def settle(self, job: "Job", done: "Done") -> bool:
+        """Keep what was worked out off the loop (``evaluate_selectors``); whether nothing of its
+        selectors waits or is being worked out any more."""
+        sketches, costs, answers = done
+        for text, sketch, shapes in zip(job.selectors, sketches, costs, strict=True):
+            if sketch is not None:
+                adopt(text, sketch)
+            if shapes and isinstance(found := known(text), Program):
+                found.learn(shapes)
+        for data, row in zip(job.devices, answers, strict=True):
+            for text, answer in zip(job.selectors, row, strict=True):
+                found = known(text)
+                if answer is not None and isinstance(found, Program):
+                    self._remember(text, found.key(data), answer)
+        self._untake(job.selectors)
+        return job.selectors not in self._taken and job.selectors not in self._waiting
+
+    def give_back(self, job: "Job") -> None:
+        """Work taken that will not be answered (its process died, or was stopped): the reading is
+        deferred anew by what asks for it next."""
+        self._untake(job.selectors)
+        self._waiting.pop(job.selectors, None)
+
+    def _untake(self, selectors: Selectors) -> None:
+        left = self._taken.get(selectors, 1) - 1
+        if left > 0:
+            self._taken[selectors] = left
+        else:
+            self._taken.pop(selectors, None)
 
     def node_cards(self, node: str) -> Counter[CardName]:
         """The GPUs the slices of ``node`` publish, by card (each device once)."""
@@ -217,21 +464,86 @@ class Devices:
 
 
 MAX_READINGS = 10_000  # distinct selector sets read at once; past it, read anew as they come
+SCAN = 2_000  # devices one ``take`` looks at, at most (it runs on the loop)
+JOB_DEVICES = 256  # devices one job carries, at most (pickled on the loop)
+MAX_ANSWERS = 200_000  # answers kept at once (about 100 bytes each); past it, worked out anew
+# The budget of one turn on a serving replica, in cost units: each evaluation costs its bound
+# (cel-go's units, about 50 ns each) and ``EVALUATION_UNITS`` besides (building its variable,
+# about 25 us); 60,000 are about 3 ms of the loop.
+EVALUATION_UNITS = 500
+LOOKUP_UNITS = 10  # an answer looked up (known already) as a slice is read
+UNPRICED = 1 << 40  # an evaluation whose cost is not known here: never worked out on the loop
+COMPILE_UNITS = 150  # a character compiled (a text of 10 KiB: about 60 ms, with reading its tree)
+INLINE_UNITS = 60_000
 
 
-def _select(found: SliceRecord, programs: list[Any]) -> tuple[dict[CardName, bool], str]:
-    """The cards of the devices of one slice every program selects (each with whether every such
-    device is shared), or why a program cannot be evaluated on one of them."""
-    cards: dict[CardName, bool] = {}
-    for device in found.devices:
-        if device.data is None:
-            continue
+class _OverBudget(Exception):
+    """Working out an answer now would pass the turn's budget: (the selector, the device); None:
+    looking answers up would."""
+
+    def __init__(self, dearest: tuple[Program, DeviceData] | None) -> None:
+        self.dearest = dearest
+
+
+class _Work:
+    """A deferred reading's devices, looked at in order by ``take``."""
+
+    __slots__ = ("asks", "at", "counted", "devices")
+
+    def __init__(self, devices: list[DeviceData]) -> None:
+        self.devices, self.at, self.asks = devices, 0, 0
+        self.counted: set[Any] = set()  # (selector, key) taken already
+
+
+@value_class
+class Job:
+    """Work for the process that evaluates off the loop: ``selectors`` on ``devices``, with the
+    answers known already (None: to work out), and which selectors are not compiled here (their
+    sketch and their costs on these devices are sent back)."""
+
+    selectors: Selectors
+    devices: list[DeviceData]
+    known: list[tuple[Answer | None, ...]]
+    sketch: tuple[bool, ...]
+
+
+# What came back: each selector's sketch (or why it does not compile) and its costs by device
+# shape, when asked for; each device's answers
+Done = tuple[list[Sketch | str | None], list[dict[Any, int] | None], list[tuple[Answer | None, ...]]]
+
+
+def evaluate_selectors(job: Job) -> Done:
+    """Each device's answers to the job's selectors in order, as the scheduler evaluates them: up
+    to the first that does not select it (None after it). What the process that evaluates off the
+    loop runs."""
+    programs: list[Program | None] = []
+    sketches: list[Sketch | str | None] = []
+    costs: list[dict[Any, int] | None] = []
+    for text, wanted in zip(job.selectors, job.sketch, strict=True):
         try:
-            if all(p.matches(device.data) for p in programs):
-                cards[device.card] = cards.get(device.card, True) and device.shared
+            found = program(text)
         except CelError as error:
-            return {}, str(error)
-    return cards, ""
+            programs.append(None)
+            sketches.append(str(error))
+            costs.append(None)
+            continue
+        programs.append(found)
+        sketches.append(found.sketch if wanted else None)
+        costs.append(found.costs(job.devices) if wanted else None)
+    if any(p is None for p in programs):
+        return sketches, costs, [(None,) * len(programs) for _ in job.devices]
+    out = []
+    for data, had in zip(job.devices, job.known, strict=True):
+        row: list[Answer | None] = []
+        for selector, answer in zip(programs, had, strict=True):
+            assert selector is not None
+            if answer is None:
+                answer = selector.evaluate(data)
+            row.append(answer)
+            if answer is not True:
+                break
+        out.append(tuple(row) + (None,) * (len(programs) - len(row)))
+    return sketches, costs, out
 
 
 @value_class
@@ -249,6 +561,7 @@ class Reading:
     # the models every selected device of which allows several allocations: a capacity request
     # there takes a share of a device; elsewhere it takes whole devices (as the scheduler allocates)
     shared: frozenset[CardName] = frozenset()
+    pending: bool = False  # its selectors are being evaluated off the loop: ``problem`` says so
 
 
 # ---- demand ------------------------------------------------------------------------------------
@@ -320,6 +633,7 @@ def _demand(
     told: list[str] = []
     sources = [_source(ref, namespace, devices) for ref in refs]
     sources += [(f"extended resource {r.name}", (r,), False) for r in extended]
+    _read_all([r for _, requests, _ in sources for r in requests], devices)
     for ref, (what, requests, templated) in zip([*refs, *([None] * len(extended))], sources, strict=True):
         asked = [a for r in requests if (a := _asked(r, what, devices, named_spec)) is not None]
         if not asked:
@@ -345,6 +659,16 @@ def _demand(
     return ClaimDemand(
         CardSpec(cards), tuple((c, total[c]) for c in cards), tuple(by_name), tuple(made), "; ".join(told)
     )
+
+
+def _read_all(requests: Iterable[DeviceRequest], devices: Devices) -> None:
+    """Read every request (each alternative) before any is judged: a reading that must be
+    deferred is deferred now, with the others, not one review at a time."""
+    for request in requests:
+        for one in request.alternatives or (request,):
+            device_class = devices.classes.get(one.device_class)
+            if device_class is not None:
+                devices.reading(device_class, one)
 
 
 def _source(ref: ClaimRef, namespace: str, devices: Devices) -> tuple[str, tuple[DeviceRequest, ...], bool]:
@@ -435,6 +759,8 @@ def _asked(request: DeviceRequest, what: str, devices: Devices, named_spec: Card
         return None
     if request.admin:
         return None  # administrative access: watching a device, not taking it
+    if read.pending:
+        raise _Refused(f"asks GPUs ({label}) whose model is not known yet: {read.problem}")
     if device_class.problem or read.problem:
         why = (
             f"DeviceClass {device_class.name}: {device_class.problem}"
@@ -513,6 +839,7 @@ def claim_demand(
 ) -> ClaimDemand | str | None:
     """What one claim asks, as :func:`claims_demand` reads it for a pod (a claim being created is not
     in the catalogue yet)."""
+    _read_all(claim.requests, devices)
     try:
         asked = [a for r in claim.requests if (a := _asked(r, f"claim {claim.name}", devices, named_spec))]
     except _Refused as refused:
