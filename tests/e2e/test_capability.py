@@ -1,6 +1,7 @@
 """The CPU/memory check end to end: a webhook run with ``--cpu-memory-check`` on the live cache of a
 real API server refuses Volcano pods and scale-ups past their queue's ``spec.capability``."""
 
+import contextlib
 import json
 import subprocess
 import uuid
@@ -19,13 +20,13 @@ from tests.edges.serving import Process
 CHECKED = {"cardquota-e2e-cpu-check": "on"}  # namespaces sent to this module's webhook only
 
 
-@pytest.fixture(scope="module")
-def checked_namespace(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A namespace whose pods and workloads go to a webhook run with ``--cpu-memory-check``."""
-    tmp: Path = tmp_path_factory.mktemp("cpu-check")
+@contextlib.contextmanager
+def cpu_checked(plane: ControlPlane, tmp: Path) -> Iterator[str]:
+    """A namespace whose pods and workloads go to a webhook run with ``--cpu-memory-check`` on
+    ``plane``, registered from the chart with ``cpuMemoryCheck.enabled=true``."""
     flags = (
         "--kubeconfig",
-        str(control_plane.webhook_kubeconfig),
+        str(plane.webhook_kubeconfig),
         "--drain-seconds",
         "0",
         "--cpu-memory-check",
@@ -37,22 +38,20 @@ def checked_namespace(control_plane: ControlPlane, tmp_path_factory: pytest.Temp
         process.certs / "ca.crt",
         CHECKED,
         prefix,
-        control_plane.webhook_user,
+        plane.webhook_user,
         values=("cpuMemoryCheck.enabled=true",),
     )
     name = f"e2e-cpu-{uuid.uuid4().hex[:6]}"
     probe_queue = f"probe-{name}"  # a queue without a capability: the check refuses any CPU in it
     try:
         process.wait_ready(timeout=60)
-        control_plane.apply(*registered)
-        control_plane.apply(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": CHECKED}}
-        )
-        control_plane.apply(card_queue(probe_queue, {H200: 1}))
+        plane.apply(*registered)
+        plane.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": CHECKED}})
+        plane.apply(card_queue(probe_queue, {H200: 1}))
 
         def answers() -> bool:
             probe = cpu_pod("probe", probe_queue, "1")
-            done = control_plane.kubectl(
+            done = plane.kubectl(
                 "create", "--dry-run=server", "-n", name, "-f", "-", stdin=json.dumps(probe), check=False
             )
             assert "sets no cpu in spec.capability" in done.stderr, done.stderr or done.stdout
@@ -60,13 +59,19 @@ def checked_namespace(control_plane: ControlPlane, tmp_path_factory: pytest.Temp
 
         wait_for("the API server to call the checking webhook", answers, timeout=30)
         yield name
-        control_plane.assert_no_rbac_refusal(process.log())
+        plane.assert_no_rbac_refusal(process.log())
     finally:
         for config in registered:
-            control_plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
-        control_plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
-        control_plane.kubectl("delete", "queue", probe_queue, check=False)
+            plane.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
+        plane.kubectl("delete", "namespace", name, "--wait=false", check=False)
+        plane.kubectl("delete", "queue", probe_queue, check=False)
         process.stop()
+
+
+@pytest.fixture(scope="module")
+def checked_namespace(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with cpu_checked(control_plane, tmp_path_factory.mktemp("cpu-check")) as name:
+        yield name
 
 
 def cpu_pod(name: str, queue: str, cpu: str, scheduler: str = "volcano") -> dict[str, Any]:
@@ -131,17 +136,26 @@ def test_an_in_place_resize_or_a_pod_level_request_past_the_capability_is_refuse
     """Two writes the check once missed: ``pods/resize`` (in-place resize, GA in Kubernetes 1.35)
     and a pod whose containers ask nothing but whose pod-level ``spec.resources`` (KEP-2837) does;
     each with its twin inside the capability."""
-    namespace, queue = checked_namespace, f"qr-{checked_namespace}"
+    resize_and_pod_level(control_plane, checked_namespace)
+
+
+def resize_and_pod_level(plane: ControlPlane, namespace: str, scheduled: bool = False) -> None:
+    """A resize and a pod-level request past the capability are refused, each twin inside it is
+    admitted; ``scheduled``: a real scheduler runs ``plane``, and the twins run."""
+    queue = f"qr-{namespace}"
     capacity = card_queue(queue, {H200: 4})
     capacity["spec"]["capability"] = {"cpu": "2", "memory": "4Gi"}
-    control_plane.apply(capacity)
+    plane.apply(capacity)
     try:
-        create = partial(created, control_plane, namespace)
+        create = partial(created, plane, namespace)
         assert create(cpu_pod("small", queue, "500m")).returncode == 0
+        if scheduled:
+            wait_for("the small pod running", lambda: running(plane, namespace, "small"), timeout=90)
+            supports_resize(plane, namespace, "small")
 
         def resize(cpu: str) -> Any:
             patch = {"spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]}}
-            return control_plane.kubectl(
+            return plane.kubectl(
                 "patch",
                 "-n",
                 namespace,
@@ -167,5 +181,22 @@ def test_an_in_place_resize_or_a_pod_level_request_past_the_capability_is_refuse
         )
         pod_level["spec"]["resources"]["requests"]["cpu"] = "500m"  # its twin
         assert create(pod_level).returncode == 0, "a pod-level request inside the capability"
+        if scheduled:
+            wait_for("the pod-level twin running", lambda: running(plane, namespace, "pod-level"), timeout=90)
     finally:
-        control_plane.kubectl("delete", "queue", queue, check=False)
+        plane.kubectl("delete", "queue", queue, check=False)
+
+
+def running(plane: ControlPlane, namespace: str, name: str) -> bool:
+    got = plane.get("pod", name, namespace=namespace)
+    return got["status"].get("phase") == "Running" and bool(got["spec"].get("nodeName"))
+
+
+def supports_resize(plane: ControlPlane, namespace: str, name: str) -> None:
+    """Say in the pod's status, as a kubelet that resizes in place does (kwok's does not), the
+    resources its containers run with: the API server refuses to resize a running pod without."""
+    got = plane.get("pod", name, namespace=namespace)
+    by_name = {c["name"]: c["resources"] for c in got["spec"]["containers"]}
+    for status in got["status"]["containerStatuses"]:
+        status["resources"] = by_name[status["name"]]
+    plane.kubectl("replace", "--subresource=status", "-f", "-", stdin=json.dumps(got))

@@ -1477,3 +1477,54 @@ def test_a_consumable_share_of_a_gpu_is_charged_as_its_fraction(t: DraTenant) ->
     # plugin reads it) and reserves the 0.7 beyond its pod while Running.
     refused = t.create(t.pod("big-0", card=A100, template="big"))
     assert "(quota 1: 0.3 running, 0.7 reserved by PodGroups)" in refused and "needs 0.8" in refused, refused
+
+
+NINETY_NINE = "[" + ", ".join(str(i) for i in range(99)) + "]"
+
+
+def costly(i: int) -> str:
+    """The costly selector the API server's cost check accepts (10,000 steps of a nested
+    comprehension a device, 3 ms in the webhook's CEL), made distinct by ``i`` and reading each
+    device's own uuid, so no two devices are answered as one."""
+    nested = f"{NINETY_NINE}.all(x, {NINETY_NINE}.all(y, x + y >= -{i}))"
+    return f"device.attributes['{DRIVER}'].uuid != '' && {IS.format('NVIDIA H200')} && {nested}"
+
+
+def test_a_costly_selector_is_worked_out_off_the_loop_and_the_reviews_beside_it_are_answered(
+    t: DraTenant,
+) -> None:
+    """decisions.md §32: a template of 32 costly selectors over 128 more published H200 is about
+    13 s of evaluation. It is worked out off the loop that answers reviews: its pod is told to try
+    again meanwhile, then admitted and charged its H200, and every review beside it (its twin with a
+    product-name selector, a device-plugin pod) is answered in time, none refused by the API server
+    for a webhook that did not answer (the chart's 5 s, under ``Fail``)."""
+    t.set_quota({H200: 3})
+    far = dra_slice("costly-absent", "NVIDIA H200", 128)  # a node that does not exist: never allocated
+    apply_all(t.plane, [far])
+    try:
+        t.template("costly", exactly("gpu", DRIVER, 1, *(costly(i) for i in range(32))))
+        t.template("cheap", exactly("gpu", DRIVER, 1, IS.format("NVIDIA H200")))
+        first = t.create(t.pod("costly", template="costly"))
+        assert "is being evaluated, off the loop that answers reviews" in first, first
+        beside: list[tuple[float, str]] = []
+        for i in range(6):  # while the selectors are worked out: each answered, dry runs
+            obj = t.pod(f"beside-{i}", template="cheap") if i % 2 else t.pod(f"beside-{i}", card=H200, gpus=1)
+            began = time.monotonic()
+            args = ("create", "--dry-run=server", "-n", t.ns, "-f", "-")
+            done = t.plane.kubectl(*args, stdin=json.dumps(obj), check=False)
+            beside.append((time.monotonic() - began, done.stderr if done.returncode else ""))
+        assert [said for _, said in beside] == [""] * 6, beside
+        assert t.create(t.pod("twin", template="cheap")) == ""
+
+        def admitted() -> bool:
+            said = t.create(t.pod("costly", template="costly"))
+            assert said == "" or "is being evaluated" in said, said
+            return said == ""
+
+        wait_for("the costly selectors worked out and their pod admitted", admitted, timeout=180, every=2)
+        assert t.wait_running("costly") and t.wait_running("twin")
+        assert t.allocated("costly") == [H200] and t.allocated("twin") == [H200]
+        refused = t.create(t.pod("past", card=H200, gpus=2))
+        assert f'queue "{t.queue}" has 1 {H200} left' in refused, refused
+    finally:
+        t.plane.kubectl("delete", "resourceslice", far["metadata"]["name"], check=False)

@@ -36,6 +36,7 @@ from tests.e2e.agreement import (
 from tests.e2e.cluster import ControlPlane, holds_for, soak_seed, wait_for
 from tests.e2e.conftest import partner_plane
 from tests.e2e.objects import card_queue, deployment_of, hpa
+from tests.e2e.test_capability import cpu_checked, resize_and_pod_level
 from tests.edges.serving import Process
 
 
@@ -954,3 +955,13 @@ def test_a_queue_closed_to_a_namespace_refuses_its_pods_and_serves_its_own(tenan
         t.check_agreement()
     finally:
         other.delete()
+
+
+def test_a_resize_or_a_pod_level_request_past_the_capability_is_refused_and_its_twins_run(
+    volcano: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The CPU/memory check (a webhook run with ``--cpu-memory-check``, registered from the chart
+    with the check on) refuses an in-place resize and a pod-level request past the queue's
+    capability; their twins inside it are admitted and the partner runs them."""
+    with cpu_checked(volcano, tmp_path_factory.mktemp("cpu-check")) as namespace:
+        resize_and_pod_level(volcano, namespace, scheduled=True)
