@@ -19,10 +19,11 @@ from tests.edges.test_fuzz import json_values, paths, replaced
 from webhook.cluster.cache import KINDS, Backoff, Expired, Informer, Kind, Unavailable, kind_of
 from webhook.cluster.snapshot import build_state
 from webhook.cluster.sources import LiveSource
-from webhook.core.decide.report import cluster_status
+from webhook.core.decide.report import cluster_status, unsent
 from webhook.core.index.state import ClusterState
 from webhook.core.model.cards import units
 from webhook.core.model.policy import Policy
+from webhook.errors import ConfigError
 from webhook.serve.metrics import Metrics
 
 POD = next(k for k in KINDS if k.name == "Pod")
@@ -515,3 +516,61 @@ def test_a_relist_forgets_a_namespaces_default_queue_removed_while_not_watching(
     inf, _ = informer(NAMESPACES, Scripted([[namespace("ns", None)]], 10, []), state)
     asyncio.run(run_script(inf))
     assert state.namespace_queues == {}
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data(), value=json_values)
+def test_a_namespace_with_any_field_replaced_by_anything_is_read_or_skipped_never_fatal(
+    data: st.DataObject, value: Any
+) -> None:
+    """A Namespace is listed with one node replaced by any JSON value, then another is watched: the
+    informer never dies, it keeps the second's default queue, and every default queue it keeps is a
+    queue's name (text)."""
+    base = versioned(namespace("odd", "team"), 3)
+    hostile = replaced(base, data.draw(st.sampled_from(list(paths(base)))), value)
+    try:
+        orjson.dumps(hostile)
+    except TypeError:
+        assume(False)  # beyond what an API server's JSON can carry to the informer's reader
+    good = versioned(namespace("ns", "other"), 4)
+    state = build_state([("q", queue("other", '{"NVIDIA-H200": 1}'))])
+    inf, _ = informer(NAMESPACES, Scripted([[hostile]], 3, [[{"type": "ADDED", "object": good}, End]]), state)
+    asyncio.run(run_script(inf))
+    assert state.namespace_queues["ns"] == "other"
+    assert all(isinstance(k, str) and isinstance(v, str) and v for k, v in state.namespace_queues.items())
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    text=st.text(max_size=60)
+    | st.lists(
+        st.sampled_from(["nvidia.com/", "acme.io/", "acme.io/g", " acme.io/x ", ""]) | st.text(max_size=8)
+    ).map(",".join),
+    resources=st.lists(st.sampled_from(["gpu", "x", "xpu"]) | st.text(min_size=1, max_size=20), max_size=4),
+)
+def test_any_sent_resource_prefixes_are_read_and_warn_of_exactly_the_resources_they_leave_out(
+    text: str, resources: list[str]
+) -> None:
+    """``--sent-resource-prefixes`` / ``CARDQUOTA_SENT_RESOURCE_PREFIXES`` given any text: read as
+    its comma-separated, trimmed, non-empty parts; the nodes' card resources outside them, and only
+    those, are warned of."""
+    from webhook import settings as loading
+
+    try:
+        policy = loading.load_policy(type("Args", (), {"sent_resource_prefixes": text})())  # type: ignore[arg-type]
+    except ConfigError as exc:  # a text pydantic will not take (none here): a clear error, never a crash
+        assert "setting sent_resource_prefixes" in str(exc)
+        return
+    prefixes = tuple(p.strip() for p in text.split(",") if p.strip())
+    assert policy.sent_resource_prefixes == prefixes
+    nodes = [vendor_node(f"m{i}", "acme.io", f"acme.io/{r}") for i, r in enumerate(resources)]
+    state = build_state([(f"o{i}", o) for i, o in enumerate([node("h0", H200), *nodes])], policy)
+    advertised = {
+        resource
+        for cards in state.inventory.by_node.values()
+        for resource in {c.resource for c in cards.cards} | {s for s, _ in cards.shared}
+    }
+    assert "nvidia.com/gpu" in advertised
+    assert {resource for resource, _, _ in unsent(state)} == {
+        r for r in advertised if not r.startswith(prefixes)
+    }
