@@ -229,3 +229,33 @@ def test_a_pod_update_naming_its_podgroup_is_sent(
         return {"metadata": {"name": "p", "annotations": annotations}, "spec": spec_with([])}
 
     assert sent("gates.validate.cardquota.volcano.sh", pod(new), pod(old), operation="UPDATE") is expected
+
+
+@pytest.mark.parametrize(
+    ("writers", "user", "checked"),
+    [
+        pytest.param((), "system:serviceaccount:card-quota:cq", False, id="the webhook's own account"),
+        pytest.param((), "alice", True, id="a tenant"),
+        pytest.param(("ops:breakglass",), "ops:breakglass", False, id="a listed marks writer"),
+        pytest.param(("ops:breakglass",), "system:serviceaccount:card-quota:cq", False, id="and the webhook"),
+        pytest.param(("ops:breakglass",), "ops:other", True, id="anyone else"),
+    ],
+)
+def test_the_marks_policy_checks_everyone_but_the_webhook_and_the_listed_writers(
+    writers: tuple[str, ...], user: str, checked: bool
+) -> None:
+    """``webhook.marksWriters`` adds users to the webhook's own account, whose writes of the marks
+    the chart's ``-marks`` ValidatingAdmissionPolicy lets through (its matchConditions)."""
+    flags = [arg for i, w in enumerate(writers) for arg in ("--set", f"webhook.marksWriters[{i}]={w}")]
+    (policy,) = [
+        p
+        for p in render(flags, ("templates/policy.yaml",))
+        if p["kind"] == "ValidatingAdmissionPolicy" and p["metadata"]["name"].endswith("-marks")
+    ]
+    request = {"userInfo": {"username": user}}
+    data = {"object": {}, "oldObject": None, "request": request}
+    results = [
+        _env().compile(c["expression"]).eval(data=data).plain_value()
+        for c in policy["spec"]["matchConditions"]
+    ]
+    assert all(results) is checked, results
