@@ -365,13 +365,77 @@ def test_the_freed_cards_are_held_from_a_third_lower_priority_queue_until_infere
     )
 
 
+PROBE_GRACE = 12345
+DRY_RUN = (  # an eviction's dry run is in its deleteOptions (the request's own dryRun is not set)
+    "request.dryRun || has(object.deleteOptions) && has(object.deleteOptions.dryRun)"
+    " && object.deleteOptions.dryRun.size() > 0"
+)
+PROBE = (
+    "has(object.deleteOptions) && has(object.deleteOptions.gracePeriodSeconds)"
+    f" && object.deleteOptions.gracePeriodSeconds == {PROBE_GRACE}"
+)
+
+
+def eviction_block(name: str, namespace: str, pod: str) -> list[dict[str, Any]]:
+    """A ValidatingAdmissionPolicy and its binding refusing every eviction of ``pod`` (anyone's)
+    but a dry run (the reclaimer's judgement of the gang, which so begins it): its gang's reclaim
+    is held mid-way, one pod left, until the binding is deleted. A dry run with the probe's grace
+    period is refused too: it tells when the policy is in force."""
+    policy = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicy",
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {
+                "resourceRules": [
+                    {
+                        "apiGroups": [""],
+                        "apiVersions": ["v1"],
+                        "operations": ["CREATE"],
+                        "resources": ["pods/eviction"],
+                    }
+                ]
+            },
+            "validations": [
+                {
+                    "expression": f"!(request.namespace == '{namespace}' && request.name == '{pod}'"
+                    f" && (!({DRY_RUN}) || {PROBE}))",
+                    "message": "held for the test",
+                }
+            ],
+        },
+    }
+    binding = {
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": "ValidatingAdmissionPolicyBinding",
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"]},
+    }
+    return [policy, binding]
+
+
+def eviction_refused(plane: ControlPlane, namespace: str, pod: str) -> bool:
+    """Whether the probe's dry-run eviction of ``pod`` is refused by the test's hold."""
+    eviction = {
+        "apiVersion": "policy/v1",
+        "kind": "Eviction",
+        "metadata": {"name": pod, "namespace": namespace},
+        "deleteOptions": {"dryRun": ["All"], "gracePeriodSeconds": PROBE_GRACE},
+    }
+    path = f"/api/v1/namespaces/{namespace}/pods/{pod}/eviction"
+    done = plane.kubectl("create", "--raw", path, "-f", "-", stdin=json.dumps(eviction), check=False)
+    return "held for the test" in done.stderr
+
+
 def test_a_leader_killed_mid_reclaim_leaves_its_hold_and_its_gang_to_the_next(
     volcano: ControlPlane, tmp_path: Path
 ) -> None:
     """Two replicas under the chart's ServiceAccount elect a leader; the API server calls the
-    standby, which forwards to the leader. The leader is killed the moment its reclaim's hold mark
-    is written (its evictions under way): the next leader finishes the gang from the mark, web's
-    pods are bound, and the training job runs again on none of their cards meanwhile."""
+    standby, which forwards to the leader. The leader is killed mid-reclaim: its hold mark written,
+    one pod of the gang still running (its eviction refused by a policy of the test's until then).
+    The next leader adopts the gang from the mark and evicts that pod, web's pods are bound, and
+    the training job runs again on none of their cards meanwhile."""
     lease = f"tidal-{uuid.uuid4().hex[:6]}"
     flags = ("--kubeconfig", str(volcano.webhook_kubeconfig), "--drain-seconds", "0", "--leader-elect")
     flags += ("--lease-name", lease, "--lease-namespace", volcano.release_namespace)
@@ -379,6 +443,7 @@ def test_a_leader_killed_mid_reclaim_leaves_its_hold_and_its_gang_to_the_next(
     second: Process | None = None
     labels = {"cardquota-e2e-failover": lease}
     registered: list[dict[str, Any]] = []
+    block: list[dict[str, Any]] = []
     try:
         first.wait_ready(timeout=60)
         wait_for("the first replica to lead", lambda: serving(first), timeout=30)
@@ -391,9 +456,24 @@ def test_a_leader_killed_mid_reclaim_leaves_its_hold_and_its_gang_to_the_next(
             seed.training("train", 4)
             wait_for("the job to hold every L40S", lambda: len(seed.running("train-")) == 4, timeout=90)
             held = uids(seed.running("train-"))
+            last = max(p["metadata"]["name"] for p in seed.running("train-"))
+            block = eviction_block(f"hold-{lease}", seed.ns, last)
+            volcano.apply(*block)
+            wait_for(
+                "the eviction hold in force", lambda: eviction_refused(volcano, seed.ns, last), timeout=30
+            )
             seed.inference("web", 2)
             wait_for("the hold mark", seed.reclaim_marks, timeout=30, every=0.05)
+            wait_for("the gang's other pods evicted", lambda: len(seed.running("train-")) == 1, timeout=60)
             first.proc.kill()
+            (kept,) = seed.running("train-")
+            assert kept["metadata"]["name"] == last, "the held pod is the one left, running, not deleting"
+            for doc in reversed(block):
+                volcano.kubectl("delete", doc["kind"].lower(), doc["metadata"]["name"], check=False)
+            block = []
+            wait_for(
+                "the eviction hold lifted", lambda: not eviction_refused(volcano, seed.ns, last), timeout=30
+            )
             wait_for("the second replica to lead", lambda: serving(second), timeout=30)  # type: ignore[arg-type]
             back: set[str] = set()
 
@@ -403,13 +483,20 @@ def test_a_leader_killed_mid_reclaim_leaves_its_hold_and_its_gang_to_the_next(
                     back.update(uids(seed.running("train-")) - held)
                 return web == 2
 
-            wait_for("web's pods to be bound", web_bound, timeout=60, every=0.1)
+            wait_for("web's pods to be bound", web_bound, timeout=90, every=0.1)
             assert not back, f"the training job ran again before web was bound: {back}"
-            assert not uids(seed.running("train-")) & held, "a pod of the reclaimed gang was left running"
-            volcano.assert_no_rbac_refusal(second.log())
+            wait_for(
+                "the next leader to evict the gang's last pod",
+                lambda: not uids(seed.running("train-")) & held,
+                timeout=30,
+            )
+            assert "finishing an earlier leader's reclaim" in second.log(), "the next leader adopted the gang"  # type: ignore[union-attr]
+            volcano.assert_no_rbac_refusal(second.log())  # type: ignore[union-attr]
         finally:
             seed.delete()
     finally:
+        for doc in reversed(block):
+            volcano.kubectl("delete", doc["kind"].lower(), doc["metadata"]["name"], check=False)
         for config in registered:
             volcano.kubectl("delete", config["kind"].lower(), config["metadata"]["name"], check=False)
         first.stop()

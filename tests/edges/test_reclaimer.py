@@ -333,6 +333,53 @@ def test_a_replica_that_stops_serving_mid_gang_evicts_no_more_and_a_new_leader_l
     assert fresh.dry == [] and fresh.evicted == TJ[1:]
 
 
+def test_a_new_leader_finishes_the_gang_it_adopted_after_its_beneficiaries_are_bound_and_no_pod_made_since() -> (
+    None
+):
+    """A gang whose eviction an earlier leader began is finished by the new leader even once the
+    pods it was taken for are bound (the cards the first pods freed were enough): never left half.
+    Only the pods live when it adopted the gang are its: one made since under the same name is not."""
+    state, api, clock = seed_002(*inference(2)), Api(), [100.0]
+    serving = [True]
+    evicted_before = api.evict
+
+    async def evict(namespace: str, name: str, dry_run: bool = False) -> str:
+        answer = await evicted_before(namespace, name, dry_run)
+        if not dry_run and name == "tj-1":
+            serving[0] = False  # the Lease is lost after the second real eviction
+        return answer
+
+    api.evict = evict  # type: ignore[method-assign]
+    reclaimer = Reclaimer(state, api, lambda: serving[0], after=0.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    run(reclaimer)
+    assert api.evicted == TJ[:2]
+    [(_, mark)] = api.marks
+    successor = seed_002(*inference(2))
+    group = next(o for o in gang("tj", ["n1", "n1", "n2", "n2"]) if o["kind"] == "PodGroup")
+    group["metadata"]["annotations"] = {keys.RECLAIMED: mark}
+    ingest.upsert(successor, group)
+    for uid in ("uid-ns-tj-0", "uid-ns-tj-1"):
+        successor.delete_pod(uid)
+    fresh = Api(protect=frozenset({"tj-2", "tj-3"}))  # refused for now (a budget): tried again later
+    leader = Reclaimer(successor, fresh, lambda: True, after=0.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    run(leader)  # adopts the gang
+    run(leader)  # and tries its pods
+    assert fresh.evicted == []
+    fresh.protect = frozenset()
+    for i in range(2):  # the cards tj-0 and tj-1 freed were enough: web is bound
+        ingest.upsert(successor, pod(f"web-{i}", R4090, queue_name="serve", group="web", node_name="n1"))
+    assert tidal.holding(successor, "ns/tj", clock[0]) is None
+    successor.delete_pod("uid-ns-tj-3")  # tj-3 went, and one of that name was made since
+    remade = pod("tj-3", R4090, node_name="n2", phase="Running", queue_name="train", group="tj")
+    remade["metadata"]["uid"] = "uid-ns-tj-3-again"
+    ingest.upsert(successor, remade)
+    clock[0] += reclaimer_module.RETRY_EVERY
+    run(leader)
+    assert fresh.evicted == ["ns/tj-2"], (
+        "the adopted gang finished, never left half; a pod made since not of it"
+    )
+
+
 def budget(name: str, selector: Any, allowed: int, **spec: Any) -> dict[str, Any]:
     return {
         "metadata": {"name": name, "namespace": "ns", "generation": 1},

@@ -181,7 +181,9 @@ class Reclaimer:
         self._back: dict[str, float] = {}  # pod uid -> until when it backs off (a reclaim did not help)
         # pod uid -> until when the windows pass it over (it waits for something else, or backs off)
         self._passed: dict[str, float] = {}
-        self._adopted: set[str] = set()  # PodGroups an earlier leader's marks hold, their gangs finished here
+        # PodGroup -> until when its gang, begun by an earlier leader (its mark), is finished here,
+        # and the uids of its pods live at adoption (the pods of that gang; none made since)
+        self._adopted: dict[str, tuple[float, frozenset[str]]] = {}
         self._tests: dict[str, Callable[[str], bool]] = {}  # ``_usable``'s node tests, for one pass
 
     async def run(self) -> None:
@@ -201,7 +203,7 @@ class Reclaimer:
         self._land(now)
         while self._done:  # holds over: their marks go
             await self._mark(self._done.pop(), None)
-        self._adopted = {k for k in self._adopted if tidal.holding(self.state, k, now) is not None}
+        self._adopted = {k: adopted for k, adopted in self._adopted.items() if now < adopted[0]}
         await self._finish(now)
         self._protected = {key: until for key, until in self._protected.items() if until > now}
         asking = self._asking(now)
@@ -217,10 +219,11 @@ class Reclaimer:
             leaving.add(flight.gang.key)
             leaving.update(flight.gang.pods)
         for key in sorted(self.state.groups.marked):  # an earlier leader's reclaim, still held
-            if tidal.holding(self.state, key, now) is not None:
+            if (held := tidal.holding(self.state, key, now)) is not None:
                 leaving.add(key)
                 if key not in self.flights and key not in self._adopted:
-                    self._adopt(key, now)
+                    self._adopt(key, held.until, now)
+        leaving.update(key for key in self._adopted if key in self._rest)  # being finished here
         with _collector_waits():
             reading = tidal.problems(self.state, ready, leaving, set(self._protected), self._usable, asking)
             asked = await _in_slices(reading)
@@ -472,15 +475,18 @@ class Reclaimer:
             self._rest[key] = (left, now + RETRY_EVERY)
         return True
 
-    def _adopt(self, key: str, now: float) -> None:
+    def _adopt(self, key: str, until: float, now: float) -> None:
         """An earlier leader's reclaim, its mark on PodGroup ``key``: its gang's eviction began, so
-        this replica finishes it (the pods of it still live), and holds what it took."""
-        self._adopted.add(key)
-        rest = sorted(
-            pod.key
+        this replica finishes it, the pods of it still live, until the mark's hold ends (``until``)
+        even once the pods it was for are bound (a gang is never left half), and holds what it
+        took meanwhile."""
+        live = [
+            pod
             for uid in self.state.charged.in_group(key)
             if (pod := self.state.pods.get(uid)) is not None and pod.is_live
-        )
+        ]
+        self._adopted[key] = (until, frozenset(pod.uid for pod in live))
+        rest = sorted(pod.key for pod in live)
         if rest:
             log.info(
                 "tidal reclaim: finishing an earlier leader's reclaim", extra={"gang": key, "pods": rest}
@@ -490,14 +496,15 @@ class Reclaimer:
     async def _finish(self, now: float) -> None:
         """Try again the pods of begun gangs that are still there; report a gang its hold outlived."""
         for key, (rest, due) in list(self._rest.items()):
+            adopted = self._adopted.get(key)
             live = {
                 pod.key
                 for uid in self.state.charged.in_group(key)
-                if (pod := self.state.pods.get(uid)) is not None and pod.is_live
+                if (pod := self.state.pods.get(uid)) is not None
+                and pod.is_live
+                and (adopted is None or uid in adopted[1])  # a pod made since is not of the gang
             }
-            ours = key in self.flights or (
-                key in self._adopted and tidal.holding(self.state, key, now) is not None
-            )
+            ours = key in self.flights or adopted is not None
             rest = [pod for pod in rest if pod in live]
             if not ours or not rest:
                 del self._rest[key]
