@@ -154,3 +154,19 @@ def test_selectors_read_as_the_api_server_reads_them(
 ) -> None:
     """None: invalid, which the API server skips (it covers nothing)."""
     assert budgets.selects(selector, labels) is selected
+
+
+def test_a_budget_whose_unconfirmed_evictions_would_pass_two_thousand_refuses() -> None:
+    """The API server refuses an eviction while the budget lists more than 2,000 evictions its
+    controller has not seen go (``disruptedPods``), and each eviction it passes adds its pod: 1,999
+    listed let two pods of the gang go and refuse the third."""
+    roomy = pdb("train", {"matchLabels": {"job": "tj"}}, 9, maxUnavailable=9)
+    roomy["status"]["disruptedPods"] = {f"gone-{i}": "2026-11-26T00:00:00Z" for i in range(1999)}
+    assert budgets.refusal(GANG[:2], [roomy]) == ""
+    assert budgets.refusal(GANG[:3], [roomy]) == (
+        "PodDisruptionBudget ns/train would have more than 2,000 evictions not yet confirmed by its controller"
+    )
+    roomy["status"]["disruptedPods"]["gone-1999"] = "2026-11-26T00:00:00Z"
+    assert budgets.refusal(GANG[:2], [roomy]) != ""
+    roomy["status"]["disruptedPods"]["tj-0"] = roomy["status"]["disruptedPods"].pop("gone-1999")
+    assert budgets.refusal(GANG[:2], [roomy]) == ""  # tj-0 listed already: its eviction adds none

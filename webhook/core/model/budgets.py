@@ -2,11 +2,13 @@
 whole: one eviction at a time, each would pass alone, and the budget refuses the second.
 
 The API server's rule (``pkg/registry/core/pod/storage/eviction.go``), read here for every pod of
-the gang at once: a pod Pending, finished or being deleted ignores budgets; a pod covered by more
-than one budget cannot be evicted; a budget whose status is older than its spec refuses; a ready
-pod takes one of the budget's ``disruptionsAllowed``; an unready one takes none when the budget's
-``unhealthyPodEvictionPolicy`` is ``AlwaysAllow`` or its application is healthy enough
-(``currentHealthy >= desiredHealthy > 0``).
+the gang at once, in its order: a pod Pending, finished or being deleted ignores budgets; a pod
+covered by more than one budget cannot be evicted; an unready pod takes none of its budget's
+disruptions when the budget's ``unhealthyPodEvictionPolicy`` is ``AlwaysAllow`` or its application
+is healthy enough (``currentHealthy >= desiredHealthy > 0``), whatever else its budget says; then
+a budget whose status is older than its spec refuses, and so does one whose ``disruptionsAllowed``
+are fewer than the gang's pods that would take one, or whose ``disruptedPods`` (the evictions its
+controller has not seen go yet, each pod it lets go added) would list more than 2,000.
 """
 
 from collections.abc import Mapping, Sequence
@@ -16,6 +18,8 @@ from webhook.core.model.values import value_class
 
 Raw = Mapping[str, Any]
 _IGNORING = frozenset({"Pending", "Succeeded", "Failed"})
+# evictions a budget's status may list unconfirmed before the API server refuses (MaxDisruptedPodSize)
+MAX_DISRUPTED = 2000
 
 
 @value_class
@@ -116,6 +120,13 @@ def refusal(members: Sequence[Member], budgets: Sequence[Raw]) -> str:
                 f"PodDisruptionBudget {_name(budget)} ({rule} {what}) allows {max(allowed, 0)}"
                 f" disruption{'s' if allowed != 1 else ''} now; the gang would take {len(pods)}"
                 f" ({', '.join(pods[:4])}{', ...' if len(pods) > 4 else ''})"
+            )
+        # each eviction it passes names its pod in ``disruptedPods`` until the controller sees it go
+        unseen = set(_dict(status.get("disruptedPods"))) | {p.rpartition("/")[2] for p in pods[:-1]}
+        if len(unseen) > MAX_DISRUPTED:
+            return (
+                f"PodDisruptionBudget {_name(budget)} would have more than {MAX_DISRUPTED:,} evictions"
+                " not yet confirmed by its controller"
             )
     return ""
 
