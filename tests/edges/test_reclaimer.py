@@ -362,6 +362,28 @@ def test_a_budget_that_allows_fewer_disruptions_than_the_gang_has_pods_keeps_it_
     assert api.evicted == TJ
 
 
+def test_a_gang_a_budget_protected_is_left_out_for_a_minute_then_judged_again() -> None:
+    """A budget refuses the gang at 100 s and allows four disruptions a moment later: for 60 s the
+    passes leave the gang out (none of its pods read, nothing evicted, the waiting pod told a budget
+    forbids it), and the first pass at 160 s judges it again and evicts it whole."""
+    pdb = budget("train", {"matchLabels": {"job": "tj"}}, 1, minAvailable=3)
+    state, api, clock = seed_002(*inference(1)), Api(budgets=[pdb]), [100.0]
+    reclaimer = Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    run(reclaimer)
+    assert api.evicted == [] and [e[1] for e in api.events if e[0] == "Job/tj"] == ["CardQuotaNotReclaimed"]
+    pdb["status"]["disruptionsAllowed"] = 4
+    for at in (100.5, 130.0, 159.9):
+        clock[0] = at
+        api.read.clear()
+        run(reclaimer)
+        assert api.evicted == [] and api.dry == [] and not set(api.read) & set(TJ), at
+    assert blocked_message(api).endswith("1 gang: a PodDisruptionBudget forbids evicting it now")
+    assert len([e for e in api.events if e[0] == "Job/tj"]) == 1  # judged once in the minute
+    clock[0] = 160.0
+    run(reclaimer)
+    assert api.dry == TJ and api.evicted == TJ
+
+
 def two_gangs() -> ClusterState:
     """Two 2-pod gangs on full nodes; three inference pods wait: both gangs are needed."""
     return cluster(
