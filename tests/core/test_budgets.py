@@ -59,7 +59,7 @@ def one_by_one(members: list[Member], objects: list[dict[str, Any]]) -> bool:
     return True
 
 
-def matches(selector: Any, labels: dict[str, str]) -> bool:
+def matches(selector: Any, labels: Mapping[str, str]) -> bool:
     """policy/v1: no selector selects no pod; ``{}`` (or an empty ``matchLabels``) every pod."""
     if selector is None:
         return False
