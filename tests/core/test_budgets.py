@@ -5,7 +5,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from webhook.core.model import budgets
@@ -142,13 +142,25 @@ budgets_st = st.lists(st.sampled_from("xyz"), max_size=3, unique=True).flatmap(
 )
 
 
+@example(  # one budget over two gangs allowing one disruption: the first goes, the second not
+    members=[
+        Member("ns/p0", {"app": "a"}, "Running", True, False),
+        Member("ns/p1", {"app": "a"}, "Running", True, False),
+    ],
+    objects=[pdb("x", {}, 1)],
+    split=1,
+)
 @settings(max_examples=1000, deadline=None)
-@given(members=members_st, objects=budgets_st)
+@given(members=members_st, objects=budgets_st, split=st.integers(0, 8))
 def test_the_gang_passes_exactly_when_every_eviction_one_by_one_would(
-    members: list[Member], objects: list[dict[str, Any]]
+    members: list[Member], objects: list[dict[str, Any]], split: int
 ) -> None:
-    said = budgets.refusal(members, objects)
-    assert (said == "") == one_by_one(members, objects), said
+    """The gang is ``members[split:]``; the pods before it are another gang of the same reclaim,
+    judged already (and passed), whose evictions go first."""
+    going, gang = members[:split], members[split:]
+    assume(one_by_one(going, objects))
+    said = budgets.refusal(gang, objects, going)
+    assert (said == "") == one_by_one(going + gang, objects), said
 
 
 def running(name: str, ready: bool = True, **labels: str) -> Member:

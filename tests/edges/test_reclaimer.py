@@ -408,6 +408,24 @@ def test_every_gang_of_a_plan_is_judged_before_any_is_touched() -> None:
     assert sorted(api.evicted) == ["ns/ta-0", "ns/ta-1", "ns/tb-0", "ns/tb-1"]
 
 
+def test_one_budget_over_two_gangs_of_a_plan_counts_the_pods_of_both() -> None:
+    """A budget over every pod of the namespace allows three disruptions; the plan needs both
+    2-pod gangs. Each alone would pass, the fourth eviction not: neither is evicted, and the second
+    judged is told why. Allowing four, both go."""
+    pdb = budget("team", {}, 3, maxUnavailable=3)
+    state, api = two_gangs(), Api(budgets=[pdb])
+    run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
+    assert api.evicted == []
+    [(_, _, message)] = [e for e in api.events if e[0] == "Job/ta"]
+    assert (
+        "PodDisruptionBudget ns/team (maxUnavailable 3) allows 3 disruptions now; the gang would take 2"
+        " after the 2 of the gangs evicted before it (ns/ta-0, ns/ta-1)" in message
+    )
+    state, api = two_gangs(), Api(budgets=[budget("team", {}, 4, maxUnavailable=4)])
+    run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
+    assert sorted(api.evicted) == ["ns/ta-0", "ns/ta-1", "ns/tb-0", "ns/tb-1"]
+
+
 def test_a_begun_gang_is_finished_when_an_eviction_fails_and_the_pass_goes_on() -> None:
     """The API server fails the second eviction (a 5xx, a throttle): the pass is not ended, the
     pod is tried again a few seconds later, and the gang ends up evicted whole."""
