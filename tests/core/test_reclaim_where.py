@@ -277,16 +277,22 @@ def judged(
         found = tidal.solve_all(
             done(tidal.problems(state, lambda uid: True, excluded=excluded, usable=usable))
         )
-        refused = [
-            g.key
-            for p in found
-            for g in p.victims or ()
-            if budgets.refusal([budgets.member(key, pods[key]) for key in g.pods], pdbs)
-        ]
+        refused = next((key for p in found if (key := first_refused(p, pods, pdbs))), "")
         if not refused:
             return found, excluded
-        assert refused[0] not in excluded
-        excluded.add(refused[0])
+        assert refused not in excluded
+        excluded.add(refused)
+
+
+def first_refused(plan: tidal.Plan, pods: Mapping[str, Any], pdbs: list[dict[str, Any]]) -> str:
+    """The first gang of ``plan`` its budgets refuse, each judged after those before it, or ""."""
+    going: list[budgets.Member] = []
+    for g in plan.victims or ():
+        members = [budgets.member(key, pods[key]) for key in g.pods]
+        if budgets.refusal(members, pdbs, going):
+            return g.key
+        going += members
+    return ""
 
 
 def test_a_pod_that_can_use_a_free_card_is_not_a_reason_to_evict_and_another_pods_nodes_are_its_own() -> None:
