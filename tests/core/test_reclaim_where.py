@@ -1,12 +1,14 @@
 """Tidal reclaim only where it helps (SPEC §5e, decisions.md §26), against the test's own count:
 random nodes (cards, CPU, a pool label, a taint, a cordon, a pod of no gang using some of the
-CPU), training gangs placed on them (some that may not give: not preemptable, in a queue above
-the inference one, or kept out by a PodDisruptionBudget that refused their eviction as a whole)
-and waiting inference pods (cards and CPU, a node selector, a toleration or not). Whatever plan
-the product makes must name only victims the test's own rules allow, must let every pod it names
-fit, each whole on one node it may use and within its CPU, once they leave, and must need every
-one of its victims (no smaller set of them would do). Memory and other resources are read the
-same way as CPU (``tidal.asks``), and not generated."""
+CPU), training gangs placed on them (some that may not give: not preemptable, or in a queue above
+the inference one; some under PodDisruptionBudgets, which keep them out when their eviction as a
+whole would be refused) and waiting inference pods (cards and CPU, a node selector, a toleration
+or not). The budgets are objects the product judges (``budgets.refusal``) for each gang a plan
+names, as the reclaimer does: a gang refused is left out and the plan made again. Whatever plan
+the product ends with must name only victims the test's own rules allow, must let every pod it
+names fit, each whole on one node it may use and within its CPU, once they leave, and must need
+every one of its victims (no smaller set of them would do). Memory and other resources are read
+the same way as CPU (``tidal.asks``), and not generated."""
 
 import dataclasses
 import itertools
@@ -20,7 +22,7 @@ from hypothesis import strategies as st
 
 from tests.builders import GPU, R4090, cluster, node, owner, pod, podgroup, queue
 from webhook.core.decide import tidal
-from webhook.core.model import placement
+from webhook.core.model import budgets, placement
 from webhook.core.model.steps import done
 
 RS = owner("ReplicaSet", "web", "uid-rs-web")
@@ -40,12 +42,33 @@ class Node:
 
 
 @dataclass(frozen=True)
+class Budget:
+    """A PodDisruptionBudget over one gang's pods (its ``job`` label)."""
+
+    allowed: int  # its status.disruptionsAllowed
+    spares_unready: bool  # unhealthyPodEvictionPolicy AlwaysAllow: an unready pod takes none
+    doubled: bool = False  # a second budget selects the same pods: none of them may be evicted
+
+
+@dataclass(frozen=True)
 class Gang:
     name: str
     pods: tuple[tuple[str, int, int], ...]  # (node, cards, cores) of each of its pods
-    # "yes", or why not: "protected" (not preemptable), "above" (a queue above the inference one),
-    # "budget" (a PodDisruptionBudget refused its eviction as a whole: the reclaimer keeps it out)
+    # "yes", or why not: "protected" (not preemptable), "above" (a queue above the inference one)
     may_give: str
+    budget: Budget | None = None
+    unready: int = 0  # its first pods not Ready
+
+    @property
+    def kept_by_budget(self) -> bool:
+        """Whether its budgets refuse evicting every pod of it, one after another: a pod under two
+        budgets is never evicted; each pod that takes a disruption takes one of those allowed."""
+        if self.budget is None:
+            return False
+        if self.budget.doubled:
+            return True
+        spared = self.unready if self.budget.spares_unready else 0
+        return len(self.pods) - spared > self.budget.allowed
 
 
 @dataclass(frozen=True)
@@ -91,11 +114,18 @@ def worlds(draw: st.DrawFn) -> tuple[list[Node], list[Gang], list[Waiting]]:
             cores[where] -= cpu
             pods.append((where, cards, cpu))
         if pods:
+            budget = None
+            if draw(st.booleans()):
+                budget = Budget(
+                    draw(st.integers(0, 3)), draw(st.booleans()), draw(st.sampled_from([False] * 4 + [True]))
+                )
             gangs.append(
                 Gang(
                     f"g{j}",
                     tuple(pods),
-                    draw(st.sampled_from(["yes", "yes", "yes", "protected", "above", "budget"])),
+                    draw(st.sampled_from(["yes", "yes", "yes", "yes", "protected", "above"])),
+                    budget,
+                    draw(st.integers(0, len(pods))),
                 )
             )
     # One Deployment's pods: they share where they may land (pods of several node sets that compete
@@ -148,7 +178,31 @@ def objects(nodes: Sequence[Node], gangs: Sequence[Gang], waiting: Sequence[Wait
                     spec={"containers": [container(GPU, cards, cpu)]},
                 )
             )
+            made[-1]["metadata"]["labels"] = {"job": g.name}
+            ready = "False" if i < g.unready else "True"
+            made[-1]["status"]["conditions"] = [{"type": "Ready", "status": ready}]
     return made + [waiting_pod(w) for w in waiting]
+
+
+def budget_objects(gangs: Sequence[Gang]) -> list[dict[str, Any]]:
+    """The namespace's PodDisruptionBudgets, as the API server shows them."""
+    made = []
+    for g in gangs:
+        if g.budget is None:
+            continue
+        spec: dict[str, Any] = {
+            "selector": {"matchLabels": {"job": g.name}},
+            "maxUnavailable": g.budget.allowed,
+        }
+        if g.budget.spares_unready:
+            spec["unhealthyPodEvictionPolicy"] = "AlwaysAllow"
+        status = {"disruptionsAllowed": g.budget.allowed, "observedGeneration": 1}
+        names = [f"{g.name}-budget", *([f"{g.name}-again"] if g.budget.doubled else [])]
+        made += [
+            {"metadata": {"name": name, "namespace": "ns", "generation": 1}, "spec": spec, "status": status}
+            for name in names
+        ]
+    return made
 
 
 def container(resource: str | None, cards: int, cpu: int) -> dict[str, Any]:
@@ -199,16 +253,46 @@ def all_fit(nodes: Sequence[Node], free: Mapping[str, tuple[int, int]], pods: Se
 
 
 def plans(nodes: Sequence[Node], gangs: Sequence[Gang], waiting: Sequence[Waiting]) -> list[tidal.Plan]:
-    """The product's plans, each waiting pod's nodes read as the reclaimer reads them."""
-    state = cluster(*objects(nodes, gangs, waiting))
+    return judged(nodes, gangs, waiting)[0]
+
+
+def judged(
+    nodes: Sequence[Node], gangs: Sequence[Gang], waiting: Sequence[Waiting]
+) -> tuple[list[tidal.Plan], set[str]]:
+    """The product's plans, each waiting pod's nodes read as the reclaimer reads them, and each
+    gang a plan names judged by the budgets as the reclaimer judges it: the first refused is left
+    out and the plans are made again, until no gang they name is refused; and the gangs left out."""
+    made = objects(nodes, gangs, waiting)
+    state = cluster(*made)
     places = {w.uid: placement.pod_place(waiting_pod(w)) for w in waiting}  # as read from the API server
     facts = state.nodebook.facts
+    pods = {f"ns/{o['metadata']['name']}": o for o in made if o["kind"] == "Pod"}
+    pdbs = budget_objects(gangs)
 
     def usable(uid: str) -> Any:
         return lambda name: placement.usable(facts[name], places[uid])
 
-    budgeted = {f"ns/{g.name}" for g in gangs if g.may_give == "budget"}
-    return tidal.solve_all(done(tidal.problems(state, lambda uid: True, excluded=budgeted, usable=usable)))
+    excluded: set[str] = set()
+    while True:
+        found = tidal.solve_all(
+            done(tidal.problems(state, lambda uid: True, excluded=excluded, usable=usable))
+        )
+        refused = next((key for p in found if (key := first_refused(p, pods, pdbs))), "")
+        if not refused:
+            return found, excluded
+        assert refused not in excluded
+        excluded.add(refused)
+
+
+def first_refused(plan: tidal.Plan, pods: Mapping[str, Any], pdbs: list[dict[str, Any]]) -> str:
+    """The first gang of ``plan`` its budgets refuse, each judged after those before it, or ""."""
+    going: list[budgets.Member] = []
+    for g in plan.victims or ():
+        members = [budgets.member(key, pods[key]) for key in g.pods]
+        if budgets.refusal(members, pdbs, going):
+            return g.key
+        going += members
+    return ""
 
 
 def test_a_pod_that_can_use_a_free_card_is_not_a_reason_to_evict_and_another_pods_nodes_are_its_own() -> None:
@@ -228,12 +312,14 @@ def test_a_plan_evicts_only_what_its_pods_need_and_can_use(
 ) -> None:
     nodes, gangs, waiting = world
     by_uid = {w.uid: w for w in waiting}
-    made = plans(nodes, gangs, waiting)
+    made, refused = judged(nodes, gangs, waiting)
+    event(f"gangs a budget refused: {min(len(refused), 2)}{' or more' if len(refused) > 1 else ''}")
+    assert refused <= {f"ns/{g.name}" for g in gangs if g.kept_by_budget}, (refused, gangs)
     # And a plan whenever taking back helps (the pods share their nodes: one group, first in line
     # first): as many pods as every gang that may give, gone, lets fit, when that is more than fit
     # now; and CPU counted, so a plan for pods whose CPU the victims' leaving would not free is as
     # wrong as none for pods whose CPU it would.
-    allowed = {g.name for g in gangs if g.may_give == "yes"}
+    allowed = {g.name for g in gangs if g.may_give == "yes" and not g.kept_by_budget}
 
     def most(pods: Sequence[Waiting], gone: set[str]) -> int:
         return max(
@@ -253,8 +339,9 @@ def test_a_plan_evicts_only_what_its_pods_need_and_can_use(
         if not plan.victims:
             continue
         victims = {g.key.split("/")[1] for g in plan.victims}
-        rules = {g.name: g.may_give for g in gangs}
-        assert all(rules[v] == "yes" for v in victims), (victims, rules)
+        assert victims <= allowed, (victims, gangs)
+        if any(g.budget is not None for g in gangs if g.name in victims):
+            event("a gang its budget lets go is taken")
         named = [by_uid[uid] for uid in plan.pods]
         assert all_fit(nodes, free_after(nodes, gangs, victims), named), (victims, named)
         for one in victims:

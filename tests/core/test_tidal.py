@@ -2,17 +2,21 @@
 model that no node has free, and which whole training gangs give them back."""
 
 import copy
+import itertools
 import json
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from tests.builders import H200, R4090, cluster, node, owner, pod, podgroup, queue, request, template, vcjob
 from webhook.core.decide import admission, tidal
 from webhook.core.index.state import ClusterState
-from webhook.core.model import keys, objects, placement, reclaim
+from webhook.core.model import keys, objects, placement
 from webhook.core.model.cards import UNIT
 from webhook.core.model.reclaim import Taken
 from webhook.core.model.steps import done
@@ -230,88 +234,203 @@ ROLES = (  # (queue, priority, reclaimable, owner kind of its gangs, preemptable
 )
 
 
+@dataclass(frozen=True)
+class Held:
+    """A gang as the test made it: one pod of one card on each of ``nodes``."""
+
+    key: str
+    card: str
+    nodes: tuple[str, ...]
+    role: str  # its queue, one of ROLES
+    priority: int  # its pods' spec.priority
+    hour: int  # its PodGroup made at that hour of 2026-11-26
+
+
+@dataclass(frozen=True)
+class World:
+    """A cluster as the test made it; ``objects`` are what the product reads."""
+
+    cards: dict[str, int]  # each RTX-4090 node's cards (and "h0" has 4 H200)
+    free: dict[str, int]  # each RTX-4090 node's free cards
+    gangs: list[Held]
+    sizes: list[int]  # the cards of each waiting inference pod, first in line first
+
+    def objects(self) -> list[dict[str, Any]]:
+        made = [node(name, R4090, cards) for name, cards in self.cards.items()]
+        made += [node("h0", H200, 4), serve_queue(quota=8)]
+        for name, priority, reclaimable, _, _ in ROLES:
+            made.append(
+                queue(name, json.dumps({R4090: 16, H200: 16}), priority=priority, reclaimable=reclaimable)
+            )
+        for held in self.gangs:
+            _, _, _, kind, mark = next(role for role in ROLES if role[0] == held.role)
+            name = held.key.split("/")[1]
+            made += gang(
+                name,
+                list(held.nodes),
+                card=held.card,
+                queue_name=held.role,
+                priority=held.priority,
+                created=f"2026-11-26T0{held.hour}:00:00Z",
+                ref=job_ref(name) if kind == "Job" else owner("ReplicaSet", name, f"uid-rs-{name}"),
+                annotations={"volcano.sh/preemptable": mark} if mark else None,
+            )
+        web = inference(len(self.sizes))
+        for obj, size in zip(web[1:], self.sizes, strict=True):
+            obj["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(size)
+        return made + web
+
+
 @st.composite
-def clusters(draw: st.DrawFn) -> tuple[list[dict[str, Any]], list[int]]:
+def clusters(draw: st.DrawFn) -> World:
     """Nodes of two models, their cards held by gangs of every role (a card or so left free), and
-    inference pods of queue "serve" (priority 80000) waiting for RTX-4090, of 1 or 2 cards each."""
-    nodes = [node(f"r{i}", R4090, draw(st.integers(2, 4))) for i in range(draw(st.integers(1, 3)))]
-    nodes += [node("h0", H200, 4)]
-    objects: list[dict[str, Any]] = [*nodes, serve_queue(quota=8)]
-    for name, priority, reclaimable, _, _ in ROLES:
-        q = queue(name, json.dumps({R4090: 16, H200: 16}), priority=priority, reclaimable=reclaimable)
-        objects.append(q)
-    count = draw(st.integers(1, 6))
+    up to four inference pods of queue "serve" (priority 80000, quota 8) waiting for RTX-4090, of
+    1 to 3 cards each."""
+    cards = {f"r{i}": draw(st.integers(2, 4)) for i in range(draw(st.integers(1, 3)))}
+    count = draw(st.integers(2, 8))
     placed: dict[int, list[str]] = {}
-    for n in nodes:
-        name, cards = n["metadata"]["name"], int(n["status"]["allocatable"]["nvidia.com/gpu"])
-        held = cards - draw(st.integers(0, 1))
+    free: dict[str, int] = {}
+    for name, has in [*cards.items(), ("h0", 4)]:
+        held = has - draw(st.integers(0, 1))
+        if name != "h0":
+            free[name] = has - held
         for _ in range(held):
             g = draw(st.integers(0, count - 1)) * 2 + (1 if name == "h0" else 0)  # one model per gang
             placed.setdefault(g, []).append(name)
-    for g, where in sorted(placed.items()):
-        name, _, _, kind, mark = draw(st.sampled_from(ROLES))
-        ref = job_ref(f"g{g}") if kind == "Job" else owner("ReplicaSet", f"g{g}", f"uid-rs-g{g}")
-        objects += gang(
-            f"g{g}",
-            where,
-            card=H200 if g % 2 else R4090,
-            queue_name=name,
-            priority=draw(st.integers(0, 2)),
-            created=f"2026-11-26T0{draw(st.integers(0, 9))}:00:00Z",
-            ref=ref,
-            annotations={"volcano.sh/preemptable": mark} if mark else None,
+    gangs = [
+        Held(
+            f"ns/g{g}",
+            H200 if g % 2 else R4090,
+            tuple(where),
+            draw(st.sampled_from([*ROLES, *ROLES[:2]]))[0],  # half of them may give
+            draw(st.integers(0, 2)),
+            draw(st.integers(0, 9)),
         )
-    sizes = draw(st.lists(st.integers(1, 2), min_size=1, max_size=3))
-    web = inference(len(sizes))
-    for obj, size in zip(web[1:], sizes, strict=True):
-        obj["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = str(size)
-    return [*objects, *web], sizes
+        for g, where in sorted(placed.items())
+    ]
+    return World(cards, free, gangs, draw(st.lists(st.integers(1, 3), min_size=1, max_size=4)))
 
 
-@settings(max_examples=200, deadline=None)
+# ---- the test's own answer, by brute force -------------------------------------------------------
+
+
+def fits(free: dict[str, int], sizes: list[int]) -> bool:
+    """Whether some assignment of every pod, whole, to one node leaves no node short (tried
+    exhaustively)."""
+    for choice in itertools.product(free, repeat=len(sizes)):
+        left = dict(free)
+        for where, size in zip(choice, sizes, strict=True):
+            left[where] -= size
+        if min(left.values(), default=0) >= 0:
+            return True
+    return False
+
+
+def without(free: dict[str, int], gone: Iterable[Held]) -> dict[str, int]:
+    """Each node's free cards once the gangs ``gone`` have left."""
+    left = dict(free)
+    for held in gone:
+        for where in held.nodes:
+            left[where] += 1
+    return left
+
+
+def may_give(held: Held) -> bool:
+    """SPEC §5e by ROLES: RTX-4090 training (a Job's) of a reclaimable queue below 80000, preemptable."""
+    return held.card == R4090 and held.role in ("train", "batch")
+
+
+def rank(held: Held) -> tuple[int, int, int, str]:
+    """First out: lower PriorityClass, lower queue priority, younger (decisions.md §26)."""
+    queue_priority = next(priority for name, priority, *_ in ROLES if name == held.role)
+    return (held.priority, queue_priority, -held.hour, held.key)
+
+
+def order(chosen: tuple[Held, ...]) -> tuple[Any, ...]:
+    """decisions.md §26, smaller first: the highest-ranked victim as low as it can be, then the
+    fewest gangs, then the fewest cards, then the ranks from the highest down."""
+    ranks = sorted(map(rank, chosen), reverse=True)
+    return (ranks[0], len(chosen), sum(len(g.nodes) for g in chosen), ranks)
+
+
+def decided_by(sets: list[tuple[Held, ...]]) -> str:
+    """Which part of ``order`` puts the cheapest set before the next one (for the statistics)."""
+    if len(sets) < 2:
+        return "the only set"
+    first, second = sorted(map(order, sets))[:2]
+    parts = ("highest rank", "gangs", "cards", "ranks")
+    return next(part for part, a, b in zip(parts, first, second, strict=True) if a != b)
+
+
+def expected(world: World) -> dict[str, Any]:
+    """The plans by the test's own count: none when the pods fit what is free (or ask more than
+    their queue's quota); else as many pods, first in line first, as every gang that may give,
+    gone, lets fit (``served``), given the cheapest set of gangs that lets them fit (none taken when
+    they fit already), and the rest told nothing frees enough for them."""
+    free, sizes = world.free, world.sizes
+    if sum(sizes) > 8 or fits(free, sizes):  # "serve" over its quota of 8 takes nothing (SPEC §5e)
+        return {}
+    eligible = [g for g in world.gangs if may_give(g)]
+    served = max(k for k in range(len(sizes) + 1) if fits(without(free, eligible), sizes[:k]))
+    uids = [f"uid-ns-web-{i}" for i in range(len(sizes))]
+    out: dict[str, Any] = {}
+    if served < len(sizes):
+        out["blocked"] = tuple(uids[served:])
+    if served and not fits(free, sizes[:served]):
+        sets = [
+            chosen
+            for k in range(1, len(eligible) + 1)
+            for chosen in itertools.combinations(eligible, k)
+            if fits(without(free, chosen), sizes[:served])
+        ]
+        out["taking"] = (tuple(uids[:served]), {g.key for g in min(sets, key=order)})
+        event(f"the victims decided by {decided_by(sets)}")
+    return out
+
+
+# g0 (the oldest) must go, with one more on r0 for the 3-card pod: g2 (the youngest, 2 cards) or
+# g4 (1 card), the fewest cards deciding; g6 on r1 may not give.
+@example(
+    World(
+        {"r0": 4, "r1": 4},
+        {"r0": 0, "r1": 0},
+        [
+            Held("ns/g0", R4090, ("r0", "r0"), "train", 0, 0),
+            Held("ns/g2", R4090, ("r0", "r1"), "train", 0, 9),
+            Held("ns/g4", R4090, ("r0",), "train", 0, 5),
+            Held("ns/g6", R4090, ("r1", "r1", "r1"), "locked", 0, 0),
+        ],
+        [3],
+    )
+)
+@settings(max_examples=1000, deadline=None)
 @given(clusters())
-def test_victims_are_whole_eligible_gangs_of_the_model_enough_and_none_too_many(
-    drawn: tuple[list[dict[str, Any]], list[int]],
+def test_the_plan_is_the_cheapest_set_of_whole_eligible_gangs_for_the_most_pods_first_in_line(
+    world: World,
 ) -> None:
-    objects, sizes = drawn
-    waiting = len(sizes)
-    state = cluster(*objects)
+    """The product's plans from the cluster it reads are exactly the test's own (``expected``, by
+    trying every assignment of pods to nodes and every set of gangs): which pods are served and
+    which told nothing frees enough, and which gangs go, whole."""
+    state = cluster(*world.objects())
     found = plans(state)
-    # The test's own view: every gang's pods and cards, from the objects it made.
-    pods_of: dict[str, set[str]] = {}
-    for obj in objects:
-        group = obj.get("metadata", {}).get("annotations", {}).get("scheduling.k8s.io/group-name")
-        if obj["kind"] == "Pod" and group:
-            pods_of.setdefault(f"ns/{group}", set()).add(f"ns/{obj['metadata']['name']}")
-    free = state.free.nodes_of(R4090)
-    assert all(p.card == R4090 and p.queue == "serve" for p in found)
-    taking = [p for p in found if p.victims is not None]
-    blocked = [p for p in found if p.victims is None]
-    assert len(taking) <= 1 and len(blocked) <= 1
-    served = len(taking[0].pods) if taking else 0
-    if not found:
-        assert reclaim.placeable(free, [UNIT * n for n in sizes]), "pods that cannot be placed got no plan"
-        return
-    chosen = taking[0].victims or () if taking else ()
-    for victim in chosen:
-        assert victim.card == R4090 and victim.service == "training"
-        assert victim.queue in ("train", "batch"), f"{victim.queue} may not give cards back"
-        assert set(victim.pods) == pods_of[victim.key], "not the whole gang"
-    if taking:
-        wanted = [UNIT * n for n in sizes[:served]]
-        assert reclaim.placeable(reclaim.freed(free, chosen), wanted)
-        for victim in chosen:
-            rest = [g for g in chosen if g is not victim]
-            assert not reclaim.placeable(reclaim.freed(free, rest), wanted), f"{victim.key} was not needed"
-    if blocked:
-        # One pod more than were served: not even every eligible gang frees enough for it.
-        eligible = [g for g in tidal.gangs(state, R4090, ()) if not reclaim.why_not(g, R4090, "serve", 80000)]
-        fit = (
-            len([u for u in range(waiting + 1) if reclaim.placeable(free, [UNIT * n for n in sizes[:u]])]) - 1
-        )
-        more = [UNIT * n for n in sizes[: max(served, fit) + 1]]
-        assert not reclaim.placeable(reclaim.freed(free, eligible), more)
-        assert served + len(blocked[0].pods) == waiting or fit + len(blocked[0].pods) == waiting
+    made: dict[str, Any] = {}
+    for p in found:
+        assert (p.card, p.queue, p.mode) == (R4090, "serve", "on")
+        kind = "blocked" if p.victims is None else "taking"
+        assert kind not in made, found
+        made[kind] = p.pods if p.victims is None else (p.pods, {g.key for g in p.victims})
+    event(
+        f"{len(made.get('taking', ((), ()))[1])} victims"
+        + (", some pods not served" if "blocked" in made else "")
+    )
+    assert made == expected(world)
+    by_key = {g.key: g for g in world.gangs}
+    for p in found:
+        for victim in p.victims or ():  # whole: every pod of it, its every card
+            assert sorted(victim.pods) == sorted(
+                f"{victim.key}-{i}" for i in range(len(by_key[victim.key].nodes))
+            )
+            assert victim.cards == {n: UNIT * k for n, k in Counter(by_key[victim.key].nodes).items()}
 
 
 @pytest.mark.parametrize(

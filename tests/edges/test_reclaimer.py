@@ -409,6 +409,28 @@ def test_a_budget_that_allows_fewer_disruptions_than_the_gang_has_pods_keeps_it_
     assert api.evicted == TJ
 
 
+def test_a_gang_a_budget_protected_is_left_out_for_a_minute_then_judged_again() -> None:
+    """A budget refuses the gang at 100 s and allows four disruptions a moment later: for 60 s the
+    passes leave the gang out (none of its pods read, nothing evicted, the waiting pod told a budget
+    forbids it), and the first pass at 160 s judges it again and evicts it whole."""
+    pdb = budget("train", {"matchLabels": {"job": "tj"}}, 1, minAvailable=3)
+    state, api, clock = seed_002(*inference(1)), Api(budgets=[pdb]), [100.0]
+    reclaimer = Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    run(reclaimer)
+    assert api.evicted == [] and [e[1] for e in api.events if e[0] == "Job/tj"] == ["CardQuotaNotReclaimed"]
+    pdb["status"]["disruptionsAllowed"] = 4
+    for at in (100.5, 130.0, 159.9):
+        clock[0] = at
+        api.read.clear()
+        run(reclaimer)
+        assert api.evicted == [] and api.dry == [] and not set(api.read) & set(TJ), at
+    assert blocked_message(api).endswith("1 gang: a PodDisruptionBudget forbids evicting it now")
+    assert len([e for e in api.events if e[0] == "Job/tj"]) == 1  # judged once in the minute
+    clock[0] = 160.0
+    run(reclaimer)
+    assert api.dry == TJ and api.evicted == TJ
+
+
 def two_gangs() -> ClusterState:
     """Two 2-pod gangs on full nodes; three inference pods wait: both gangs are needed."""
     return cluster(
@@ -429,6 +451,24 @@ def test_every_gang_of_a_plan_is_judged_before_any_is_touched() -> None:
     run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
     assert api.evicted == []
     state, api = two_gangs(), Api()
+    run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
+    assert sorted(api.evicted) == ["ns/ta-0", "ns/ta-1", "ns/tb-0", "ns/tb-1"]
+
+
+def test_one_budget_over_two_gangs_of_a_plan_counts_the_pods_of_both() -> None:
+    """A budget over every pod of the namespace allows three disruptions; the plan needs both
+    2-pod gangs. Each alone would pass, the fourth eviction not: neither is evicted, and the second
+    judged is told why. Allowing four, both go."""
+    pdb = budget("team", {}, 3, maxUnavailable=3)
+    state, api = two_gangs(), Api(budgets=[pdb])
+    run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
+    assert api.evicted == []
+    [(_, _, message)] = [e for e in api.events if e[0] == "Job/ta"]
+    assert (
+        "PodDisruptionBudget ns/team (maxUnavailable 3) allows 3 disruptions now; the gang would take 2"
+        " after the 2 of the gangs evicted before it (ns/ta-0, ns/ta-1)" in message
+    )
+    state, api = two_gangs(), Api(budgets=[budget("team", {}, 4, maxUnavailable=4)])
     run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: 100.0))  # type: ignore[arg-type]
     assert sorted(api.evicted) == ["ns/ta-0", "ns/ta-1", "ns/tb-0", "ns/tb-1"]
 

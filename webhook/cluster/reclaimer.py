@@ -360,8 +360,11 @@ class Reclaimer:
         if len(self.state.reclaims) + len(plan.victims) > MAX_HOLDS:
             log.warning("tidal reclaim: too many holds at once; this plan waits", extra={"queue": plan.queue})
             return
+        going: list[
+            budgets.Member
+        ] = []  # the pods of the gangs judged so far: their budgets see them go first
         for gang in plan.victims:
-            refused = await self._refusal(gang)
+            refused = await self._refusal(gang, going)
             if refused:
                 self._protected[gang.key] = now + PROTECTED_FOR
                 self.on_reclaim(plan.card, "protected", gang.total)
@@ -387,16 +390,18 @@ class Reclaimer:
         except cache.Unavailable as exc:
             log.warning("could not write a reclaim mark", extra={"podgroup": key, "error": str(exc)})
 
-    async def _refusal(self, gang: Gang) -> str:
+    async def _refusal(self, gang: Gang, going: list[budgets.Member]) -> str:
         """Why evicting ``gang`` whole would be refused now, or "": its namespace's
         PodDisruptionBudgets judged for every pod of it at once (each eviction alone would pass
-        where the budget allows one), then a dry run of each pod (anything else the API server
-        would refuse)."""
+        where the budget allows one), after the pods of the plan's gangs judged before it
+        (``going``, to which its own are added when it passes: one budget over two gangs sees
+        both go), then a dry run of each pod (anything else the API server would refuse)."""
         try:
             namespace = gang.pods[0].partition("/")[0] if gang.pods else ""
             found = [await self.transport.get(cache.PODS, *key.split("/", 1)) for key in gang.pods]
             members = [budgets.member(key, pod) for key, pod in zip(gang.pods, found, strict=True) if pod]
-            refused = budgets.refusal(members, await self.transport.list_in(BUDGETS, namespace))
+            before = [m for m in going if m.key.partition("/")[0] == namespace]
+            refused = budgets.refusal(members, await self.transport.list_in(BUDGETS, namespace), before)
             if refused:
                 return refused
             for key in gang.pods:
@@ -406,6 +411,7 @@ class Reclaimer:
                     return f"evicting pod {key} is refused: {refused}"
         except cache.Unavailable as exc:
             return f"the API server did not answer for it ({exc})"
+        going.extend(members)
         return ""
 
     async def _evict(self, gang: Gang, plan: tidal.Plan, now: float) -> None:

@@ -2,11 +2,13 @@
 whole: one eviction at a time, each would pass alone, and the budget refuses the second.
 
 The API server's rule (``pkg/registry/core/pod/storage/eviction.go``), read here for every pod of
-the gang at once: a pod Pending, finished or being deleted ignores budgets; a pod covered by more
-than one budget cannot be evicted; a budget whose status is older than its spec refuses; a ready
-pod takes one of the budget's ``disruptionsAllowed``; an unready one takes none when the budget's
-``unhealthyPodEvictionPolicy`` is ``AlwaysAllow`` or its application is healthy enough
-(``currentHealthy >= desiredHealthy > 0``).
+the gang at once, in its order: a pod Pending, finished or being deleted ignores budgets; a pod
+covered by more than one budget cannot be evicted; an unready pod takes none of its budget's
+disruptions when the budget's ``unhealthyPodEvictionPolicy`` is ``AlwaysAllow`` or its application
+is healthy enough (``currentHealthy >= desiredHealthy > 0``), whatever else its budget says; then
+a budget whose status is older than its spec refuses, and so does one whose ``disruptionsAllowed``
+are fewer than the gang's pods that would take one, or whose ``disruptedPods`` (the evictions its
+controller has not seen go yet, each pod it lets go added) would list more than 2,000.
 """
 
 from collections.abc import Mapping, Sequence
@@ -16,6 +18,8 @@ from webhook.core.model.values import value_class
 
 Raw = Mapping[str, Any]
 _IGNORING = frozenset({"Pending", "Succeeded", "Failed"})
+# evictions a budget's status may list unconfirmed before the API server refuses (MaxDisruptedPodSize)
+MAX_DISRUPTED = 2000
 
 
 @value_class
@@ -80,11 +84,28 @@ def selects(selector: Any, labels: Mapping[str, str]) -> bool | None:
     return True
 
 
-def refusal(members: Sequence[Member], budgets: Sequence[Raw]) -> str:
+def refusal(members: Sequence[Member], budgets: Sequence[Raw], going: Sequence[Member] = ()) -> str:
     """Why evicting every pod of ``members`` one after another would be refused by the namespace's
-    ``budgets`` (PodDisruptionBudget objects), or "" when every eviction would pass."""
+    ``budgets`` (PodDisruptionBudget objects), or "" when every eviction would pass. ``going``: the
+    pods evicted just before them (the other gangs of one reclaim, judged already), whose evictions
+    take from the same budgets first."""
+    taken, before = _taken(members, budgets), _taken(going, budgets)
+    if isinstance(taken, str):
+        return taken
+    for budget in budgets:
+        name = _name(budget)
+        if name in taken:
+            said = _over(budget, [] if isinstance(before, str) else before.get(name, []), taken[name])
+            if said:
+                return said
+    return ""
+
+
+def _taken(pods: Sequence[Member], budgets: Sequence[Raw]) -> dict[str, list[str]] | str:
+    """Per budget (by name), the pods of ``pods`` that would each take one of its disruptions; or
+    why one of them cannot be evicted at all."""
     taken: dict[str, list[str]] = {}
-    for pod in members:
+    for pod in pods:
         if pod.phase in _IGNORING or pod.deleting:
             continue
         covering = [b for b in budgets if selects(_dict(b.get("spec")).get("selector"), pod.labels)]
@@ -97,26 +118,32 @@ def refusal(members: Sequence[Member], budgets: Sequence[Raw]) -> str:
         if not pod.ready and _spares_unready(budget):
             continue
         taken.setdefault(_name(budget), []).append(pod.key)
-    for budget in budgets:
-        pods = taken.get(_name(budget))
-        if not pods:
-            continue
-        meta, spec, status = (
-            _dict(budget.get("metadata")),
-            _dict(budget.get("spec")),
-            _dict(budget.get("status")),
+    return taken
+
+
+def _over(budget: Raw, before: list[str], pods: list[str]) -> str:
+    """Why ``budget`` refuses one of the evictions of ``pods`` (each taking a disruption) after those
+    of ``before``, or ""."""
+    meta, spec, status = _dict(budget.get("metadata")), _dict(budget.get("spec")), _dict(budget.get("status"))
+    allowed = _int(status.get("disruptionsAllowed"))
+    if _int(status.get("observedGeneration")) < _int(meta.get("generation")):
+        return f"PodDisruptionBudget {_name(budget)} is not yet processed by its controller"
+    if allowed < len(before) + len(pods):
+        what = spec.get("minAvailable", spec.get("maxUnavailable"))
+        rule = "minAvailable" if "minAvailable" in spec else "maxUnavailable"
+        after = f" after the {len(before)} of the gangs evicted before it" if before else ""
+        return (
+            f"PodDisruptionBudget {_name(budget)} ({rule} {what}) allows {max(allowed, 0)}"
+            f" disruption{'s' if allowed != 1 else ''} now; the gang would take {len(pods)}{after}"
+            f" ({', '.join(pods[:4])}{', ...' if len(pods) > 4 else ''})"
         )
-        allowed = _int(status.get("disruptionsAllowed"))
-        if _int(status.get("observedGeneration")) < _int(meta.get("generation")):
-            return f"PodDisruptionBudget {_name(budget)} is not yet processed by its controller"
-        if allowed < len(pods):
-            what = spec.get("minAvailable", spec.get("maxUnavailable"))
-            rule = "minAvailable" if "minAvailable" in spec else "maxUnavailable"
-            return (
-                f"PodDisruptionBudget {_name(budget)} ({rule} {what}) allows {max(allowed, 0)}"
-                f" disruption{'s' if allowed != 1 else ''} now; the gang would take {len(pods)}"
-                f" ({', '.join(pods[:4])}{', ...' if len(pods) > 4 else ''})"
-            )
+    # each eviction it passes names its pod in ``disruptedPods`` until the controller sees it go
+    unseen = set(_dict(status.get("disruptedPods"))) | {p.rpartition("/")[2] for p in [*before, *pods][:-1]}
+    if len(unseen) > MAX_DISRUPTED:
+        return (
+            f"PodDisruptionBudget {_name(budget)} would have more than {MAX_DISRUPTED:,} evictions"
+            " not yet confirmed by its controller"
+        )
     return ""
 
 
