@@ -150,10 +150,11 @@ class Model:
         return waiter.pods - (0 if waiter.uid else self.holds.get(waiter.name, 0))
 
     def place_of(self, name: str) -> Place:
-        """Where a create by ``name``'s controller stands: at its place when it waits, else behind
-        every waiter of its priority or higher."""
+        """Where a create by ``name``'s controller stands: at its place when it waits in the line,
+        else (never refused, or parked: out of the line, ahead of no one) behind every waiter of its
+        priority or higher."""
         since = self.refused.get(name)
-        if since is not None:
+        if since is not None and not self.parked(name):
             return (-self.priorities[name], since, f"uid-rs-{name}")
         return (-self.priorities[name], float(self.now), "\uffff")
 
@@ -337,6 +338,14 @@ def check_head_not_starved(model: Model) -> None:
         *[("create", "a"), ("create", "c"), ("create", "b"), ("create", "a"), ("finish", 0)],
         *[("call", 0), ("finish", 1), ("quota", 4), ("call", 0)],
     ],
+    mode="deny",
+)
+@example(  # a parked ReplicaSet's pod that fits the quota stands behind those in the line
+    quota=2,
+    priorities=(0, 0, 0),
+    replicas=(0, 2, 1),
+    sizes=(1, 2, 1),
+    actions=[("create", "b"), ("create", "c"), ("finish", 0), ("finish", 0), ("create", "b")],
     mode="deny",
 )
 @example(
