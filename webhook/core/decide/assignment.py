@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 from webhook.core.decide.constraints import allowed_cards
 from webhook.core.decide.decisions import ancestors_refuse, covering, queue_refuses, volcano_task
+from webhook.core.index.cohorts import caps
 from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import QueueUsage, queue_usage, tree_has_room
 from webhook.core.model import keys
@@ -106,7 +107,7 @@ def _model(
     """The first model, in the spec's order, that holds ``pods`` pods of ``demand`` beside the
     queue's use (``whole``, the flexible demand they take over, left out), preferring one with a
     free card on some node now; and whether it has one."""
-    quota = state.tree.queues[queue].quota or {}
+    quota = caps(state, queue) or {}  # a model lent and borrowed in its cohort: its cap now
     usage: QueueUsage | None = None
     first: CardName | None = None  # the first feasible model, if none has a free card now
     for card in candidates:

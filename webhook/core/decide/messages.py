@@ -34,8 +34,13 @@ def breakdown(use: CardUse) -> str:
         )
         if n
     ]
-    quota = amount(use.quota)
-    return f"quota {quota}: {', '.join(parts)}" if parts else f"quota {quota}"
+    quota = f"quota {amount(use.quota)}"
+    if use.share is not None:  # lent and borrowed in its cohort: what it may use now, and why
+        quota = (
+            f"deserved {amount(use.share.deserved)} and {amount(use.share.borrowable)} idle in its cohort"
+            f" to borrow, quota {amount(use.share.quota)}"
+        )
+    return f"{quota}: {', '.join(parts)}" if parts else quota
 
 
 def left_of(usage: QueueUsage, card: CardName) -> str:

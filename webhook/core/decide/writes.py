@@ -20,7 +20,7 @@ from webhook.core.model.demand import NotCardPod, PodDemand, pod_demand
 from webhook.core.model.feasibility import Group, TooComplex, assign
 from webhook.core.model.ledger import Entry
 from webhook.core.model.objects import Task, WorkloadRecord, queue_record, workload_record
-from webhook.core.model.quota import AnnotationError, parse_card_request, parse_quota
+from webhook.core.model.quota import AnnotationError, parse_card_request, parse_lending, parse_quota
 from webhook.core.model.quoting import shorten
 from webhook.core.model.runqueue import RunQueue, misnamed
 from webhook.core.model.selector import SelectorError, parse_selector
@@ -39,12 +39,34 @@ def decide_queue(state: ClusterState, request: Request) -> Decision:
                 f'queue "{name}" has a malformed {keys.NAMESPACES} {shorten(allowed)}: {exc}', queue=name
             )
     text = record.annotations.get(keys.CARD_QUOTA)
+    deserved, lendable = (
+        record.annotations.get(keys.CARD_DESERVED),
+        record.annotations.get(keys.CARD_LENDABLE),
+    )
     if text is None:
+        if deserved is not None or lendable is not None:
+            given = keys.CARD_DESERVED if deserved is not None else keys.CARD_LENDABLE
+            return Denied(
+                f'queue "{name}" has {given} but no {keys.CARD_QUOTA}: the quota is the ceiling a'
+                " lent model is borrowed up to; give the queue one",
+                queue=name,
+            )
         return Allowed("no card quota: the queue may use no card")
     try:
         quota = parse_quota(keys.CARD_QUOTA, text)
     except AnnotationError as exc:
         return Denied(f'queue "{name}" has a malformed {exc}', queue=name)
+    if deserved is None and lendable is not None:
+        return Denied(
+            f'queue "{name}" has {keys.CARD_LENDABLE} but no {keys.CARD_DESERVED}: only a deserved model is'
+            " lent",
+            queue=name,
+        )
+    if deserved is not None:
+        try:
+            parse_lending(quota, keys.CARD_DESERVED, deserved, keys.CARD_LENDABLE, lendable)
+        except AnnotationError as exc:
+            return Denied(f'queue "{name}" has a malformed {exc}', queue=name)
     parent = record.parent if state.policy.hierarchical_queues else ""
     warnings = _quota_warnings(state, name, parent, quota)
     if parent or name in state.tree.descendants:

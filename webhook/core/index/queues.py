@@ -14,7 +14,7 @@ from webhook.core.model import keys
 from webhook.core.model.cards import CardName
 from webhook.core.model.objects import QueueRecord
 from webhook.core.model.quantity import QuantityError, parse_quantity
-from webhook.core.model.quota import AnnotationError, parse_quota
+from webhook.core.model.quota import AnnotationError, Lending, parse_lending, parse_quota
 from webhook.core.model.values import value_class
 
 MAX_DEPTH = 16  # ancestors followed at most (Volcano trees are a few levels deep)
@@ -27,6 +27,8 @@ class QueueInfo:
     quota_error: str = ""
     cpu: int | None = None  # spec.capability.cpu in millicores; None: not set
     memory: int | None = None  # spec.capability.memory in bytes; None: not set
+    lending: Lending | None = None  # card.deserved (and card.lendable); None: the quota is a wall
+    lending_error: str = ""
 
 
 class QueueTree:
@@ -39,6 +41,8 @@ class QueueTree:
         self.ancestors: dict[str, tuple[str, ...]] = {}  # nearest first
         self.descendants: dict[str, frozenset[str]] = {}  # a queue with children -> it and all below
         self.subtree: dict[str, Tally] = {}  # a queue with children -> its whole subtree's tally
+        # a cohort (its queues' nearest existing parent, "" for the top) -> the queues in it
+        self.cohorts: dict[str, frozenset[str]] = {}
 
     def ever_holds(self, queue: str, cards: tuple[CardName, ...], per_pod: int, pods: int) -> bool:
         """Whether ``pods`` pods of ``per_pod`` units, each whole on one of ``cards`` (the pods
@@ -63,9 +67,10 @@ class QueueTree:
                 quota = parse_quota(keys.CARD_QUOTA, text)
             except AnnotationError as exc:
                 quota, error = {}, str(exc)
+        lending, lending_error = _lending(record, quota)
         before = self.queues.get(record.name)
         cpu, memory = _capability(record, "cpu", 1000), _capability(record, "memory", 1)
-        self.queues[record.name] = QueueInfo(record, quota, error, cpu, memory)
+        self.queues[record.name] = QueueInfo(record, quota, error, cpu, memory, lending, lending_error)
         if before is None or before.record.parent != record.parent:
             self._rebuild()
 
@@ -93,9 +98,19 @@ class QueueTree:
                 below[ancestor].add(name)
         self.descendants = {name: frozenset(names | {name}) for name, names in below.items()}
         self.subtree = {name: Tally() for name in self.descendants}
+        cohorts: dict[str, set[str]] = defaultdict(set)
+        for name, chain in self.ancestors.items():
+            cohorts[chain[0] if chain else ""].add(name)
+        self.cohorts = {key: frozenset(names) for key, names in cohorts.items()}
         for name, tally in self.tallies.items():
             for queue in self._counted_in(name):
                 self.subtree[queue].add(tally)
+
+    def cohort(self, queue: str) -> frozenset[str]:
+        """The queues ``queue`` lends to and borrows from, itself included: those of the same nearest
+        existing parent (the top-level queues are one cohort)."""
+        chain = self.ancestors.get(queue, ())
+        return self.cohorts.get(chain[0] if chain else "", frozenset((queue,)))
 
     def _counted_in(self, queue: str) -> tuple[str, ...]:
         """The subtrees ``queue``'s own use counts in: its ancestors', and its own if it has children."""
@@ -112,6 +127,19 @@ class QueueTree:
             seen.add(parent)
             parent = self.queues[parent].record.parent
         return tuple(chain)
+
+
+def _lending(record: QueueRecord, quota: dict[CardName, int] | None) -> tuple[Lending | None, str]:
+    """The queue's ``card.deserved`` and ``card.lendable``; (None, why) when malformed: the queue's
+    quota is then a wall, as without them (its write was refused; this one came around the webhook)."""
+    deserved = record.annotations.get(keys.CARD_DESERVED)
+    if deserved is None or quota is None:
+        return None, ""
+    try:
+        lendable = record.annotations.get(keys.CARD_LENDABLE)
+        return parse_lending(quota, keys.CARD_DESERVED, deserved, keys.CARD_LENDABLE, lendable), ""
+    except AnnotationError as exc:
+        return None, str(exc)
 
 
 def _capability(record: QueueRecord, name: str, scale: int) -> int | None:

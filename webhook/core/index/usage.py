@@ -3,6 +3,7 @@
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
+from webhook.core.index.cohorts import Share, caps, share
 from webhook.core.index.line import Waiter
 from webhook.core.index.state import ClusterState
 from webhook.core.index.tally import Tally
@@ -20,6 +21,7 @@ class CardUse:
     reserved: int = 0
     in_flight: int = 0
     waiting: int = 0  # waiting ahead of the request in the queue's line
+    share: Share | None = None  # the model is lent and borrowed in its cohort: ``quota`` is its cap
 
     @property
     def used(self) -> int:
@@ -35,9 +37,10 @@ class QueueUsage:
     """A queue's quota and usage, flexible demand placed by an exact assignment."""
 
     queue: str
-    quota: dict[CardName, int]
+    quota: dict[CardName, int]  # what it may use of each model now (a lent model: its cap)
     fixed: dict[CardName, dict[str, int]]  # card -> origin ("bound", "pending", ...) -> cards
     groups: tuple[Group, ...]
+    shares: Mapping[CardName, Share] | None = None  # the models lent and borrowed in its cohort
 
     def capacity(self) -> dict[CardName, int]:
         cards = set(self.quota) | set(self.fixed)
@@ -61,6 +64,7 @@ class QueueUsage:
             parts["reserved"],
             parts["in flight"],
             parts["waiting"],
+            (self.shares or {}).get(card),
         )
 
     @property
@@ -91,12 +95,12 @@ class QueueUsage:
             else:
                 slot = fixed.setdefault(spec.cards[0], {})
                 slot[origin] = slot.get(origin, 0) + per_pod * pods
-        return QueueUsage(self.queue, self.quota, fixed, tuple(groups))
+        return QueueUsage(self.queue, self.quota, fixed, tuple(groups), self.shares)
 
     def without(self, *covers: Cover) -> "QueueUsage":
         """This usage less the flexible demand ``covers`` take over (a pod of a scale-up held in
         flight, or cards a PodGroup reserves, now held for one pod on its assigned model)."""
-        return QueueUsage(self.queue, self.quota, self.fixed, _less(self.groups, covers))
+        return QueueUsage(self.queue, self.quota, self.fixed, _less(self.groups, covers), self.shares)
 
 
 def queue_usage(
@@ -106,6 +110,10 @@ def queue_usage(
     with the pods of ``ahead`` (waiters before the request in its line) counted as "waiting"."""
     tally = state.tree.tallies.get(queue)
     usage = _usage(state, queue, [tally] if tally is not None else [], frozenset((queue,)), exclude_ledger)
+    info = state.tree.queues.get(queue)
+    if info is not None and info.lending is not None:  # a model lent and borrowed: its cap, now
+        found = {card: s for card in info.lending.deserved if (s := share(state, queue, card)) is not None}
+        usage = QueueUsage(queue, caps(state, queue) or {}, usage.fixed, usage.groups, found)
     return after(state, usage, ahead) if ahead else usage
 
 

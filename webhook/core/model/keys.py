@@ -53,3 +53,12 @@ MIG_PREFIX: Final = "nvidia.com/mig-"
 MPS_RESOURCE: Final = "nvidia.com/gpu.shared"
 
 DEFAULT_QUEUE: Final = "default"
+# Ours, on a Queue: what it is entitled to of each model it names, the card.quota's JSON shape
+# (decisions.md §33); each named model is lent while idle and borrowed up to the card.quota.
+# Absent: the quota is a wall, nothing lent or borrowed (a model it does not name, likewise).
+CARD_DESERVED: Final = "cardquota.volcano.sh/card.deserved"
+# Ours, on a Queue: how much of its deserved it may lend, per model (Kueue's lendingLimit);
+# a model not named lends all of its idle deserved.
+CARD_LENDABLE: Final = "cardquota.volcano.sh/card.lendable"
+# Ours, on a PodGroup or pod admitted on borrowed cards: {"card": ..., "cards": n, "from": [queues]}.
+BORROWING: Final = "cardquota.volcano.sh/borrowing"

@@ -12,6 +12,7 @@ from webhook.core.model.cards import (
     CardName,
     CardNameError,
     CardSpec,
+    amount,
     parse_card_name,
     parse_card_spec,
     units,
@@ -99,3 +100,47 @@ def parse_card_request(key: str, text: str) -> CardRequest:
             raise AnnotationError(f"{key}: names {shorten(spec.text)} twice")
         counts[spec] = units(_count(key, name, value, 1))
     return CardRequest(counts)
+
+
+@value_class
+class Lending:
+    """A queue's ``card.deserved`` and ``card.lendable``: per model it names, what it is entitled
+    to and how much of that it may lend (all of it where ``lendable`` does not name the model)."""
+
+    deserved: Mapping[CardName, int]
+    lendable: Mapping[CardName, int]
+
+    def lends(self, card: CardName) -> int:
+        """The most of ``card`` this queue may lend."""
+        return min(self.lendable.get(card, self.deserved[card]), self.deserved[card])
+
+
+def parse_lending(
+    quota: Mapping[CardName, int], deserved_key: str, deserved: str, lendable_key: str, lendable: str | None
+) -> Lending:
+    """``deserved``: models of ``quota`` each at most its quota; ``lendable``: models of
+    ``deserved`` each at most its deserved. One-line errors name the key, the model and both numbers."""
+    wanted = parse_quota(deserved_key, deserved)
+    for card, count in wanted.items():
+        if card not in quota:
+            raise AnnotationError(
+                f"{deserved_key}: names {card}, which the queue's card.quota does not: a model is"
+                " borrowed up to its quota, so give it one"
+            )
+        if count > quota[card]:
+            raise AnnotationError(
+                f"{deserved_key}: {card} deserved {amount(count)} is above its card.quota"
+                f" {amount(quota[card])}: the quota is the ceiling"
+            )
+    limits = parse_quota(lendable_key, lendable) if lendable is not None else {}
+    for card, count in limits.items():
+        if card not in wanted:
+            raise AnnotationError(
+                f"{lendable_key}: names {card}, which {deserved_key} does not: only a deserved model is lent"
+            )
+        if count > wanted[card]:
+            raise AnnotationError(
+                f"{lendable_key}: {card} lendable {amount(count)} is above its deserved"
+                f" {amount(wanted[card])}"
+            )
+    return Lending(wanted, limits)

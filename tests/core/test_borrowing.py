@@ -1,0 +1,302 @@
+"""Lending and borrowing idle cards of a model in a cohort (decisions.md §33): pod creates and
+Queue writes, each case beside its twin (the same shape without the room, or without the rule)."""
+
+import json
+from typing import Any
+
+import jsonpatch
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.builders import H200, H800, cluster, node, pod, queue, request
+from webhook.core.decide import admission
+from webhook.core.model import keys
+from webhook.core.model.verdicts import Allowed, Denied
+
+NODES = (node("h0", H200, 8), node("h8", H800, 8))
+
+
+def lender(
+    name: str, quota: dict[str, int], deserved: dict[str, int] | None = None, **kw: Any
+) -> dict[str, Any]:
+    """A queue with ``quota``; ``deserved``: it takes part in lending for those models;
+    ``lendable``: how much of each it may lend; ``parent``: its place in the tree."""
+    made = queue(name, json.dumps(quota), **({"parent": kw["parent"]} if "parent" in kw else {}))
+    if deserved is not None:
+        made["metadata"]["annotations"][keys.CARD_DESERVED] = json.dumps(deserved)
+    if "lendable" in kw:
+        made["metadata"]["annotations"][keys.CARD_LENDABLE] = json.dumps(kw["lendable"])
+    return made
+
+
+def running(name: str, queue_name: str, card: str = H200, count: int = 1) -> dict[str, Any]:
+    return pod(
+        name, card, count, queue_name=queue_name, node_name="h0" if card == H200 else "h8", phase="Running"
+    )
+
+
+def decide(objects: list[dict[str, Any]], new: dict[str, Any]) -> Allowed | Denied:
+    """The pod through the mutation (an ``A|B`` pod is given a model) and the validation."""
+    state = cluster(*NODES, *objects)
+    mutation = admission.mutate(state, request(new), now=0.0)
+    assert isinstance(mutation, Allowed), mutation
+    new = jsonpatch.apply_patch(new, [dict(op) for op in mutation.patch])
+    return admission.validate(state, request(new), 0.0)
+
+
+A_B = [lender("a", {H200: 4}, {H200: 2}), lender("b", {H200: 2}, {H200: 2})]
+A_USES_2 = [running("a0", "a"), running("a1", "a")]
+
+CASES = [
+    pytest.param(
+        [*A_B, *A_USES_2],
+        pod("a2", queue_name="a"),
+        None,
+        id="a borrows an idle H200 of b",
+    ),
+    pytest.param(
+        [*A_B, *A_USES_2, running("b0", "b"), running("b1", "b")],
+        pod("a2", queue_name="a"),
+        'queue "a" has 0 NVIDIA-H200 left (deserved 2 and 0 idle in its cohort to borrow, quota 4: 2 running);'
+        " pod ns/a2 needs 1",
+        id="twin: b uses its deserved, nothing to borrow",
+    ),
+    pytest.param(
+        [*A_B, *A_USES_2, running("a2", "a"), running("a3", "a")],
+        pod("a4", queue_name="a"),
+        'queue "a" has 0 NVIDIA-H200 left (deserved 2 and 2 idle in its cohort to borrow, quota 4: 4 running);'
+        " pod ns/a4 needs 1",
+        id="the quota stays the ceiling",
+    ),
+    pytest.param(
+        [*A_B, *A_USES_2, running("a2", "a"), running("a3", "a")],
+        pod("b0", queue_name="b"),
+        None,
+        id="a lender inside its deserved is admitted while its cards are lent",
+    ),
+    pytest.param(
+        [lender("a", {H200: 4}, {H200: 2}), lender("b", {H200: 2}, {H200: 2}, lendable={H200: 0}), *A_USES_2],
+        pod("a2", queue_name="a"),
+        'queue "a" has 0 NVIDIA-H200 left (deserved 2 and 0 idle in its cohort to borrow',
+        id="lendable 0 lends nothing",
+    ),
+    pytest.param(
+        [lender("a", {H200: 4}, {H200: 2}), lender("b", {H200: 2}, {H200: 2}, lendable={H200: 1}), *A_USES_2],
+        pod("a2", queue_name="a", count=2),
+        'queue "a" has 1 NVIDIA-H200 left (deserved 2 and 1 idle in its cohort to borrow',
+        id="lendable 1 lends one, not two",
+    ),
+    pytest.param(
+        [lender("a", {H200: 4}, {H200: 2}), lender("b", {H200: 2}), *A_USES_2],
+        pod("a2", queue_name="a"),
+        'queue "a" has 0 NVIDIA-H200 left (deserved 2 and 0 idle in its cohort to borrow',
+        id="a queue without card.deserved lends nothing",
+    ),
+    pytest.param(
+        [lender("a", {H200: 4}), lender("b", {H200: 2}, {H200: 2}), *A_USES_2],
+        pod("a2", queue_name="a", count=3),
+        'queue "a" has 2 NVIDIA-H200 left (quota 4: 2 running); pod ns/a2 needs 3',
+        id="a queue without card.deserved borrows nothing: its quota is a wall",
+    ),
+    pytest.param(
+        [*A_B, lender("c", {H200: 4}, {H200: 1}), *A_USES_2, running("c0", "c"), running("c1", "c")],
+        pod("a2", queue_name="a", count=2),
+        'queue "a" has 1 NVIDIA-H200 left (deserved 2 and 1 idle in its cohort to borrow, quota 4: 2 running);'
+        " pod ns/a2 needs 2",
+        id="what another borrows already is not lent twice",
+    ),
+    pytest.param(
+        [
+            lender("p", {H200: 8}),
+            lender("q", {H200: 8}),
+            lender("a", {H200: 4}, {H200: 2}, parent="p"),
+            lender("b", {H200: 2}, {H200: 2}, parent="q"),
+            *A_USES_2,
+        ],
+        pod("a2", queue_name="a"),
+        'queue "a" has 0 NVIDIA-H200 left (deserved 2 and 0 idle in its cohort to borrow',
+        id="hierarchy: a queue under another parent is not of the cohort",
+    ),
+    pytest.param(
+        [
+            lender("p", {H200: 3}),
+            lender("a", {H200: 4}, {H200: 2}, parent="p"),
+            lender("b", {H200: 2}, {H200: 2}, parent="p"),
+            *A_USES_2,
+        ],
+        pod("a2", queue_name="a", count=2),
+        'queue "p" (above "a", counting all its queues) has 1 NVIDIA-H200 left',
+        id="hierarchy: siblings lend, the parent's quota caps them all",
+    ),
+    pytest.param(
+        [
+            lender("p", {H200: 4}),
+            lender("a", {H200: 4}, {H200: 2}, parent="p"),
+            lender("b", {H200: 2}, {H200: 2}, parent="p"),
+            *A_USES_2,
+        ],
+        pod("a2", queue_name="a", count=2),
+        None,
+        id="twin: the parent's quota holds them",
+    ),
+    pytest.param(
+        [
+            lender("a", {H200: 2, H800: 4}, {H200: 2, H800: 2}),
+            lender("b", {H200: 2, H800: 2}, {H200: 2, H800: 2}),
+            *A_USES_2,
+            running("a8", "a", H800),
+            running("a9", "a", H800),
+            running("b8", "b", H800),
+            running("b9", "b", H800),
+        ],
+        pod("a2", f"{H200}|{H800}", queue_name="a"),
+        f'none of {H200} (0 left), {H800} (0 left) in queue "a" can hold pod ns/a2 needing 1',
+        id="A|B: no model has a card to borrow (b uses its H800, H200 is a's whole quota)",
+    ),
+    pytest.param(
+        [
+            lender("a", {H200: 2, H800: 4}, {H200: 2, H800: 2}),
+            lender("b", {H200: 2, H800: 2}, {H200: 2, H800: 2}),
+            *A_USES_2,
+            running("a8", "a", H800),
+            running("a9", "a", H800),
+        ],
+        pod("a2", f"{H200}|{H800}", queue_name="a"),
+        None,
+        id="twin, A|B: an idle H800 of b is borrowed",
+    ),
+]
+
+
+@pytest.mark.parametrize(("objects", "new", "refused"), CASES)
+def test_a_pod_fits_its_deserved_or_what_its_cohort_lends_within_its_quota(
+    objects: list[dict[str, Any]], new: dict[str, Any], refused: str | None
+) -> None:
+    decision = decide(objects, new)
+    if refused is None:
+        assert isinstance(decision, Allowed), decision.message
+    else:
+        assert isinstance(decision, Denied), decision
+        assert refused in decision.message, decision.message
+
+
+QUEUE_WRITES = [
+    pytest.param({H200: 4}, {H200: 2}, None, None, id="deserved within the quota"),
+    pytest.param({H200: 4}, {H200: 5}, None, "NVIDIA-H200 deserved 5 is above its card.quota 4", id="above"),
+    pytest.param(
+        {H200: 4}, {H800: 1}, None, "names NVIDIA-H800, which the queue's card.quota does not", id="other"
+    ),
+    pytest.param({H200: 4}, {H200: 2}, {H200: 1}, None, id="lendable within the deserved"),
+    pytest.param(
+        {H200: 4}, {H200: 2}, {H200: 3}, "NVIDIA-H200 lendable 3 is above its deserved 2", id="lend more"
+    ),
+    pytest.param(
+        {H200: 4}, None, {H200: 1}, "has cardquota.volcano.sh/card.lendable but no", id="lend, no deserved"
+    ),
+    pytest.param(
+        None,
+        {H200: 1},
+        None,
+        "has cardquota.volcano.sh/card.deserved but no volcano.sh/card.quota",
+        id="no quota",
+    ),
+    pytest.param({H200: 4}, "[1]", None, "must be a JSON object", id="malformed"),
+]
+
+
+@pytest.mark.parametrize(("quota", "deserved", "lendable", "refused"), QUEUE_WRITES)
+def test_a_queue_write_with_deserved_and_lendable_is_checked(
+    quota: dict[str, int] | None, deserved: Any, lendable: dict[str, int] | None, refused: str | None
+) -> None:
+    made = queue("team", json.dumps(quota) if quota is not None else None)
+    annotations = made["metadata"].setdefault("annotations", {})
+    if deserved is not None:
+        annotations[keys.CARD_DESERVED] = deserved if isinstance(deserved, str) else json.dumps(deserved)
+    if lendable is not None:
+        annotations[keys.CARD_LENDABLE] = json.dumps(lendable)
+    decision = admission.validate(
+        cluster(*NODES), request(made, resource="queues", group="scheduling.volcano.sh"), 0.0
+    )
+    if refused is None:
+        assert isinstance(decision, Allowed), decision.message
+    else:
+        assert isinstance(decision, Denied) and refused in decision.message, decision
+        assert decision.message.startswith('queue "team" has '), decision.message
+
+
+QUEUES = ("a", "b", "c")
+
+
+@st.composite
+def cohorts(draw: st.DrawFn) -> list[tuple[int, int | None, int | None]]:
+    """Per queue of one cohort: its H200 quota, its deserved (None: a wall) and lendable."""
+    out = []
+    for _ in QUEUES:
+        quota = draw(st.integers(0, 4))
+        deserved = draw(st.none() | st.integers(0, quota))
+        lendable = None if deserved is None else draw(st.none() | st.integers(0, deserved))
+        out.append((quota, deserved, lendable))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    shapes=cohorts(),
+    steps=st.lists(st.tuples(st.sampled_from(QUEUES), st.integers(1, 2), st.booleans()), max_size=16),
+)
+def test_admissions_keep_every_queue_within_its_quota_and_its_deserved_always_open(
+    shapes: list[tuple[int, int | None, int | None]], steps: list[tuple[str, int, bool]]
+) -> None:
+    """Pods created (and some deleted) at random in one cohort, each decided by the webhook and
+    checked against this test's own count from the pods: a pod is admitted exactly when its queue
+    stays within its quota and within its deserved, or beyond it on cards the others lend idle
+    (their deserved less their use, at most their lendable) and no one borrows already."""
+    queues = []
+    for name, (quota, deserved, lendable) in zip(QUEUES, shapes, strict=True):
+        queues.append(
+            lender(
+                name,
+                {H200: quota},
+                None if deserved is None else {H200: deserved},
+                **({} if lendable is None else {"lendable": {H200: lendable}}),
+            )
+        )
+    pods: list[dict[str, Any]] = []
+    for serial, (name, size, delete) in enumerate(steps):
+        if delete and pods:
+            pods.pop(serial % len(pods))
+            continue
+        used = {
+            q: sum(int(p["metadata"]["annotations"]["size"]) for p in pods if owner(p) == q) for q in QUEUES
+        }
+        quota, deserved, _ = shapes[QUEUES.index(name)]
+        after = used[name] + size
+        if deserved is None or after <= deserved:
+            expected = after <= quota
+        else:
+            lent = sum(
+                min(lendable if lendable is not None else d, max(0, d - used[q]))
+                for q, (_, d, lendable) in zip(QUEUES, shapes, strict=True)
+                if q != name and d is not None
+            )
+            borrowed = sum(
+                max(0, used[q] - d)
+                for q, (_, d, _) in zip(QUEUES, shapes, strict=True)
+                if q != name and d is not None
+            )
+            expected = after <= quota and after - deserved <= lent - borrowed
+        new = running(f"p{serial}", name, count=size)
+        new["metadata"]["annotations"]["size"] = str(size)
+        new["spec"].pop("nodeName", None)
+        new.pop("status", None)
+        decision = decide([*queues, *pods], new)
+        assert isinstance(decision, Allowed) is expected, (name, size, used, decision)
+        if expected:
+            pods.append(running(f"p{serial}", name, count=size))
+            pods[-1]["metadata"]["annotations"]["size"] = str(size)
+        assert after <= quota or not expected, "above its quota"
+
+
+def owner(obj: dict[str, Any]) -> str:
+    return str(obj["metadata"]["annotations"][keys.QUEUE_NAME])

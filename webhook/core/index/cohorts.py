@@ -1,0 +1,97 @@
+"""Lending and borrowing idle cards of a model among the queues of a cohort (decisions.md §33).
+
+A queue whose ``card.deserved`` names a model takes part for that model: it is entitled to its
+deserved, lends what of it lies idle (at most its ``card.lendable``), and may use up to its
+``card.quota`` (the ceiling, what the capacity-card plugin enforces) with cards the others of its
+cohort lend. A queue or model without it is a wall, as before. The cohort is the queues of the same
+nearest parent in the queue tree (the top-level queues are one cohort); a parent's own quota still
+caps its whole subtree.
+
+A queue's use of a model here is its load: every charge and reservation of it, each ``A|B`` pod
+counted on each of its models, and what is admitted and not yet seen. So what a lender lends and
+what a borrower borrows are never under-counted: no two queues are promised the same idle card.
+"""
+
+from webhook.core.index.state import ClusterState
+from webhook.core.model.cards import CardName
+from webhook.core.model.values import value_class
+
+
+@value_class
+class Share:
+    """A taking-part queue's standing on one model: what it may use now and why."""
+
+    quota: int  # the ceiling
+    deserved: int
+    borrowable: int  # idle cards of the model its cohort lends, less what others borrow already
+    lenders: tuple[str, ...]  # the queues of its cohort lending the model now, most first
+
+    @property
+    def cap(self) -> int:
+        """What the queue may use of the model now: its deserved and what it may borrow, at most
+        its quota."""
+        return min(self.quota, self.deserved + self.borrowable)
+
+
+def load(state: ClusterState, queue: str, card: CardName, exclude_ledger: str = "") -> int:
+    """``queue``'s use of ``card``, every pod counted (``A|B`` on each model), in flight too."""
+    tally = state.tree.tallies.get(queue)
+    used = tally.load.get(card, 0) if tally is not None else 0
+    if state.ledger:
+        for (spec, per_pod), pods in state.ledger.held(queue, exclude_ledger).items():
+            if card in spec.cards:
+                used += per_pod * pods
+    return used
+
+
+def share(state: ClusterState, queue: str, card: CardName) -> Share | None:
+    """``queue``'s standing on ``card`` when it takes part in lending for it; None when its quota is
+    a wall for that model (no ``card.deserved`` naming it)."""
+    info = state.tree.queues.get(queue)
+    if info is None or info.lending is None or info.quota is None or card not in info.lending.deserved:
+        return None
+    pool, borrowed = 0, 0
+    lenders: list[tuple[int, str]] = []
+    for other in state.tree.cohort(queue):
+        peer = state.tree.queues.get(other)
+        if other == queue or peer is None or peer.lending is None or card not in peer.lending.deserved:
+            continue
+        deserved, used = peer.lending.deserved[card], load(state, other, card)
+        lends = min(peer.lending.lends(card), max(0, deserved - used))
+        if lends:
+            lenders.append((-lends, other))
+        pool += lends
+        borrowed += max(0, used - deserved)
+    return Share(
+        info.quota.get(card, 0),
+        info.lending.deserved[card],
+        max(0, pool - borrowed),
+        tuple(name for _, name in sorted(lenders)),
+    )
+
+
+def caps(state: ClusterState, queue: str) -> dict[CardName, int] | None:
+    """``queue``'s quota with each model it takes part for held to what it may use now; None
+    without a card quota."""
+    info = state.tree.queues.get(queue)
+    if info is None or info.quota is None:
+        return None
+    if info.lending is None:
+        return dict(info.quota)
+    out = dict(info.quota)
+    for card in info.lending.deserved:
+        found = share(state, queue, card)
+        if found is not None:
+            out[card] = found.cap
+    return out
+
+
+def borrowing(state: ClusterState, queue: str, card: CardName, more: int) -> tuple[int, tuple[str, ...]]:
+    """How many of ``more`` cards of ``card`` ``queue`` would use beyond its deserved, and from which
+    queues of its cohort (those lending most first); (0, ()) inside its deserved or for a wall."""
+    found = share(state, queue, card)
+    if found is None:
+        return 0, ()
+    used = load(state, queue, card)
+    beyond = max(0, used + more - found.deserved) - max(0, used - found.deserved)
+    return beyond, found.lenders if beyond else ()
