@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from tests.builders import H200, H800, cluster, node, pod, queue, request
 from webhook.core.decide import admission
+from webhook.core.index.cohorts import standings
 from webhook.core.model import keys
 from webhook.core.model.verdicts import Allowed, Denied
 
@@ -300,3 +301,19 @@ def test_admissions_keep_every_queue_within_its_quota_and_its_deserved_always_op
 
 def owner(obj: dict[str, Any]) -> str:
     return str(obj["metadata"]["annotations"][keys.QUEUE_NAME])
+
+
+def test_standings_lay_what_a_cohort_borrows_on_its_lenders_most_first() -> None:
+    state = cluster(
+        *NODES,
+        lender("a", {H200: 4}, {H200: 1}),
+        lender("b", {H200: 2}, {H200: 2}),
+        lender("c", {H200: 3}, {H200: 3}, lendable={H200: 1}),
+        lender("wall", {H200: 8}),
+        *(running(f"a{i}", "a") for i in range(4)),
+    )
+    got = {
+        name: (s.deserved, s.used, s.borrowed, s.lendable, s.lent)
+        for name, s in standings(state, H200).items()
+    }
+    assert got == {"a": (1, 4, 3, 0, 0), "b": (2, 0, 0, 2, 2), "c": (3, 0, 0, 1, 1)}

@@ -95,3 +95,36 @@ def borrowing(state: ClusterState, queue: str, card: CardName, more: int) -> tup
     used = load(state, queue, card)
     beyond = max(0, used + more - found.deserved) - max(0, used - found.deserved)
     return beyond, found.lenders if beyond else ()
+
+
+@value_class
+class Standing:
+    """A taking-part queue's figures on one model, for ``status`` and the metrics."""
+
+    deserved: int
+    used: int  # its load (see the module)
+    borrowed: int  # beyond its deserved
+    lendable: int  # idle deserved it may lend now
+    lent: int  # of that, what others of its cohort borrow (the borrowing laid on lenders most first)
+
+
+def standings(state: ClusterState, card: CardName) -> dict[str, Standing]:
+    """Every queue taking part for ``card``, cohort by cohort: what each deserves, uses, borrows,
+    may lend and lends. What a cohort borrows is laid on its lenders, those lending most first
+    (then by name): the same order admission warnings name them in."""
+    out: dict[str, Standing] = {}
+    for members in state.tree.cohorts.values():
+        rows: dict[str, tuple[int, int, int]] = {}  # queue -> (deserved, used, may lend)
+        for name in sorted(members):
+            info = state.tree.queues.get(name)
+            if info is None or info.lending is None or card not in info.lending.deserved:
+                continue
+            deserved, used = info.lending.deserved[card], load(state, name, card)
+            rows[name] = (deserved, used, min(info.lending.lends(card), max(0, deserved - used)))
+        owed = sum(max(0, used - deserved) for deserved, used, _ in rows.values())
+        for name in sorted(rows, key=lambda n: (-rows[n][2], n)):
+            deserved, used, lends = rows[name]
+            lent = min(lends, owed)
+            owed -= lent
+            out[name] = Standing(deserved, used, max(0, used - deserved), lends, lent)
+    return out
