@@ -13,6 +13,7 @@ from tests.builders import H200, H800, cluster, node, pod, queue, request
 from webhook.core.decide import admission
 from webhook.core.index.cohorts import standings
 from webhook.core.model import keys
+from webhook.core.model.cards import UNIT
 from webhook.core.model.verdicts import Allowed, Denied
 
 NODES = (node("h0", H200, 8), node("h8", H800, 8))
@@ -313,7 +314,7 @@ def test_standings_lay_what_a_cohort_borrows_on_its_lenders_most_first() -> None
         *(running(f"a{i}", "a") for i in range(4)),
     )
     got = {
-        name: (s.deserved, s.used, s.borrowed, s.lendable, s.lent)
+        name: tuple(n // UNIT for n in (s.deserved, s.used, s.borrowed, s.lendable, s.lent))
         for name, s in standings(state, H200).items()
     }
     assert got == {"a": (1, 4, 3, 0, 0), "b": (2, 0, 0, 2, 2), "c": (3, 0, 0, 1, 1)}
