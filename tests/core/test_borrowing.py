@@ -318,3 +318,15 @@ def test_standings_lay_what_a_cohort_borrows_on_its_lenders_most_first() -> None
         for name, s in standings(state, H200).items()
     }
     assert got == {"a": (1, 4, 3, 0, 0), "b": (2, 0, 0, 2, 2), "c": (3, 0, 0, 1, 1)}
+
+
+def test_a_pod_admitted_on_borrowed_cards_is_told_so_and_one_inside_its_deserved_is_not() -> None:
+    state_objects = [*A_B, running("a0", "a")]
+    inside = decide(state_objects, pod("a1", queue_name="a"))
+    assert isinstance(inside, Allowed) and inside.warnings == ()
+    beyond = decide([*state_objects, running("a1", "a")], pod("a2", queue_name="a", count=2))
+    assert isinstance(beyond, Allowed)
+    assert beyond.warnings == (
+        'pod ns/a2 uses 2 NVIDIA-H200 borrowed from queue "b" (beyond its queue\'s deserved 2): they may be'
+        " taken back when lenders need them",
+    )

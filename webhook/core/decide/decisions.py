@@ -6,7 +6,7 @@ from typing import Any
 
 from webhook.core.decide import capability, messages, tidal
 from webhook.core.decide.constraints import contradiction
-from webhook.core.index import line
+from webhook.core.index import cohorts, line
 from webhook.core.index.charges import charge_edits
 from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage, tree_has_room, tree_usage
@@ -147,7 +147,8 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         over = capability.refuses(state, queue, what, cpu, memory)
         if over is not None:
             return replace(over, card=demand.spec.text, release=release)
-        return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
+        warned = borrows(state, queue, demand.spec, demand.count, what)
+        return Allowed("fits the queue's quota", warned, hold=hold, queue=queue, card=demand.spec.text)
     message = messages.no_room(usage, demand.spec, what, demand.count) + messages.ahead_in_line(ahead)
     return _refused(state, pod, queue, demand, message, len(ahead), place, release)
 
@@ -583,3 +584,16 @@ def annotation_problem(
         if isinstance(demand, BadDemand):
             return f"{what}: its pod template {demand.reason}"
     return ""
+
+
+def borrows(state: ClusterState, queue: str, spec: CardSpec, count: int, what: str) -> tuple[str, ...]:
+    """The warning of an admission that takes ``count`` cards of ``spec``'s one model beyond its
+    queue's deserved, on cards its cohort lends (decisions.md §33); none inside it, or for a wall."""
+    if spec.is_multi:
+        return ()
+    beyond, lenders = cohorts.borrowing(state, queue, spec.cards[0], count)
+    if not beyond:
+        return ()
+    info = state.tree.queues[queue]
+    deserved = info.lending.deserved[spec.cards[0]] if info.lending is not None else 0
+    return (messages.borrowed(what, spec.cards[0], beyond, deserved, lenders),)

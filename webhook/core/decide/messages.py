@@ -249,3 +249,12 @@ def misnamed_queue(what: str, named: str, runs: RunQueue, template: bool = False
         f" {them}{why}: {their} cards would count there, not in the queue named; name queue"
         f' "{runs.queue}" in {QUEUE_NAME}, or none'
     )
+
+
+def borrowed(what: str, card: CardName, count: int, deserved: int, lenders: Sequence[str]) -> str:
+    """The admission warning of ``what`` taking ``count`` of ``card`` beyond its queue's deserved."""
+    names = ", ".join(f'"{name}"' for name in lenders[:3]) + (" and others" if len(lenders) > 3 else "")
+    return (
+        f"{what} uses {amount(count)} {card} borrowed from queue{'s' if len(lenders) > 1 else ''} {names}"
+        f" (beyond its queue's deserved {amount(deserved)}): they may be taken back when lenders need them"
+    )

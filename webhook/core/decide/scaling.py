@@ -9,6 +9,7 @@ from webhook.core.decide import capability, fitting, messages
 from webhook.core.decide.decisions import (
     ancestors_refuse,
     annotation_problem,
+    borrows,
     compute_only,
     queue_refuses,
     too_complex,
@@ -97,7 +98,8 @@ def check_pods(
         over = capability.refuses(state, queue, what, cpu, memory, pods, key)
         if over is not None:
             return replace(over, card=demand.spec.text)
-        return Allowed("fits the queue's quota", hold=hold, queue=queue, card=demand.spec.text)
+        warned = borrows(state, queue, demand.spec, demand.count * pods, what)
+        return Allowed("fits the queue's quota", warned, hold=hold, queue=queue, card=demand.spec.text)
     message = messages.no_room(usage, demand.spec, what, demand.count, pods) + messages.ahead_in_line(ahead)
     return Denied(message, queue=queue, card=demand.spec.text)
 
