@@ -9,8 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.builders import H200, H800, cluster, node, pod, queue, request
-from webhook.core.decide import admission
+from tests.builders import H200, H800, R4090, cluster, node, owner, pod, queue, request
+from tests.core.test_tidal import gang
+from webhook.core.decide import admission, tidal
 from webhook.core.index.cohorts import standings
 from webhook.core.model import keys
 from webhook.core.model.cards import UNIT
@@ -270,7 +271,7 @@ def test_admissions_keep_every_queue_within_its_quota_and_its_deserved_always_op
             pods.pop(serial % len(pods))
             continue
         used = {
-            q: sum(int(p["metadata"]["annotations"]["size"]) for p in pods if owner(p) == q) for q in QUEUES
+            q: sum(int(p["metadata"]["annotations"]["size"]) for p in pods if queue_of(p) == q) for q in QUEUES
         }
         quota, deserved, _ = shapes[QUEUES.index(name)]
         after = used[name] + size
@@ -300,7 +301,7 @@ def test_admissions_keep_every_queue_within_its_quota_and_its_deserved_always_op
         assert after <= quota or not expected, "above its quota"
 
 
-def owner(obj: dict[str, Any]) -> str:
+def queue_of(obj: dict[str, Any]) -> str:
     return str(obj["metadata"]["annotations"][keys.QUEUE_NAME])
 
 
@@ -330,3 +331,48 @@ def test_a_pod_admitted_on_borrowed_cards_is_told_so_and_one_inside_its_deserved
         'pod ns/a2 uses 2 NVIDIA-H200 borrowed from queue "b" (beyond its queue\'s deserved 2): they may be'
         " taken back when lenders need them",
     )
+
+
+# ---- taking lent cards back: tidal reclaim's machinery, the lending reason -----------------------
+
+R_NODES = (node("n1", R4090, 2), node("n2", R4090, 2))
+
+
+def lent_out(
+    b_deserved: dict[str, int] | None, a_deserved: int = 2, b_priority: int = 0
+) -> list[dict[str, Any]]:
+    """Queue a (quota 4, deserved ``a_deserved``) runs a 4-pod training gang on both nodes while
+    queue b (quota 2, deserved ``b_deserved``) was idle; b's two pods (a batch Job's: training)
+    are admitted inside its deserved and wait for a node."""
+    a = lender("a", {R4090: 4}, {R4090: a_deserved})
+    a["spec"].update(priority=10, reclaimable=False)  # neither tidal reason applies
+    b = lender("b", {R4090: 2}, b_deserved)
+    b["spec"].update(priority=b_priority)
+    job = owner("Job", "b-job", "uid-b-job", api="batch/v1")
+    return [
+        *R_NODES,
+        a,
+        b,
+        *gang("tj", ["n1", "n1", "n2", "n2"], queue_name="a"),
+        *(pod(f"b-{i}", R4090, queue_name="b", owner=job) for i in range(2)),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("objects", "victims"),
+    [
+        pytest.param(lent_out({R4090: 2}), [["ns/tj"]], id="b takes back the cards a borrows"),
+        pytest.param(lent_out(None), [], id="twin: b lends nothing, a borrows nothing of it"),
+        pytest.param(lent_out({R4090: 2}, a_deserved=4), [], id="twin: a is inside its deserved"),
+        pytest.param(lent_out({R4090: 2}, b_priority=-5), [["ns/tj"]], id="whatever the queues' priorities"),
+    ],
+)
+def test_a_lender_inside_its_deserved_takes_back_its_cards_from_the_borrowing_gang_whole(
+    objects: list[dict[str, Any]], victims: list[list[str]]
+) -> None:
+    state = cluster(*objects)
+    plans = tidal.plan(state, lambda uid: True)
+    assert [[g.key for g in p.victims or ()] for p in plans if p.victims] == victims
+    if victims:
+        (plan,) = plans
+        assert (plan.queue, plan.card, plan.pods) == ("b", R4090, ("uid-ns-b-0", "uid-ns-b-1"))

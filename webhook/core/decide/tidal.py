@@ -17,6 +17,7 @@ from dataclasses import replace
 from functools import partial
 from typing import TypeVar
 
+from webhook.core.index import cohorts
 from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage, tree_usage
 from webhook.core.model import keys, objects
@@ -114,20 +115,23 @@ def newcomers(
     state: ClusterState, line: tuple[CardName, str], known: Container[str] = (), wanted: int | None = None
 ) -> list[str]:
     """Up to ``wanted`` pods of ``line`` not in ``known`` that may take back cards (live, of service
-    type inference), first in line first. A PodGroup's (or an owner's) pods are judged at once, so
-    a line of training pods in front of a few inference pods costs a look per PodGroup."""
+    type inference; any, when the line's queue takes back cards it lent), first in line first. A
+    PodGroup's (or an owner's) pods are judged at once, so a line of training pods in front of a
+    few inference pods costs a look per PodGroup."""
     out: list[str] = []
+    # a lender inside its deserved whose lent cards are borrowed: any of its pods takes them back
+    lent = bool(cohorts.reclaims_for(state, line[1], line[0]))
     for who, uids in state.charged.unbound_lines.line(line):
         # one look for a PodGroup's pods, or an owner's; a pod by pod look where the PodGroup they
         # name is not there (each then goes by its own owner)
-        alike = "/" not in who or who in state.podgroups
-        if alike and _beneficiary(state, next(iter(uids))) != INFERENCE:
+        alike = lent or "/" not in who or who in state.podgroups
+        if not lent and alike and _beneficiary(state, next(iter(uids))) != INFERENCE:
             continue
         for uid in uids:
             pod = state.pods.get(uid)
             if uid in known or pod is None or not pod.is_live:
                 continue
-            if not alike and _beneficiary(state, uid) != INFERENCE:
+            if not lent and not alike and _beneficiary(state, uid) != INFERENCE:
                 continue
             out.append(uid)
             if wanted is not None and len(out) >= wanted:
@@ -157,6 +161,8 @@ def _beneficiary(state: ClusterState, uid: str) -> str:
 def may_take(state: ClusterState, queue: str) -> bool:
     """Whether any other queue could give cards back to ``queue``'s pods: reclaimable and of lower
     priority. When none is, nothing of its waiting pods is read or solved (no API reads, no search)."""
+    if cohorts.lends(state, queue):  # its pods may take back what its cohort borrows
+        return True
     priority = priority_of(state, queue)
     return any(
         name != queue and info.record.priority < priority and reclaimable(state, name)
@@ -292,6 +298,9 @@ class Waiters:
     sizes: tuple[Size, ...]  # cards, or a room when other resources count (``Problem.free``)
     # the nodes of the model every one of them may land on; None: every node of the model
     nodes: frozenset[str] | None = None
+    # the queues of its cohort borrowing the model while this one is inside its deserved: their
+    # gangs give the lent cards back (decisions.md §33)
+    borrowers: frozenset[str] = frozenset()
 
 
 @value_class
@@ -342,13 +351,14 @@ def problems(
             yield
         candidates = tuple(kept)
         asked: list[Waiters] = []
+        lenders = {q: cohorts.reclaims_for(state, q, card) for q in queues}
         for q in sorted(queues, key=lambda q: (-priority_of(state, q), q)):
             if not inside_quota(state, q, card):
                 continue
             mode, priority = mode_of(state, q), priority_of(state, q)
             for where, uids in (yield from _alike(state, nodes, queues[q], usable)):
                 sizes = tuple(_size(state, u) for u in uids)
-                asked.append(Waiters(q, mode, priority, tuple(uids), sizes, where))
+                asked.append(Waiters(q, mode, priority, tuple(uids), sizes, where, lenders[q]))
                 yield
         if asked:
             free: Mapping[str, Size] = yield from _freeing(state, card, leaving, nodes)
@@ -509,7 +519,16 @@ def solve(problem: Problem, allowance: Budget | None = None) -> list[Plan]:
         served, picked = _most(len(asked.uids), search)
         if served < len(asked.uids):  # the rest: nothing that may be taken frees enough for them
             rooms = any(not isinstance(size, int) for size in asked.sizes)
-            why = _nothing(others, card, asked.queue, asked.priority, problem.protected, asked.nodes, rooms)
+            why = _nothing(
+                others,
+                card,
+                asked.queue,
+                asked.priority,
+                problem.protected,
+                asked.nodes,
+                rooms,
+                asked.borrowers,
+            )
             plans.append(Plan(card, asked.queue, asked.mode, asked.uids[served:], None, why))
         if picked is not None:
             if asked.nodes is None:
@@ -538,7 +557,9 @@ def _victims(
     budget = Budget(given)
     try:
         wanted = [*needs, *asked.sizes[:count]]
-        return victims(free, wanted, others, card, asked.queue, asked.priority, budget, asked.nodes)
+        return victims(
+            free, wanted, others, card, asked.queue, asked.priority, budget, asked.nodes, asked.borrowers
+        )
     finally:
         allowance.left -= given - max(budget.left, 0)
 
@@ -654,6 +675,7 @@ def _nothing(
     protected: int = 0,
     nodes: frozenset[str] | None = None,
     rooms: bool = False,
+    borrowers: frozenset[str] = frozenset(),
 ) -> str:
     """Why no gang frees the cards: each reason, with how many gangs it keeps out (``rooms``: the
     pods ask CPU, memory or other resources a node must hold too)."""
@@ -663,7 +685,7 @@ def _nothing(
             " tolerate, or their nodeSelector or required node affinity)"
         )
     reasons = Counter(
-        why_not(g, card, queue, priority)
+        why_not(g, card, queue, priority, borrowers)
         or (
             "it holds no card on a node the pods may be scheduled on"
             if nodes is not None and not nodes & set(g.cards)

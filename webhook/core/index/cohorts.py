@@ -128,3 +128,28 @@ def standings(state: ClusterState, card: CardName) -> dict[str, Standing]:
             owed -= lent
             out[name] = Standing(deserved, used, max(0, used - deserved), lends, lent)
     return out
+
+
+def reclaims_for(state: ClusterState, queue: str, card: CardName) -> frozenset[str]:
+    """The queues of ``queue``'s cohort borrowing ``card`` now, when ``queue`` takes part for it and
+    is inside its deserved: their gangs give lent cards back to its pods that no node holds (one
+    mechanism with tidal reclaim, another reason). Empty otherwise."""
+    info = state.tree.queues.get(queue)
+    if info is None or info.lending is None or card not in info.lending.deserved:
+        return frozenset()
+    if load(state, queue, card) > info.lending.deserved[card]:
+        return frozenset()
+    out = set()
+    for other in state.tree.cohort(queue):
+        peer = state.tree.queues.get(other)
+        if other == queue or peer is None or peer.lending is None or card not in peer.lending.deserved:
+            continue
+        if load(state, other, card) > peer.lending.deserved[card]:
+            out.add(other)
+    return frozenset(out)
+
+
+def lends(state: ClusterState, queue: str) -> bool:
+    """Whether ``queue`` takes part in lending for any model (its pods may take lent cards back)."""
+    info = state.tree.queues.get(queue)
+    return info is not None and info.lending is not None and bool(info.lending.deserved)

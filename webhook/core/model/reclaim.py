@@ -75,13 +75,19 @@ class Taken:
     group_uid: str = ""  # the PodGroup it was taken from (its mark is on it; not in the mark's text)
 
 
-def why_not(gang: Gang, card: str, queue: str, queue_priority: int) -> str:
+def why_not(gang: Gang, card: str, queue: str, queue_priority: int, borrowers: Collection[str] = ()) -> str:
     """Why ``gang`` may not give its cards to a pod of ``queue`` (of ``queue_priority``) waiting
-    for ``card``; "" when it may."""
+    for ``card``; "" when it may. ``borrowers``: the queues using ``card`` lent by ``queue``'s
+    cohort while ``queue`` is inside its deserved: their gangs give lent cards back whatever their
+    service type, queue priority or reclaimable setting (decisions.md §33)."""
     if gang.card != card:
         return f"it holds {gang.card}, not {card}"
     if gang.queue == queue:
         return "it is in the same queue"
+    if gang.queue in borrowers:
+        if not gang.preemptable:
+            return "a pod of it is not preemptable (volcano.sh/preemptable)"
+        return gang.ends
     if gang.service != TRAINING:
         return f"its service type is {gang.service or 'unknown'}, not {TRAINING}"
     if not gang.reclaimable:
@@ -369,11 +375,12 @@ def victims(
     priority: int,
     budget: Budget | None = None,
     nodes: Collection[str] | None = None,
+    borrowers: Collection[str] = (),
 ) -> tuple[Gang, ...] | None:
     """``choose`` among the gangs that may give their cards to pods of ``queue`` (of queue
     ``priority``) waiting for ``card``; ``nodes``: the only nodes those pods may land on (the free
-    cards and the cards a gang frees elsewhere help nobody)."""
-    allowed = [g for g in gangs if not why_not(g, card, queue, priority)]
+    cards and the cards a gang frees elsewhere help nobody); ``borrowers``: see ``why_not``."""
+    allowed = [g for g in gangs if not why_not(g, card, queue, priority, borrowers)]
     if nodes is None:
         return choose(free, needs, allowed, budget)
     near = {k: n for k, n in free.items() if k in nodes}
