@@ -2,8 +2,9 @@
 
 Run with ``python -m tests.bench.decide [--pods 1000,100000] [--repeat 6000]``. Prints one table;
 the figures in docs/performance.md come from it. For each cluster size the flat queues, the
-three-level tree, the flat queues with half the one-model pods sharing GPUs, and the flat queues
-during a burst (``IN_FLIGHT`` pods of the other queues admitted, not yet seen by the cache) are timed
+three-level tree, the flat queues with half the one-model pods sharing GPUs, the flat queues
+during a burst (``IN_FLIGHT`` pods of the other queues admitted, not yet seen by the cache), and the
+flat queues as one cohort lending and borrowing every model (decisions.md §33) are timed
 turn by turn in the same loop, and their ratios to the flat queues printed.
 """
 
@@ -28,8 +29,10 @@ IN_FLIGHT = 1000  # the burst: pods admitted in other queues than the one decide
 OTHERS = [f"q{n}" for n in range(50) if n != 7]  # every timed decision is in q7
 
 
-def build(pods: int, tree: bool = False, sharing: bool = False, burst: bool = False) -> ClusterState:
-    state = cluster(*synthetic.cluster_objects(pods, tree, sharing))
+def build(
+    pods: int, tree: bool = False, sharing: bool = False, burst: bool = False, lending: bool = False
+) -> ClusterState:
+    state = cluster(*synthetic.cluster_objects(pods, tree, sharing, lending))
     for i in range(IN_FLIGHT if burst else 0):  # one pod of one card each
         entry = Entry(OTHERS[i % len(OTHERS)], CardSpec((CardName(MODELS[i % 2]),)), UNIT, 1, 1e12)
         state.ledger.record(f"burst-{i}", entry)
@@ -82,20 +85,21 @@ def main() -> None:
     )
     for pods in (int(n) for n in args.pods.split(",")):
         states, built = [], []
-        for tree, sharing, burst in (
-            (False, False, False),
-            (True, False, False),
-            (False, True, False),
-            (False, False, True),
+        for tree, sharing, burst, lending in (
+            (False, False, False, False),
+            (True, False, False, False),
+            (False, True, False, False),
+            (False, False, True, False),
+            (False, False, False, True),
         ):
             gc.collect()
             tracemalloc.start()
             started = time.perf_counter()
-            states.append(build(pods, tree, sharing, burst))
+            states.append(build(pods, tree, sharing, burst, lending))
             built.append((time.perf_counter() - started, tracemalloc.get_traced_memory()[0] / 2**20))
             tracemalloc.stop()
         timed = time_decisions(states, args.repeat)
-        shapes = ("flat", "tree", "shared", "burst")
+        shapes = ("flat", "tree", "shared", "burst", "lent")
         for shape, (seconds, size), (median, p99, worst) in zip(shapes, built, timed, strict=True):
             print(
                 f"{shape:>6} {pods:>8} {seconds:>8.1f} {size:>10.1f} {median:>10.1f} {p99:>8.1f} {worst:>8.1f}"
@@ -108,6 +112,10 @@ def main() -> None:
         print(
             f"{'':>6} {pods:>8} burst/flat median: {timed[3][0] / timed[0][0]:.3f},"
             f" p99: {timed[3][1] / timed[0][1]:.3f} ({IN_FLIGHT:,} pods of other queues in flight)"
+        )
+        print(
+            f"{'':>6} {pods:>8} lent/flat median: {timed[4][0] / timed[0][0]:.3f},"
+            f" p99: {timed[4][1] / timed[0][1]:.3f} (the 100 queues one cohort lending every model)"
         )
     print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
 

@@ -22,12 +22,19 @@ MODELS = ["NVIDIA-H200", "NVIDIA-H800", R4090, R4090D]
 QUEUES = 100
 
 
-def cluster_objects(pods: int, tree: bool = False, sharing: bool = False) -> list[dict[str, Any]]:
+def cluster_objects(
+    pods: int, tree: bool = False, sharing: bool = False, lending: bool = False
+) -> list[dict[str, Any]]:
     """With ``tree``, the queues sit in a three-level tree: q<i> under dept<i % 10> under org, every
-    level with a card quota, so a decision also checks two ancestors."""
+    level with a card quota, so a decision also checks two ancestors. With ``lending``, every queue
+    deserves half its quota of each model: the 100 queues are one cohort lending and borrowing."""
     nodes = [node(f"n{i}", MODELS[i % len(MODELS)], 8) for i in range(max(8, pods // 8))]
     quota = "{" + ", ".join(f'"{m}": {pods}' for m in MODELS) + "}"
     queues = [queue(f"q{i}", quota, **({"parent": f"dept{i % 10}"} if tree else {})) for i in range(QUEUES)]
+    if lending:
+        deserved = "{" + ", ".join(f'"{m}": {pods // 2}' for m in MODELS) + "}"
+        for made in queues:
+            made["metadata"]["annotations"]["cardquota.volcano.sh/card.deserved"] = deserved
     if tree:
         queues += [queue(f"dept{j}", quota, parent="org") for j in range(10)] + [queue("org", quota)]
     objects: list[dict[str, Any]] = [*nodes, *queues]

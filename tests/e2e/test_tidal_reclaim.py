@@ -9,6 +9,7 @@ when a partner's source is not beside the repository."""
 import json
 import os
 import random
+import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -103,9 +104,12 @@ class Seed002:
         self.queue(self.train, {L40S: 4, R4090: 1}, 20000, True)
         self.queue(self.serve, {L40S: 2}, 80000, False)
 
-    def queue(self, name: str, quota: dict[str, int], priority: int, reclaimable: bool) -> None:
+    def queue(
+        self, name: str, quota: dict[str, int], priority: int, reclaimable: bool, **annotations: str
+    ) -> None:
         queue = card_queue(name, quota)
         queue["spec"].update(priority=priority, reclaimable=reclaimable)
+        queue["metadata"]["annotations"].update(annotations)
         self.plane.kubectl("apply", "-f", "-", stdin=json.dumps(queue))
         self.queues.append(name)
         wait_for(f"queue {name} to be Open", lambda: self._open(name), timeout=30)
@@ -128,9 +132,9 @@ class Seed002:
             if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
         ]
 
-    def training(self, name: str, pods: int, card: str = L40S, stops: float = GRACE) -> None:
+    def training(self, name: str, pods: int, card: str = L40S, stops: float = GRACE, queue: str = "") -> None:
         """A Volcano Job of ``pods`` pods of ``card``, each taking ``stops`` seconds to stop."""
-        job = long_job(name, pods, card, self.train)
+        job = long_job(name, pods, card, queue or self.train)
         template = job["spec"]["tasks"][0]["template"]
         template["metadata"]["annotations"][SHUTDOWN] = f"{stops:g}s"
         template["spec"]["priorityClassName"] = "tidal-low"
@@ -429,7 +433,7 @@ def eviction_refused(plane: ControlPlane, namespace: str, pod: str) -> bool:
 
 
 def test_a_leader_killed_mid_reclaim_leaves_its_hold_and_its_gang_to_the_next(
-    volcano: ControlPlane, tmp_path: Path
+    volcano: ControlPlane, front: Process, tmp_path: Path
 ) -> None:
     """Two replicas under the chart's ServiceAccount elect a leader; the API server calls the
     standby, which forwards to the leader. The leader is killed mid-reclaim: its hold mark written,
@@ -452,6 +456,10 @@ def test_a_leader_killed_mid_reclaim_leaves_its_hold_and_its_gang_to_the_next(
         registered = configurations(second.url, second.certs / "ca.crt", labels, lease, volcano.webhook_user)
         volcano.apply(*registered)
         seed = Seed002(volcano, labels=labels)
+        # The module's own webhook reclaims on this plane too (its cache is the whole cluster's): it
+        # is paused meanwhile, so the reclaim is the two replicas' alone (nothing it reviews is
+        # written until it resumes: the queues are made, and deleted after).
+        os.kill(front.proc.pid, signal.SIGSTOP)
         try:
             seed.training("train", 4)
             wait_for("the job to hold every L40S", lambda: len(seed.running("train-")) == 4, timeout=90)
@@ -493,6 +501,8 @@ def test_a_leader_killed_mid_reclaim_leaves_its_hold_and_its_gang_to_the_next(
             assert "finishing an earlier leader's reclaim" in second.log(), "the next leader adopted the gang"  # type: ignore[union-attr]
             volcano.assert_no_rbac_refusal(second.log())  # type: ignore[union-attr]
         finally:
+            os.kill(front.proc.pid, signal.SIGCONT)
+            front.wait_ready(timeout=60)
             seed.delete()
     finally:
         for doc in reversed(block):
@@ -655,3 +665,49 @@ def test_a_seeded_tidal_soak_keeps_quotas_gangs_whole_and_inference_bound(
         except TimeoutError as exc:
             raise AssertionError(f"seed {number}: {settled()} after {log}") from exc
     assert seed.events("CardQuotaReclaimed"), f"seed {number}: nothing was reclaimed after {log}"
+
+
+DESERVED = "cardquota.volcano.sh/card.deserved"
+LENDABLE = "cardquota.volcano.sh/card.lendable"
+
+
+def lending(seed: Seed002, lendable: int | None = None) -> tuple[str, str]:
+    """decisions.md §33 on the 4 L40S: queue a (deserved 2, quota 4) and queue b (deserved 2,
+    quota 2, lending at most ``lendable``), top-level queues, one cohort. Neither tidal reason
+    applies: a's queue is of higher priority than b's and not reclaimable."""
+    a, b = f"a-{seed.ns}", f"b-{seed.ns}"
+    seed.queue(a, {L40S: 4}, 90000, False, **{DESERVED: json.dumps({L40S: 2})})
+    more = {LENDABLE: json.dumps({L40S: lendable})} if lendable is not None else {}
+    seed.queue(b, {L40S: 2}, 10000, False, **{DESERVED: json.dumps({L40S: 2})}, **more)
+    return a, b
+
+
+def test_a_lender_takes_its_lent_cards_back_from_the_borrowing_gang_whole(seed: Seed002) -> None:
+    """a's 4-pod job runs while b is idle, 2 of its cards borrowed from b. b's 2-pod Deployment is
+    admitted (inside its deserved) and bound within the victims' grace + 5 s: a's gang is evicted
+    whole and held back (a may now use its deserved 2, and the job needs 4) while b's pods run."""
+    a, b = lending(seed)
+    seed.training("borrow", 4, queue=a)
+    wait_for("a's job to hold every L40S", lambda: len(seed.running("borrow-")) == 4, timeout=90)
+    held = uids(seed.running("borrow-"))
+    seed.inference("web", 2, queue=b)
+    bound = seconds_until(lambda: len(seed.running("web-")) == 2, timeout=60)
+    assert bound <= BOUND_WITHIN, f"b's pods took {bound:.1f} s to be bound"
+    assert not uids(seed.running("borrow-")) & held, "a's gang was left half evicted"
+    holds_for("a's job held back while b's pods run", lambda: not seed.running("borrow-"), 5)
+    reclaimed = seed.events("CardQuotaReclaimed")
+    assert any(f'taken back for queue "{b}"' in e["message"] for e in reclaimed), reclaimed
+
+
+def test_a_lender_lending_nothing_lends_nothing(seed: Seed002) -> None:
+    """Its twin: b's card.lendable is 0, so a may use its deserved 2 alone: its 4-pod job (enqueued
+    whole) is held at enqueue with none of its pods, and b's Deployment runs at once."""
+    a, b = lending(seed, lendable=0)
+    seed.training("borrow", 4, queue=a)
+    wait_for(
+        "the enqueue refusal told on the job", lambda: seed.events("CardQuotaEnqueueRefused"), timeout=60
+    )
+    holds_for("a's job held at enqueue (b lends nothing)", lambda: not seed.pods("borrow-"), 5)
+    seed.inference("web", 2, queue=b)
+    wait_for("b's pods bound", lambda: len(seed.running("web-")) == 2, timeout=60)
+    assert not seed.events("CardQuotaReclaimed")

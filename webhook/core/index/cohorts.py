@@ -12,6 +12,8 @@ counted on each of its models, and what is admitted and not yet seen. So what a 
 what a borrower borrows are never under-counted: no two queues are promised the same idle card.
 """
 
+from collections.abc import Mapping
+
 from webhook.core.index.state import ClusterState
 from webhook.core.model.cards import CardName
 from webhook.core.model.values import value_class
@@ -24,7 +26,6 @@ class Share:
     quota: int  # the ceiling
     deserved: int
     borrowable: int  # idle cards of the model its cohort lends, less what others borrow already
-    lenders: tuple[str, ...]  # the queues of its cohort lending the model now, most first
 
     @property
     def cap(self) -> int:
@@ -44,30 +45,64 @@ def load(state: ClusterState, queue: str, card: CardName, exclude_ledger: str = 
     return used
 
 
+@value_class
+class Pool:
+    """One cohort's lending of one model, worked out in one pass over its taking-part queues and
+    kept while no queue, tally or hold changes (the tree's and the ledger's versions)."""
+
+    used: Mapping[str, int]  # queue -> its load
+    lends: Mapping[str, int]  # queue -> idle deserved it may lend now
+    owes: Mapping[str, int]  # queue -> what it uses beyond its deserved
+    lent: int  # the sum of ``lends``
+    owed: int  # the sum of ``owes``
+
+
+def pool(state: ClusterState, queue: str, card: CardName) -> Pool:
+    """The lending of ``card`` in ``queue``'s cohort."""
+    tree = state.tree
+    at = (tree.version, state.ledger.version)
+    if tree.pools_at != at:
+        tree.pools.clear()
+        tree.shares.clear()
+        tree.pools_at = at
+    chain = tree.ancestors.get(queue, ())
+    key = (chain[0] if chain else "", card)
+    found = tree.pools.get(key)
+    if isinstance(found, Pool):
+        return found
+    used: dict[str, int] = {}
+    lends: dict[str, int] = {}
+    owes: dict[str, int] = {}
+    for other in tree.cohort(queue):
+        peer = tree.queues.get(other)
+        if peer is None or peer.lending is None or card not in peer.lending.deserved:
+            continue
+        deserved, load_ = peer.lending.deserved[card], load(state, other, card)
+        used[other] = load_
+        lends[other] = min(peer.lending.lends(card), max(0, deserved - load_))
+        owes[other] = max(0, load_ - deserved)
+    made = Pool(used, lends, owes, sum(lends.values()), sum(owes.values()))
+    tree.pools[key] = made
+    return made
+
+
 def share(state: ClusterState, queue: str, card: CardName) -> Share | None:
     """``queue``'s standing on ``card`` when it takes part in lending for it; None when its quota is
     a wall for that model (no ``card.deserved`` naming it)."""
-    info = state.tree.queues.get(queue)
+    tree = state.tree
+    if tree.pools_at == (tree.version, state.ledger.version):
+        kept = tree.shares.get((queue, card))
+        if isinstance(kept, Share):
+            return kept
+    info = tree.queues.get(queue)
     if info is None or info.lending is None or info.quota is None or card not in info.lending.deserved:
         return None
-    pool, borrowed = 0, 0
-    lenders: list[tuple[int, str]] = []
-    for other in state.tree.cohort(queue):
-        peer = state.tree.queues.get(other)
-        if other == queue or peer is None or peer.lending is None or card not in peer.lending.deserved:
-            continue
-        deserved, used = peer.lending.deserved[card], load(state, other, card)
-        lends = min(peer.lending.lends(card), max(0, deserved - used))
-        if lends:
-            lenders.append((-lends, other))
-        pool += lends
-        borrowed += max(0, used - deserved)
-    return Share(
-        info.quota.get(card, 0),
-        info.lending.deserved[card],
-        max(0, pool - borrowed),
-        tuple(name for _, name in sorted(lenders)),
-    )
+    lending = pool(state, queue, card)
+    lent = lending.lent - lending.lends.get(queue, 0)
+    owed = lending.owed - lending.owes.get(queue, 0)
+    made = Share(info.quota.get(card, 0), info.lending.deserved[card], max(0, lent - owed))
+    tree.shares[(queue, card)] = made
+    return made
 
 
 def caps(state: ClusterState, queue: str) -> dict[CardName, int] | None:
@@ -92,9 +127,13 @@ def borrowing(state: ClusterState, queue: str, card: CardName, more: int) -> tup
     found = share(state, queue, card)
     if found is None:
         return 0, ()
-    used = load(state, queue, card)
+    lending = pool(state, queue, card)
+    used = lending.used.get(queue, 0)
     beyond = max(0, used + more - found.deserved) - max(0, used - found.deserved)
-    return beyond, found.lenders if beyond else ()
+    if not beyond:
+        return 0, ()
+    lenders = sorted((-n, name) for name, n in lending.lends.items() if n and name != queue)
+    return beyond, tuple(name for _, name in lenders)
 
 
 @value_class
@@ -137,16 +176,10 @@ def reclaims_for(state: ClusterState, queue: str, card: CardName) -> frozenset[s
     info = state.tree.queues.get(queue)
     if info is None or info.lending is None or card not in info.lending.deserved:
         return frozenset()
-    if load(state, queue, card) > info.lending.deserved[card]:
+    lending = pool(state, queue, card)
+    if lending.owes.get(queue, 0) or not lending.owed:
         return frozenset()
-    out = set()
-    for other in state.tree.cohort(queue):
-        peer = state.tree.queues.get(other)
-        if other == queue or peer is None or peer.lending is None or card not in peer.lending.deserved:
-            continue
-        if load(state, other, card) > peer.lending.deserved[card]:
-            out.add(other)
-    return frozenset(out)
+    return frozenset(name for name, owes in lending.owes.items() if owes)
 
 
 def lends(state: ClusterState, queue: str) -> bool:

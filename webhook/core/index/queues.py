@@ -43,6 +43,11 @@ class QueueTree:
         self.subtree: dict[str, Tally] = {}  # a queue with children -> its whole subtree's tally
         # a cohort (its queues' nearest existing parent, "" for the top) -> the queues in it
         self.cohorts: dict[str, frozenset[str]] = {}
+        self.version = 0  # moves at every change of a queue or a tally (what is read is cached by it)
+        # what ``cohorts`` worked out per (cohort, model), kept while nothing it read changes
+        self.pools: dict[tuple[str, CardName], object] = {}
+        self.shares: dict[tuple[str, CardName], object] = {}  # and per (queue, model)
+        self.pools_at: tuple[int, int] = (-1, -1)
 
     def ever_holds(self, queue: str, cards: tuple[CardName, ...], per_pod: int, pods: int) -> bool:
         """Whether ``pods`` pods of ``per_pod`` units, each whole on one of ``cards`` (the pods
@@ -68,6 +73,7 @@ class QueueTree:
             except AnnotationError as exc:
                 quota, error = {}, str(exc)
         lending, lending_error = _lending(record, quota)
+        self.version += 1
         before = self.queues.get(record.name)
         cpu, memory = _capability(record, "cpu", 1000), _capability(record, "memory", 1)
         self.queues[record.name] = QueueInfo(record, quota, error, cpu, memory, lending, lending_error)
@@ -75,6 +81,7 @@ class QueueTree:
             self._rebuild()
 
     def delete(self, name: str) -> None:
+        self.version += 1
         if self.queues.pop(name, None) is not None:
             self._rebuild()
 
@@ -82,6 +89,7 @@ class QueueTree:
         self, queue: str, charge: Charge | None = None, reservation: Reservation | None = None, sign: int = 1
     ) -> None:
         """Apply one charge or reservation to ``queue``'s tally and the subtree tallies it counts in."""
+        self.version += 1
         tallies = [self.tallies[queue], *(self.subtree[q] for q in self._counted_in(queue))]
         for tally in tallies:
             if charge is not None:

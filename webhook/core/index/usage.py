@@ -3,7 +3,7 @@
 from collections import Counter
 from collections.abc import Iterable, Mapping
 
-from webhook.core.index.cohorts import Share, caps, share
+from webhook.core.index.cohorts import Share, share
 from webhook.core.index.line import Waiter
 from webhook.core.index.state import ClusterState
 from webhook.core.index.tally import Tally
@@ -113,7 +113,8 @@ def queue_usage(
     info = state.tree.queues.get(queue)
     if info is not None and info.lending is not None:  # a model lent and borrowed: its cap, now
         found = {card: s for card in info.lending.deserved if (s := share(state, queue, card)) is not None}
-        usage = QueueUsage(queue, caps(state, queue) or {}, usage.fixed, usage.groups, found)
+        quota = {**usage.quota, **{card: s.cap for card, s in found.items()}}
+        usage = QueueUsage(queue, quota, usage.fixed, usage.groups, found)
     return after(state, usage, ahead) if ahead else usage
 
 

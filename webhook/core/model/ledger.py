@@ -63,6 +63,7 @@ class Ledger:
         self._queues: dict[str, dict[str, Entry]] = {}
         self._deadlines: list[tuple[float, str]] = []  # an entry's, or earlier: looked at again when due
         self._assignments: dict[Slot, list[str]] = {}  # oldest first; keys leave lazily
+        self.version = 0  # moves at every change of what is held (what is read from it is cached by it)
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -72,9 +73,11 @@ class Ledger:
         for kept in (self._entries, self._queues, self._assignments):
             kept.clear()
         self._deadlines.clear()
+        self.version += 1
 
     def record(self, key: str, entry: Entry) -> None:
         self._remove(key)
+        self.version += 1
         self._entries[key] = entry
         self._queues.setdefault(entry.queue, {})[key] = entry
         heapq.heappush(self._deadlines, (entry.expires, key))
@@ -88,6 +91,7 @@ class Ledger:
     def _remove(self, key: str) -> None:
         entry = self._entries.pop(key, None)
         if entry is not None:
+            self.version += 1
             held = self._queues[entry.queue]
             del held[key]
             if not held:
@@ -121,6 +125,7 @@ class Ledger:
         if entry is None:
             return
         entry.pods -= pods
+        self.version += 1
         if entry.pods <= 0:
             self._remove(key)
 
