@@ -32,6 +32,11 @@ QUEUE_FIGURES = {
     "used": "running + pending + reserved + in flight",
     "free": "quota - used (negative when over quota); a lent and borrowed model: may use now - used",
 }
+LENDING_FIGURES = {  # a model the queue's card.deserved names (lent and borrowed in its cohort)
+    "deserved": "cards of the model the queue is entitled to (card.deserved)",
+    "borrowed": "cards the queue uses beyond its deserved, lent by others of its cohort",
+    "lent": "cards of the queue's idle deserved that others of its cohort borrow",
+}
 
 
 class Metrics:
@@ -163,6 +168,10 @@ class _StateCollector(Collector):
             figure: GaugeMetricFamily(f"cardquota_queue_{figure}_cards", help_text, labels=["queue", "card"])
             for figure, help_text in QUEUE_FIGURES.items()
         }
+        lending = {
+            figure: GaugeMetricFamily(f"cardquota_queue_card_{figure}", help_text, labels=["queue", "card"])
+            for figure, help_text in LENDING_FIGURES.items()
+        }
         over = GaugeMetricFamily(
             "cardquota_queue_overcommitted_cards", "cards used above the quota", labels=["queue", "card"]
         )
@@ -172,10 +181,14 @@ class _StateCollector(Collector):
                 values = {**n, "running": n["bound"], "used": used}
                 for figure, family in families.items():
                     family.add_metric([queue, card], values[figure])
+                if "deserved" in n:
+                    for figure, family in lending.items():
+                        family.add_metric([queue, card], n[figure])
                 excess = used - n["quota"] if "may_use" in n else -n["free"]
                 if excess > 0:
                     over.add_metric([queue, card], excess)
         yield from families.values()
+        yield from lending.values()
         cards = GaugeMetricFamily("cardquota_cluster_cards", "cards discovered on nodes", labels=["card"])
         for card, info in status["cards"].items():
             cards.add_metric([card], info["total"])
