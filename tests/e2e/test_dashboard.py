@@ -23,6 +23,7 @@ from tests.edges.serving import REVIEWS, Process, client_context
 
 DASHBOARD = ROOT / "charts" / "card-quota-webhook" / "dashboards" / "card-quota.json"
 RATE_INTERVAL = "30s"
+DESERVED = "cardquota.volcano.sh/card.deserved"
 
 
 def expressions(dashboard: dict[str, Any]) -> list[tuple[str, str]]:
@@ -149,9 +150,11 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
     control_plane.apply(queued_deployment("train", 3, queue_name), namespace=namespace)
     wait_for("a FailedCreate event", lambda: events(control_plane, namespace, "FailedCreate"), timeout=60)
     # Room for the refused pod: its ReplicaSet leaves the line with its 3 pods (the wait-time
-    # panel), whether it was called or its controller's own retry came first.
+    # panel), whether it was called or its controller's own retry came first. The queue takes part
+    # in lending H200 from here (the deserved, borrowed and lent panel), deserving all of its quota.
     queue = control_plane.get("queue", queue_name)
     queue["metadata"]["annotations"]["volcano.sh/card.quota"] = json.dumps({H200: 3})
+    queue["metadata"]["annotations"][DESERVED] = json.dumps({H200: 3})
     control_plane.kubectl("replace", "-f", "-", stdin=json.dumps(queue))
     wait_for(
         "the third pod", lambda: len(control_plane.get("pods", namespace=namespace)["items"]) == 3, timeout=30
@@ -161,6 +164,7 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
     # Lower the quota under the running pods: the over-quota panel has something to show.
     queue = control_plane.get("queue", queue_name)
     queue["metadata"]["annotations"]["volcano.sh/card.quota"] = json.dumps({H200: 2})  # 3 run
+    queue["metadata"]["annotations"][DESERVED] = json.dumps({H200: 2})  # 1 borrowed beyond it
     control_plane.kubectl("replace", "-f", "-", stdin=json.dumps(queue))
     with Reviews(webhook):
         for name, query in variable_queries(dashboard).items():

@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.builders import H200, H800, cluster, deployment, node, pod, queue, scale_request, statefulset
+from tests.core.test_borrowing import NODES, lender, running
 from tests.edges.serving import CLUSTER, ROOT
 from webhook.cluster import snapshot
 from webhook.core.decide import admission
@@ -154,3 +155,58 @@ def test_a_multi_card_spec_is_also_answered_per_model() -> None:
     for card, more in both.per_model.items():
         assert headroom.of_new(state, "q", card, 1, time.time()).more == more
     assert "on NVIDIA-GeForce-RTX-4090-D alone: 1" in headroom.table(both)
+
+
+def lending_cohort(a_runs: int, b_runs: int) -> snapshot.ClusterState:
+    """``a`` (quota 6 H200 and 2 H800, deserved 3 and 1) and ``b`` (deserved its quota of 3 and 2)
+    lend and borrow both models; ``w`` (quota 2 H200, no card.deserved) is a wall."""
+    return cluster(
+        *NODES,
+        lender("a", {H200: 6, H800: 2}, {H200: 3, H800: 1}),
+        lender("b", {H200: 3, H800: 2}, {H200: 3, H800: 2}),
+        lender("w", {H200: 2}),
+        *(running(f"a{i}", "a") for i in range(a_runs)),
+        *(running(f"b{i}", "b") for i in range(b_runs)),
+    )
+
+
+def test_headroom_tells_the_pods_within_the_deserved_from_those_that_borrow() -> None:
+    answer = headroom.of_new(lending_cohort(1, 1), "a", H200, 1, 0.0)
+    assert answer.more == 4  # its deserved 3 and the 2 H200 b leaves idle, less the 1 running
+    assert answer.lending == {H200: {"within_deserved": 2, "borrowing": 2, "lenders": ["b"]}}
+    lines = headroom.table(answer).splitlines()
+    assert lines[-2:] == [
+        f"  {H200}: quota 6, deserved 3, may use 5 now, free 4 (running 1, pending 0, reserved 0, in flight 0)",
+        f"  {H200}: 2 more fit within its deserved, 2 more with what its cohort lends now (lent by queue 'b')",
+    ]
+    two = headroom.of_new(lending_cohort(1, 1), "a", H200, 2, 0.0)  # 2 left in its deserved: one pod
+    assert (two.more, two.lending[H200]["within_deserved"], two.lending[H200]["borrowing"]) == (2, 1, 1)
+
+
+def test_headroom_with_nothing_lent_borrows_nothing() -> None:
+    answer = headroom.of_new(lending_cohort(1, 3), "a", H200, 1, 0.0)
+    assert answer.more == 2 and answer.lending == {
+        H200: {"within_deserved": 2, "borrowing": 0, "lenders": []}
+    }
+    assert headroom.table(answer).endswith(
+        f"  {H200}: 2 more fit within its deserved, 0 more with what its cohort lends now"
+    )
+
+
+def test_twin_headroom_of_a_queue_without_card_deserved_says_nothing_of_lending() -> None:
+    answer = headroom.of_new(lending_cohort(1, 1), "w", H200, 1, 0.0)
+    assert answer.more == 2 and answer.lending == {} and "deserved" not in answer.cards[H200]
+    assert "deserved" not in headroom.table(answer) and "lends" not in headroom.table(answer)
+
+
+def test_headroom_of_a_multi_card_spec_tells_each_model_alone() -> None:
+    answer = headroom.of_new(lending_cohort(1, 1), "a", f"{H200}|{H800}", 1, 0.0)
+    assert answer.per_model == {H200: 4, H800: 2}
+    assert answer.lending == {
+        H200: {"within_deserved": 2, "borrowing": 2, "lenders": ["b"]},
+        H800: {"within_deserved": 1, "borrowing": 1, "lenders": ["b"]},
+    }
+    assert (
+        f"  {H800}: 1 more fit within its deserved, 1 more with what its cohort lends now"
+        in headroom.table(answer)
+    )

@@ -133,3 +133,37 @@ def test_headroom_and_status_answer_with_the_exit_codes_documented(
     assert plugin.main(["status", *kc, "--context", "other"]) == 0
     assert "cr-queue1" in capsys.readouterr().out
     assert CONTEXTS[-1] == "other"
+
+
+def test_status_shows_deserved_borrowed_and_lent_in_every_output(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``a`` borrows one of the two H200 ``b`` leaves idle; ``w`` has no card.deserved."""
+    from tests.builders import H200, cluster
+    from tests.core.test_borrowing import NODES, lender, running
+    from webhook import main as main_module
+
+    state = cluster(
+        *NODES,
+        lender("a", {H200: 4}, {H200: 2}),
+        lender("b", {H200: 2}, {H200: 2}),
+        lender("w", {H200: 2}),
+        *(running(f"a{i}", "a") for i in range(3)),
+    )
+    monkeypatch.setattr(main_module, "live_state", lambda *_, **__: state)
+    path = tmp_path / "config"
+    path.write_text(yaml.safe_dump(GOOD))
+    assert plugin.main(["status", "--kubeconfig", str(path), "-o", "yaml"]) == 0
+    queues = yaml.safe_load(capsys.readouterr().out)["queues"]
+    lent = ("quota", "free", "deserved", "may_use", "borrowed", "lendable", "lent")
+    assert [queues["a"][H200][key] for key in lent] == [4, 1, 2, 4, 1, 0, 0]
+    assert [queues["b"][H200][key] for key in lent] == [2, 2, 2, 2, 0, 2, 1]
+    assert "deserved" not in queues["w"][H200]
+    assert plugin.main(["status", "--kubeconfig", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert (
+        "QUEUE            CARD                                      DESERVED MAY USE BORROWED LENDABLE  LENT"
+        in table
+    )
+    assert f"a                {H200:<41}        2       4        1        0     0" in table
+    assert f"b                {H200:<41}        2       2        0        2     1" in table

@@ -13,6 +13,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.builders import H200, H800, cluster, deployment
+from tests.core.test_borrowing import NODES, lender, running
 from tests.edges.serving import CLUSTER, REVIEWS, ROOT
 from webhook.cluster import snapshot
 from webhook.core.model.verdicts import Denied
@@ -239,3 +241,69 @@ def test_any_object_of_a_sent_kind_gets_an_answer_never_an_exception(
     }
     (answer,) = whatif.whatif(snapshot.load_snapshot(CLUSTER), [("x", obj)])
     assert answer.sent and answer.message
+
+
+def lending_cohort(*more: dict[str, Any]) -> snapshot.ClusterState:
+    """``a`` (quota 6 H200 and 2 H800, deserved 3 and 1, running 1 H200) and ``b`` (deserved its
+    quota of 3 and 2, idle) lend and borrow both models; ``w`` (quota 2 H200) is a wall."""
+    return cluster(
+        *NODES,
+        lender("a", {H200: 6, H800: 2}, {H200: 3, H800: 1}),
+        lender("b", {H200: 3, H800: 2}, {H200: 3, H800: 2}),
+        lender("w", {H200: 2}),
+        running("a0", "a"),
+        *more,
+    )
+
+
+def lending_pod(name: str, queue: str, cards: int = 1, spec: str = H200) -> dict[str, Any]:
+    made = card_pod(name, queue, cards)
+    made["metadata"]["annotations"]["volcano.sh/card.name"] = spec
+    return made
+
+
+def test_whatif_tells_the_pods_within_the_deserved_from_those_that_take_what_the_cohort_lends() -> None:
+    pods = [lending_pod("p1", "a", 2), lending_pod("p2", "a"), lending_pod("p3", "a", 3)]
+    answers = whatif.whatif(lending_cohort(), [(made["metadata"]["name"], made) for made in pods])
+    # a may use 6 (its deserved 3 and the 3 b leaves idle): with 4 used, 3 more do not fit
+    assert [a.allowed for a in answers] == [True, True, False]
+    assert [a.lending for a in answers] == [
+        [{"queue": "a", "card": H200, "pods": 1, "within_deserved": 1, "borrowing": 0, "lenders": []}],
+        [{"queue": "a", "card": H200, "pods": 1, "within_deserved": 0, "borrowing": 1, "lenders": ["b"]}],
+        [],
+    ]
+    lines = [line for line in whatif.table(answers).splitlines() if line.startswith("  queue")]
+    assert lines == [
+        f"  queue 'a' on {H200}: the pod fits within its deserved",
+        f"  queue 'a' on {H200}: the pod takes what its cohort lends now (lent by queue 'b')",
+    ]
+    assert (
+        "has 2 NVIDIA-H200 left (deserved 3 and 3 idle in its cohort to borrow, quota 6" in answers[2].message
+    )
+
+
+def test_whatif_splits_a_scale_up_between_the_deserved_and_what_the_cohort_lends() -> None:
+    state = lending_cohort(deployment("train", 0, queue_name="a"))
+    (answer,) = whatif.whatif(state, [("x", deployment("train", 4, queue_name="a"))])
+    assert answer.allowed and answer.operation == "UPDATE"
+    assert whatif.table([answer]).splitlines()[-1] == (
+        f"  queue 'a' on {H200}: 2 of the 4 pods it adds fit within its deserved,"
+        " 2 more with what its cohort lends now (lent by queue 'b')"
+    )
+    assert json.loads(whatif.as_json([answer]))[0]["lending"][0]["borrowing"] == 2
+
+
+def test_twin_whatif_in_a_queue_without_card_deserved_says_nothing_of_lending() -> None:
+    answers = whatif.whatif(lending_cohort(), [("p", lending_pod("p", "w")), ("q", lending_pod("q", "w"))])
+    assert [a.allowed for a in answers] == [True, True] and [a.lending for a in answers] == [[], []]
+    assert "deserved" not in whatif.table(answers) and "lends" not in whatif.table(answers)
+
+
+def test_whatif_of_a_multi_card_pod_tells_the_model_it_is_assigned() -> None:
+    """a runs 2 H200: 1 left of its deserved 3. The pod's model, held since its mutation, is not
+    counted twice: the pod fits within its deserved."""
+    (answer,) = whatif.whatif(
+        lending_cohort(running("a1", "a")), [("p", lending_pod("p", "a", spec=f"{H200}|{H800}"))]
+    )
+    assert answer.allowed and answer.message.startswith(f"assigned {H200} of {H200}|{H800}")
+    assert [(n["card"], n["within_deserved"], n["borrowing"]) for n in answer.lending] == [(H200, 1, 0)]

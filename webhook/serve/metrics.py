@@ -30,7 +30,12 @@ QUEUE_FIGURES = {
     "reserved": "cards PodGroups reserve for pods not created yet",
     "in_flight": "cards admitted by this replica that its cache has not seen yet",
     "used": "running + pending + reserved + in flight",
-    "free": "quota - used (negative when over quota)",
+    "free": "quota - used (negative when over quota); a lent and borrowed model: may use now - used",
+}
+LENDING_FIGURES = {  # a model the queue's card.deserved names (lent and borrowed in its cohort)
+    "deserved": "cards of the model the queue is entitled to (card.deserved)",
+    "borrowed": "cards the queue uses beyond its deserved, lent by others of its cohort",
+    "lent": "cards of the queue's idle deserved that others of its cohort borrow",
 }
 
 
@@ -163,24 +168,31 @@ class _StateCollector(Collector):
             figure: GaugeMetricFamily(f"cardquota_queue_{figure}_cards", help_text, labels=["queue", "card"])
             for figure, help_text in QUEUE_FIGURES.items()
         }
-        for queue, per_card in status["queues"].items():
-            for card, n in per_card.items():
-                used = n["quota"] - n["free"]
-                values = {**n, "running": n["bound"], "used": used}
-                for figure, family in families.items():
-                    family.add_metric([queue, card], values[figure])
-        yield from families.values()
-        cards = GaugeMetricFamily("cardquota_cluster_cards", "cards discovered on nodes", labels=["card"])
-        for card, info in status["cards"].items():
-            cards.add_metric([card], info["total"])
-        yield cards
+        lending = {
+            figure: GaugeMetricFamily(f"cardquota_queue_card_{figure}", help_text, labels=["queue", "card"])
+            for figure, help_text in LENDING_FIGURES.items()
+        }
         over = GaugeMetricFamily(
             "cardquota_queue_overcommitted_cards", "cards used above the quota", labels=["queue", "card"]
         )
         for queue, per_card in status["queues"].items():  # the same figures as status, placed once
             for card, n in per_card.items():
-                if n["free"] < 0:
-                    over.add_metric([queue, card], -n["free"])
+                used = n.get("may_use", n["quota"]) - n["free"]  # free is of what it may use now
+                values = {**n, "running": n["bound"], "used": used}
+                for figure, family in families.items():
+                    family.add_metric([queue, card], values[figure])
+                if "deserved" in n:
+                    for figure, family in lending.items():
+                        family.add_metric([queue, card], n[figure])
+                excess = used - n["quota"] if "may_use" in n else -n["free"]
+                if excess > 0:
+                    over.add_metric([queue, card], excess)
+        yield from families.values()
+        yield from lending.values()
+        cards = GaugeMetricFamily("cardquota_cluster_cards", "cards discovered on nodes", labels=["card"])
+        for card, info in status["cards"].items():
+            cards.add_metric([card], info["total"])
+        yield cards
         yield over
         skipped = sum(1 for node in state.nodes.values() if node.warnings and not node.cards)
         yield GaugeMetricFamily(

@@ -6,7 +6,9 @@ bisecting, so N is admitted and N + 1 is denied by the same decision a scale-up 
 denial at N + 1 says what holds it back. Nothing is recorded. A workload not created yet is asked as
 a Deployment scaled from 0 (``--queue Q --card SPEC --per-pod N``); so is each card task of a
 Volcano Job (how many more of its pods fit beyond what the job holds). For an ``A|B`` spec the
-answer also says how many would fit on each model alone.
+answer also says how many would fit on each model alone. On a model its queue lends and borrows in
+its cohort (``card.deserved``), it says how many of those fit within the queue's deserved and how
+many more with what its cohort lends now.
 """
 
 import math
@@ -19,10 +21,11 @@ import orjson
 
 from webhook.core.decide import admission
 from webhook.core.decide.report import cluster_status
+from webhook.core.index import cohorts
 from webhook.core.index.state import ClusterState
 from webhook.core.model.cards import CardName
 from webhook.core.model.demand import PodDemand, pod_demand
-from webhook.core.model.objects import PodTemplate
+from webhook.core.model.objects import PodTemplate, pod_template_of
 from webhook.core.model.verdicts import Allowed, Denied, Request
 from webhook.errors import ConfigError
 
@@ -45,6 +48,7 @@ class Headroom:
     limited_by: str = ""  # the queue that denies one more: its own, or an ancestor
     cards: dict[str, dict[str, int]] = field(default_factory=dict)  # the queue's figures per card
     per_model: dict[str, int | None] = field(default_factory=dict)  # A|B: how many on each model alone
+    lending: dict[str, dict[str, Any]] = field(default_factory=dict)  # a model lent and borrowed: see _lent
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -55,6 +59,7 @@ class Headroom:
             "limited_by": self.limited_by,
             "cards": self.cards,
             "per_model": self.per_model,
+            "lending": self.lending,
         }
 
 
@@ -138,7 +143,27 @@ def of_workload(state: ClusterState, ref: str, now: float) -> Headroom:
     if isinstance(demand, PodDemand):
         limits = _limits(workload.tasks[0].template)
         answer.per_model = _per_model(state, queue, demand.spec.cards, now, limits)
+        _lent(state, queue, demand, answer)
     return _only(answer, annotations.get("volcano.sh/card.name", ""))
+
+
+def _lent(state: ClusterState, queue: str, demand: PodDemand, answer: Headroom) -> None:
+    """For each model of ``demand`` that ``queue`` lends and borrows in its cohort: how many of the
+    pods that fit (on that model alone, for an ``A|B`` spec) fit within its deserved, and how many
+    more with what its cohort lends now, and which queues lend it then (most first)."""
+    for card in demand.spec.cards:
+        found = cohorts.share(state, queue, card)
+        more = answer.more if len(demand.spec.cards) == 1 else answer.per_model.get(card)
+        if found is None or more is None:
+            continue
+        per_pod = demand.count_on(card, state.inventory)
+        room = max(0, found.deserved - cohorts.load(state, queue, card))
+        within = min(more, room // per_pod) if per_pod else more
+        answer.lending[card] = {
+            "within_deserved": within,
+            "borrowing": more - within,
+            "lenders": list(found.lenders) if more > within else [],
+        }
 
 
 def _limits(template: PodTemplate) -> dict[str, str]:
@@ -220,6 +245,9 @@ def of_new(
     if per_model:
         models = tuple(CardName(part.strip()) for part in card.split("|"))
         answer.per_model = _per_model(state, queue, models, now, limits or {resource: str(per_pod)})
+        demand = pod_demand(pod_template_of(template, "headroom"), state.inventory, state.policy)
+        if isinstance(demand, PodDemand):
+            _lent(state, queue, demand, answer)
     return _only(answer, card)
 
 
@@ -269,15 +297,33 @@ def table(answer: Headroom) -> str:
     if answer.limited_by:
         head += f"\n  held back by queue {answer.limited_by!r}"
     rows = [
-        f"  {card}: quota {n['quota']}, free {n['free']} (running {n['bound']}, pending {n['pending']}, "
-        f"reserved {n['reserved']}, in flight {n['in_flight']})"
+        f"  {card}: quota {n['quota']}{_deserved(n)}, free {n['free']} (running {n['bound']}, "
+        f"pending {n['pending']}, reserved {n['reserved']}, in flight {n['in_flight']})"
         for card, n in answer.cards.items()
     ]
     models = [
         f"  on {card} alone: {'not limited' if more is None else more}"
         for card, more in answer.per_model.items()
     ]
-    return "\n".join([head, *rows, *models])
+    lent = [
+        f"  {card}: {n['within_deserved']} more fit within its deserved, {n['borrowing']} more with what"
+        f" its cohort lends now{_from(n['lenders'])}"
+        for card, n in answer.lending.items()
+    ]
+    return "\n".join([head, *rows, *models, *lent])
+
+
+def _deserved(figures: dict[str, Any]) -> str:
+    """``, deserved 2, may use 3 now`` for a model the queue lends and borrows in its cohort."""
+    if "deserved" not in figures:
+        return ""
+    return f", deserved {figures['deserved']}, may use {figures['may_use']} now"
+
+
+def _from(lenders: list[str]) -> str:
+    if not lenders:
+        return ""
+    return f" (lent by queue{'s' if len(lenders) > 1 else ''} {', '.join(repr(q) for q in lenders)})"
 
 
 def tables(answers: list[Headroom]) -> str:

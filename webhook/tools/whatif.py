@@ -9,7 +9,9 @@ phase, gates) kept where it leaves them out. The pod and PodGroup mutation answe
 its patch, then the validation decides. Objects are taken in file order and an admitted one
 holds its cards for the next, as if the file were applied; the holds live only in this process's
 copy of the state, so nothing is recorded anywhere. Kinds the webhooks are not registered for
-are reported as not sent.
+are reported as not sent. Pods admitted on a model their queue lends and borrows in its cohort
+(``card.deserved``) are told apart: how many fit within its deserved, how many more with what its
+cohort lends now.
 """
 
 import copy
@@ -26,6 +28,7 @@ import orjson
 
 from webhook.cluster import snapshot
 from webhook.core.decide import admission
+from webhook.core.index import cohorts
 from webhook.core.index.state import ClusterState
 from webhook.core.model import keys
 from webhook.core.model.verdicts import Allowed, Decision, Denied, Request
@@ -62,6 +65,7 @@ class Answer:
     message: str = ""
     warnings: list[str] = field(default_factory=list)
     patch: list[dict[str, Any]] = field(default_factory=list)
+    lending: list[dict[str, Any]] = field(default_factory=list)  # see _lent
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -73,6 +77,7 @@ class Answer:
             "message": self.message,
             "warnings": self.warnings,
             "patch": self.patch,
+            "lending": self.lending,
         }
 
 
@@ -131,9 +136,47 @@ def _answer(state: ClusterState, source: str, obj: dict[str, Any], now: float) -
             patched = jsonpatch.apply_patch(obj, [dict(op) for op in mutation.patch])
             request = dataclasses.replace(request, obj=patched)
     validation = admission.validate(state, request, now)
+    answer.lending = _lent(state, validation)
     admission.admit(state, request, validation, now)
     _record(answer, validation)
     return answer
+
+
+def _lent(state: ClusterState, decision: Decision) -> list[dict[str, Any]]:
+    """For each hold of pods an admitted ``decision`` makes on one model its queue lends and borrows
+    in its cohort: how many of those pods fit within the queue's deserved and how many more take
+    what its cohort lends now (and which queues lend it, most first). Asked before the holds count;
+    pods that come out of a PodGroup's reservation, counted already, are left out."""
+    if not isinstance(decision, Allowed) or decision.hold is None:
+        return []
+    out: list[dict[str, Any]] = []
+    used: dict[tuple[str, str], int] = {}
+    for hold in (decision.hold, *decision.more):
+        if hold.spec is None or hold.spec.is_multi or hold.covers is not None or hold.pods < 1:
+            continue
+        card = hold.spec.cards[0]
+        found = cohorts.share(state, hold.queue, card)
+        if found is None:
+            continue
+        before = used.get((hold.queue, card))
+        if before is None:  # a pod's own model assignment, held since its mutation, is not counted
+            before = cohorts.load(
+                state, hold.queue, card, hold.transfer_from[0] if hold.transfer_from else ""
+            )
+        room = max(0, found.deserved - before)
+        within = min(hold.pods, room // hold.per_pod) if hold.per_pod else hold.pods
+        used[(hold.queue, card)] = before + hold.per_pod * hold.pods
+        out.append(
+            {
+                "queue": hold.queue,
+                "card": card,
+                "pods": hold.pods,
+                "within_deserved": within,
+                "borrowing": hold.pods - within,
+                "lenders": list(found.lenders) if hold.pods > within else [],
+            }
+        )
+    return out
 
 
 def _operation(
@@ -236,7 +279,22 @@ def table(answers: list[Answer]) -> str:
         lines.append(f"{a.target} ({a.operation}): {verdict}: {a.message}")
         lines += [f"  warning: {w}" for w in a.warnings]
         lines += [f"  patch: {orjson.dumps(op).decode()}" for op in a.patch]
+        lines += [_lent_line(n) for n in a.lending]
     return "\n".join(lines)
+
+
+def _lent_line(n: dict[str, Any]) -> str:
+    lenders = n["lenders"]
+    by = f" (lent by queue{'s' if len(lenders) > 1 else ''} {', '.join(repr(q) for q in lenders)})"
+    lent = f"what its cohort lends now{by if lenders else ''}"
+    if n["pods"] == 1:
+        told = "the pod fits within its deserved" if n["within_deserved"] else f"the pod takes {lent}"
+    else:
+        told = (
+            f"{n['within_deserved']} of the {n['pods']} pods it adds fit within its deserved,"
+            f" {n['borrowing']} more with {lent}"
+        )
+    return f"  queue {n['queue']!r} on {n['card']}: {told}"
 
 
 def as_json(answers: list[Answer]) -> bytes:

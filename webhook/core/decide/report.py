@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from webhook.core.decide import tidal
+from webhook.core.decide import lending, tidal
 from webhook.core.decide.capability import cpu_text, memory_text
 from webhook.core.decide.messages import breakdown
 from webhook.core.index.queues import quota_sums
@@ -46,6 +46,7 @@ def cluster_status(state: ClusterState, now: float = 0.0) -> dict[str, Any]:
     quota_sum = quota_sums(
         {q: info.quota for q, info in state.tree.queues.items() if info.quota}, state.tree.ancestors
     )
+    standings = lending.Standings(state)
     for name in sorted(set(state.tree.queues) | set(state.tree.tallies)):
         info = state.tree.queues.get(name)
         usage = queue_usage(state, name)
@@ -59,17 +60,20 @@ def cluster_status(state: ClusterState, now: float = 0.0) -> dict[str, Any]:
         for card in sorted(set(usage.quota) | set(usage.fixed) | placed):
             use = usage.card(card, placement)
             per_card[card] = {
-                "quota": figure(use.quota),
+                "quota": figure(use.ceiling),
                 "bound": figure(use.bound),
                 "pending": figure(use.pending),
                 "reserved": figure(use.reserved),
                 "in_flight": figure(use.in_flight),
-                "free": figure(use.quota - use.used),
+                "free": figure(use.quota - use.used),  # of what it may use now
+                **standings.figures(name, card, use),
             }
-            if use.used > use.quota:
+            if use.used > use.ceiling:
                 warnings.append(
-                    f'queue "{name}" uses {amount(use.used)} {card}, above its quota of {amount(use.quota)}'
+                    f'queue "{name}" uses {amount(use.used)} {card}, above its quota of {amount(use.ceiling)}'
                 )
+            elif (borrowed := lending.borrows_too_much(state, name, card, use)) is not None:
+                warnings.append(borrowed)
         queues[name] = per_card
     for card, total in sorted(quota_sum.items()):
         have = state.inventory.cluster_cards(card)
@@ -233,6 +237,7 @@ def status_table(status: dict[str, Any]) -> str:
                 f"{queue:<16} {card:<41} {n['quota']:>5} {n['bound']:>5} {n['pending']:>4}"
                 f" {n['reserved']:>4} {n['free']:>5}"
             )
+    lines += lending.table(status["queues"])
     restricted = {q: text for q, text in status.get("namespaces", {}).items() if text != ALL_NAMESPACES}
     if restricted:
         lines += ["", f"QUEUE            NAMESPACES THAT MAY USE IT ({keys.NAMESPACES})"]
@@ -287,12 +292,12 @@ def overcommitted(state: ClusterState) -> list[tuple[str, CardName, int, str]]:
         cards = set(usage.quota) | set(usage.fixed) | {c for (_, c) in placement.placed}
         for card in sorted(cards):
             use = usage.card(card, placement)
-            if use.used > use.quota:
+            if use.used > use.ceiling:
                 message = (
                     f'queue "{name}" uses {amount(use.used)} {card}, above its quota ({breakdown(use)});'
                     " nothing is evicted, new pods wait until use falls below it"
                 )
-                found.append((name, card, use.used - use.quota, message))
+                found.append((name, card, use.used - use.ceiling, message))
     return found
 
 

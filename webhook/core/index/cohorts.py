@@ -136,6 +136,21 @@ def borrowing(state: ClusterState, queue: str, card: CardName, more: int) -> tup
     return beyond, tuple(name for _, name in lenders)
 
 
+def needing(state: ClusterState, queue: str, card: CardName) -> tuple[str, ...]:
+    """The other queues of ``queue``'s cohort taking part for ``card`` that use some of what they
+    would lend and borrow none (their idle deserved is below their lendable): the queues whose cards
+    a borrower above what it may use now still holds."""
+    out = []
+    for other in sorted(state.tree.cohort(queue)):
+        peer = state.tree.queues.get(other)
+        if other == queue or peer is None or peer.lending is None or card not in peer.lending.deserved:
+            continue
+        deserved, used = peer.lending.deserved[card], load(state, other, card)
+        if used <= deserved and deserved - used < peer.lending.lends(card):
+            out.append(other)
+    return tuple(out)
+
+
 @value_class
 class Standing:
     """A taking-part queue's figures on one model, for ``status`` and the metrics."""

@@ -31,6 +31,11 @@ class CardUse:
     def left(self) -> int:
         return max(0, self.quota - self.used)
 
+    @property
+    def ceiling(self) -> int:
+        """The queue's card quota, what the scheduler enforces (``quota`` is what it may use now)."""
+        return self.share.quota if self.share is not None else self.quota
+
 
 @value_class
 class QueueUsage:
