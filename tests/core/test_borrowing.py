@@ -271,7 +271,8 @@ def test_admissions_keep_every_queue_within_its_quota_and_its_deserved_always_op
             pods.pop(serial % len(pods))
             continue
         used = {
-            q: sum(int(p["metadata"]["annotations"]["size"]) for p in pods if queue_of(p) == q) for q in QUEUES
+            q: sum(int(p["metadata"]["annotations"]["size"]) for p in pods if queue_of(p) == q)
+            for q in QUEUES
         }
         quota, deserved, _ = shapes[QUEUES.index(name)]
         after = used[name] + size

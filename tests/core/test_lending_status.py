@@ -95,8 +95,9 @@ def test_a_borrower_whose_lender_came_back_is_warned_within_its_quota() -> None:
     status = cluster_status(state)
     assert status["queues"]["a"][H200]["quota"] == 4 and status["queues"]["a"][H200]["free"] == -1
     assert status["warnings"] == [
-        f'queue "a" borrows 1 {H200} that queue "b" now needs (it uses 4, may use 3 now: deserved 2, quota 4);'
-        f' lent cards are not taken back yet, so new pods of queue "a" on {H200} wait until its use falls to 3'
+        f'queue "a" borrows 1 {H200} that queue "b" now needs (it uses 4, may use 3 now: deserved 2, quota 4):'
+        f" pods of those queues that no node holds take them back from its gangs (tidal reclaim), and new pods"
+        f' of queue "a" on {H200} wait until its use falls to 3'
     ]
     assert overcommitted(state) == []  # within its quota: not over it
 

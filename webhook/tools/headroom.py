@@ -162,7 +162,7 @@ def _lent(state: ClusterState, queue: str, demand: PodDemand, answer: Headroom) 
         answer.lending[card] = {
             "within_deserved": within,
             "borrowing": more - within,
-            "lenders": list(found.lenders) if more > within else [],
+            "lenders": list(cohorts.lenders(state, queue, card)) if more > within else [],
         }
 
 

@@ -173,7 +173,7 @@ def _lent(state: ClusterState, decision: Decision) -> list[dict[str, Any]]:
                 "pods": hold.pods,
                 "within_deserved": within,
                 "borrowing": hold.pods - within,
-                "lenders": list(found.lenders) if hold.pods > within else [],
+                "lenders": list(cohorts.lenders(state, hold.queue, card)) if hold.pods > within else [],
             }
         )
     return out

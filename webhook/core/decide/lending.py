@@ -58,8 +58,9 @@ def borrows_too_much(state: ClusterState, queue: str, card: CardName, use: CardU
             names = ", ".join(f'"{name}"' for name in many)
             head = f'queue "{queue}" borrows {over} {card} that queues {names} and "{last}" now need'
     return (
-        f"{head} ({figures}); lent cards are not taken back yet, so new pods of queue"
-        f' "{queue}" on {card} wait until its use falls to {amount(use.quota)}'
+        f"{head} ({figures}): pods of those queues that no node holds take them back from its gangs"
+        f' (tidal reclaim), and new pods of queue "{queue}" on {card} wait until its use falls to'
+        f" {amount(use.quota)}"
     )
 
 

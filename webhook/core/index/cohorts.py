@@ -130,10 +130,15 @@ def borrowing(state: ClusterState, queue: str, card: CardName, more: int) -> tup
     lending = pool(state, queue, card)
     used = lending.used.get(queue, 0)
     beyond = max(0, used + more - found.deserved) - max(0, used - found.deserved)
-    if not beyond:
-        return 0, ()
-    lenders = sorted((-n, name) for name, n in lending.lends.items() if n and name != queue)
-    return beyond, tuple(name for _, name in lenders)
+    return (beyond, lenders(state, queue, card)) if beyond else (0, ())
+
+
+def lenders(state: ClusterState, queue: str, card: CardName) -> tuple[str, ...]:
+    """The queues of ``queue``'s cohort lending ``card`` now, those lending most first."""
+    lending = pool(state, queue, card)
+    return tuple(
+        name for _, name in sorted((-n, name) for name, n in lending.lends.items() if n and name != queue)
+    )
 
 
 def needing(state: ClusterState, queue: str, card: CardName) -> tuple[str, ...]:
