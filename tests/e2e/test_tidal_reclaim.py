@@ -711,3 +711,34 @@ def test_a_lender_lending_nothing_lends_nothing(seed: Seed002) -> None:
     seed.inference("web", 2, queue=b)
     wait_for("b's pods bound", lambda: len(seed.running("web-")) == 2, timeout=60)
     assert not seed.events("CardQuotaReclaimed")
+
+
+def test_a_lender_waits_while_a_budget_forbids_the_borrowing_gangs_eviction(seed: Seed002) -> None:
+    """The same with a PodDisruptionBudget over a's job allowing one disruption (the gang's four do
+    not pass): b's pods are admitted and wait, told why, and no pod of a's job is evicted."""
+    a, b = lending(seed)
+    seed.training("borrow", 4, queue=a)
+    wait_for("a's job to hold every L40S", lambda: len(seed.running("borrow-")) == 4, timeout=90)
+    held = uids(seed.running("borrow-"))
+    budget = {
+        "apiVersion": "policy/v1",
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "borrow"},
+        "spec": {"minAvailable": 3, "selector": {"matchLabels": {"volcano.sh/job-name": "borrow"}}},
+    }
+    seed.plane.apply(budget, namespace=seed.ns)
+    wait_for(
+        "the budget to count the job's pods",
+        lambda: (
+            (seed.plane.get("pdb", "borrow", namespace=seed.ns).get("status") or {}).get("expectedPods") == 4
+        ),
+        timeout=30,
+    )
+    seed.inference("web", 2, queue=b)
+    refused = wait_for("the refusal to be reported", lambda: seed.events("CardQuotaNotReclaimed"), timeout=30)
+    assert any(f"PodDisruptionBudget {seed.ns}/borrow " in e["message"] for e in refused), [
+        e["message"] for e in refused
+    ]
+    holds_for("a's job whole", lambda: uids(seed.running("borrow-")) == held, GRACE + 2, every=0.1)
+    assert len(seed.pods("web-")) == 2 and not seed.running("web-"), "b's pods admitted, waiting"
+    assert not seed.events("CardQuotaReclaimed")
