@@ -13,7 +13,7 @@ from tests.builders import H200, H800, R4090, cluster, node, owner, pod, queue, 
 from tests.core.test_tidal import gang
 from webhook.core.decide import admission, tidal
 from webhook.core.index.cohorts import standings
-from webhook.core.model import keys
+from webhook.core.model import keys, reclaim
 from webhook.core.model.cards import UNIT
 from webhook.core.model.verdicts import Allowed, Denied
 
@@ -377,3 +377,49 @@ def test_a_lender_inside_its_deserved_takes_back_its_cards_from_the_borrowing_ga
     if victims:
         (plan,) = plans
         assert (plan.queue, plan.card, plan.pods) == ("b", R4090, ("uid-ns-b-0", "uid-ns-b-1"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    a_deserved=st.integers(0, 4),
+    gangs=st.lists(st.integers(1, 2), min_size=1, max_size=4),
+    waiting=st.integers(1, 2),
+)
+def test_no_lender_is_kept_from_its_deserved_once_reclaim_has_run(
+    a_deserved: int, gangs: list[int], waiting: int
+) -> None:
+    """Queue a (quota 4) runs gangs of 1 or 2 one-card pods on the 4 cards of two nodes, each gang on
+    one node as it fits; queue b (deserved 2) has ``waiting`` pods admitted inside its deserved. Once
+    reclaim's plan has run (its victims gone), b's pods fit the free cards whenever a borrows (the
+    cards are b's), and no gang is taken while a does not, nor from anyone but a."""
+    placed: list[tuple[str, list[str]]] = []
+    room = {"n1": 2 * UNIT, "n2": 2 * UNIT}  # free cards, in card units
+    for i, size in enumerate(gangs):
+        node_name = next((n for n, free in room.items() if free >= size * UNIT), None)
+        if node_name is None:
+            continue
+        room[node_name] -= size * UNIT
+        placed.append((f"g{i}", [node_name] * size))
+    used = sum(len(nodes) for _, nodes in placed)
+    a = lender("a", {R4090: 4}, {R4090: a_deserved})
+    a["spec"].update(priority=10, reclaimable=False)
+    b = lender("b", {R4090: 2}, {R4090: 2})
+    job = owner("Job", "b-job", "uid-b-job", api="batch/v1")
+    state = cluster(
+        *R_NODES,
+        a,
+        b,
+        *(o for name, nodes in placed for o in gang(name, nodes, queue_name="a")),
+        *(pod(f"b-{i}", R4090, queue_name="b", owner=job) for i in range(waiting)),
+    )
+    plans = tidal.plan(state, lambda uid: True)
+    victims = [g for p in plans for g in p.victims or ()]
+    assert all(g.queue == "a" for g in victims)
+    free = reclaim.freed(room, victims)
+    borrows = used > a_deserved
+    if sum(room.values()) >= waiting * UNIT:
+        assert not victims, "nothing is taken while the free cards hold b's pods"
+    elif borrows:
+        assert reclaim.placeable(free, [UNIT] * waiting), (placed, victims, free)
+    else:
+        assert not victims, "a within its deserved gives nothing back"
