@@ -9,7 +9,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.builders import H200, H800, R4090, cluster, node, owner, pod, queue, request
+from tests.builders import (
+    H200,
+    H800,
+    R4090,
+    claim_template,
+    cluster,
+    gpu_request,
+    node,
+    owner,
+    pod,
+    queue,
+    request,
+    shared,
+)
+from tests.core.test_dra import dra_cluster, dra_pod
 from tests.core.test_tidal import gang
 from webhook.core.decide import admission, tidal
 from webhook.core.index.cohorts import standings
@@ -423,3 +437,34 @@ def test_no_lender_is_kept_from_its_deserved_once_reclaim_has_run(
         assert reclaim.placeable(free, [UNIT] * waiting), (placed, victims, free)
     else:
         assert not victims, "a within its deserved gives nothing back"
+
+
+def test_dra_pods_and_shared_gpus_borrow_and_are_refused_as_device_plugin_pods() -> None:
+    """A DRA pod (a template of one H200) and a shared GPU (half an H200 of Volcano vGPU) borrow b's
+    idle H200 as a device-plugin pod would; their twins, with b using its deserved, are refused."""
+    lenders = [lender("a", {H200: 4}, {H200: 2}), lender("b", {H200: 2}, {H200: 2})]
+    template = claim_template("one", gpu_request(device_class_name="h200", count=1))
+    dra = dra_pod("dra", templates=("one",), queue_name="a")
+    half = pod(
+        "half",
+        H200,
+        None,
+        queue_name="a",
+        spec=shared(
+            {
+                "volcano.sh/vgpu-number": 1,
+                "volcano.sh/vgpu-cores": 50,
+                "volcano.sh/vgpu-memory-percentage": 50,
+            }
+        ),
+    )
+    for new in (dra, half):
+        idle = dra_cluster(*lenders, template, *A_USES_2)
+        assert isinstance(admission.validate(idle, request(new), 0.0), Allowed), new["metadata"]["name"]
+        busy = dra_cluster(*lenders, template, *A_USES_2, running("b0", "b"), running("b1", "b"))
+        refused = admission.validate(busy, request(new), 0.0)
+        assert isinstance(refused, Denied), new["metadata"]["name"]
+        assert (
+            'queue "a" has 0 NVIDIA-H200 left (deserved 2 and 0 idle in its cohort to borrow'
+            in refused.message
+        )
