@@ -690,6 +690,13 @@ def test_a_lender_takes_its_lent_cards_back_from_the_borrowing_gang_whole(seed: 
     seed.training("borrow", 4, queue=a)
     wait_for("a's job to hold every L40S", lambda: len(seed.running("borrow-")) == 4, timeout=90)
     held = uids(seed.running("borrow-"))
+    wait_for(
+        "a's job told it borrows b's cards",
+        lambda: any(
+            f'2 {L40S} borrowed from queue "{b}"' in e["message"] for e in seed.events("CardQuotaBorrowing")
+        ),
+        timeout=30,
+    )
     seed.inference("web", 2, queue=b)
     bound = seconds_until(lambda: len(seed.running("web-")) == 2, timeout=60)
     assert bound <= BOUND_WITHIN, f"b's pods took {bound:.1f} s to be bound"

@@ -311,3 +311,37 @@ def test_a_waiter_that_came_and_went_between_two_passes_is_reported_served() -> 
     run(caller)
     run(caller)
     assert waited == [("replicaset ns/web", 0.5)]
+
+
+def lending_queues(deserved_a: int = 1) -> list[dict[str, Any]]:
+    """Queue q (quota 2, deserved ``deserved_a``) and queue lender (deserved 2), one cohort."""
+    q = queue("q", f'{{"{H200}": 2}}')
+    q["metadata"]["annotations"][keys.CARD_DESERVED] = f'{{"{H200}": {deserved_a}}}'
+    lender = queue("lender", f'{{"{H200}": 2}}')
+    lender["metadata"]["annotations"][keys.CARD_DESERVED] = f'{{"{H200}": 2}}'
+    return [q, lender]
+
+
+@pytest.mark.parametrize("deserved", [1, 2], ids=["borrowing", "twin: within its deserved"])
+def test_a_podgroup_enqueued_and_a_controllers_pod_admitted_on_borrowed_cards_are_told_by_an_event(
+    deserved: int,
+) -> None:
+    job = owner("Job", "train", "uid-job-train", api="batch.volcano.sh/v1alpha1")
+    group = podgroup("train", "Pending", f'{{"{H200}": 2}}', owner_ref=job, minMember=2)
+    state = cluster(node("h200", H200, 4), *lending_queues(deserved), group)
+    new = copy.deepcopy(group)
+    new["status"]["phase"] = "Inqueue"
+    enqueue = request(new, resource="podgroups", operation="UPDATE", old=group, group="scheduling.volcano.sh")
+    admission.admit(state, enqueue, admission.validate(state, enqueue, 1.0), 1.0)
+    api = Api()
+    run(LineCaller(state, api, lambda: True, clock=lambda: 1.0))  # type: ignore[arg-type]
+    told = [(e[1]["kind"], e[1]["name"], e[2]) for e in api.events]
+    if deserved == 2:
+        assert told == []
+        return
+    assert told == [("PodGroup", "train", "CardQuotaBorrowing"), ("Job", "train", "CardQuotaBorrowing")]
+    assert api.events[0][3] == (
+        f'podgroup ns/train (volcano job ns/train) uses 1 {H200} borrowed from queue "lender"'
+        " (beyond its queue's deserved 1):"
+        " they may be taken back when lenders need them"
+    )

@@ -29,6 +29,7 @@ CALLED = "CardQuotaCalled"
 WAITING = "CardQuotaWaiting"
 RELEASED = "CardQuotaReleased"
 REFUSED = "CardQuotaEnqueueRefused"
+BORROWING = "CardQuotaBorrowing"  # admitted on cards its queue's cohort lends (decisions.md §33)
 UNFIT = "CardQuotaLeftLine"
 TELL_EVERY = 60.0  # seconds between two Events about one PodGroup refused at enqueue
 MARK_PATIENCE = 10.0  # seconds a written mark is trusted to reach the cache before it is written again
@@ -65,6 +66,7 @@ class LineCaller:
         self._served(now)
         await self._tell_new()
         await self._tell_refusals(now)
+        await self._tell_borrowings()
         for waiter in calls.unfit(self.state):
             self._standing.pop(waiter.key, None)  # it left unserved
             await self._tell_unfit(waiter)
@@ -117,6 +119,22 @@ class LineCaller:
             await self._group_event(group, REFUSED, message)
         for key in [k for k, at in self._told.items() if now - at >= TELL_EVERY]:
             del self._told[key]
+
+    async def _tell_borrowings(self) -> None:
+        """An Event on each pod a controller made, and each PodGroup enqueued (and its Volcano Job),
+        admitted on borrowed cards since the last pass: their admission warning reached no one."""
+        told, self.state.borrowings = self.state.borrowings, {}
+        for key, message in told.items():
+            kind, _, name = key.partition(":")
+            if kind == "podgroup" and (group := self.state.podgroups.get(name)) is not None:
+                await self._group_event(group, BORROWING, message)
+            elif kind == "pod":
+                namespace, _, pod = name.partition("/")
+                involved = {"apiVersion": "v1", "kind": "Pod", "name": pod}
+                try:
+                    await self.transport.record_event(namespace, involved, BORROWING, message, "Warning")
+                except cache.Unavailable as exc:
+                    log.warning("could not record an Event", extra={"pod": name, "error": str(exc)})
 
     async def _tell_unfit(self, waiter: Waiter) -> None:
         """An Event on a waiter that left the line because its queue can no longer ever hold it."""

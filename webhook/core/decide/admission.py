@@ -18,6 +18,8 @@ ASSIGNMENT_TTL = 10.0
 VOLCANO_SCHEDULING = "scheduling.volcano.sh"
 DRA = "resource.k8s.io"
 
+TOLD_BOUND = 10_000  # admissions on borrowed cards waiting for their Event at most
+
 
 def pod_template(
     resource: str, sub_resource: str, operation: str, obj: Any, namespace: str
@@ -121,6 +123,8 @@ def admit(state: ClusterState, request: Request, decision: Decision, now: float)
         if decision.podgroup:
             state.refusals[decision.podgroup] = decision.message  # told on the PodGroup and its job
         return
+    if decision.told and decision.warnings and len(state.borrowings) < TOLD_BOUND:
+        state.borrowings[decision.told] = "; ".join(decision.warnings)  # told by an Event
     if decision.gated is not None:
         owner_uid, name = decision.gated
         state.waiting.gating(owner_uid, name, now + min(state.policy.in_flight_ttl, ASSIGNMENT_TTL))

@@ -148,7 +148,10 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         if over is not None:
             return replace(over, card=demand.spec.text, release=release)
         warned = borrows(state, queue, demand.spec, demand.count, what)
-        return Allowed("fits the queue's quota", warned, hold=hold, queue=queue, card=demand.spec.text)
+        told = f"pod:{pod.key}" if warned and pod.owner is not None else ""  # a controller's pod
+        return Allowed(
+            "fits the queue's quota", warned, hold=hold, queue=queue, card=demand.spec.text, told=told
+        )
     message = messages.no_room(usage, demand.spec, what, demand.count) + messages.ahead_in_line(ahead)
     return _refused(state, pod, queue, demand, message, len(ahead), place, release)
 

@@ -14,7 +14,7 @@ it waits for until then.
 from dataclasses import replace
 
 from webhook.core.decide import messages, tidal
-from webhook.core.decide.decisions import ancestors_refuse, ever_fits, queue_refuses, too_complex
+from webhook.core.decide.decisions import ancestors_refuse, borrows, ever_fits, queue_refuses, too_complex
 from webhook.core.index import line
 from webhook.core.index.groups import ENQUEUED_WITH, enqueue_key
 from webhook.core.index.reservations import RESERVING_PHASES, asks_more
@@ -127,12 +127,15 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
         usage = usage.plus(spec, count)
         holds.append(Hold(key, queue, spec, count, 1))
     text = ", ".join(f"{amount(count)} {spec.text}" for spec, count in rest.items())
+    warned = tuple(w for spec, count in rest.items() for w in borrows(state, queue, spec, count, what))
     return Allowed(
         f"enqueued: {text} fit its queue",
+        warned,
         hold=holds[0],
         more=tuple(holds[1:]),
         queue=queue,
         card=next(iter(rest)).text,
+        told=f"podgroup:{group.key}" if warned else "",
     )
 
 

@@ -88,6 +88,7 @@ class ClusterState:
         self.notes: list[str] = []
         self.skipped: dict[str, str] = {}  # kind/namespace/name -> why its shape cannot be read
         self.refusals: dict[str, str] = {}  # PodGroup key -> its last enqueue refusal, not told yet
+        self.borrowings: dict[str, str] = {}  # "pod:"/"podgroup:" key -> its borrowing, not told yet
         # PodGroup key -> the cards tidal reclaim took back from it, held for the pods they went to
         self.reclaims: dict[str, Taken] = {}
         self._deadlines: list[tuple[float, str]] = []

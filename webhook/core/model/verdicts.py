@@ -44,6 +44,9 @@ class Allowed:
     card: str = ""
     more: tuple[Hold, ...] = ()  # further holds: a PodGroup enqueued with several card specs
     gated: tuple[str, str] | None = None  # (owner uid, pod name) of a pod this mutation put under our gate
+    # what its warnings are told on by an Event too ("pod:<ns>/<name>", "podgroup:<ns>/<name>"): an
+    # admission on borrowed cards whose warning no user's kubectl prints (a controller's create)
+    told: str = ""
 
 
 @value_class
