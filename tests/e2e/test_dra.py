@@ -1493,8 +1493,8 @@ def costly(i: int) -> str:
 def test_a_costly_selector_is_worked_out_off_the_loop_and_the_reviews_beside_it_are_answered(
     t: DraTenant,
 ) -> None:
-    """decisions.md §32: a template of 8 costly selectors over 128 more published H200 is about
-    3 s of evaluation (off the loop, on a processor nothing else wants: a busy machine takes longer). It is worked out off the loop that answers reviews: its pod is told to try
+    """decisions.md §32: a template of 16 costly selectors over 128 more published H200 is seconds
+    of evaluation (off the loop, on a processor nothing else wants: a busy machine takes longer). It is worked out off the loop that answers reviews: its pod is told to try
     again meanwhile, then admitted and charged its H200, and every review beside it (its twin with a
     product-name selector, a device-plugin pod) is answered in time, none refused by the API server
     for a webhook that did not answer (the chart's 5 s, under ``Fail``)."""
@@ -1502,10 +1502,12 @@ def test_a_costly_selector_is_worked_out_off_the_loop_and_the_reviews_beside_it_
     far = dra_slice("costly-absent", "NVIDIA H200", 128)  # a node that does not exist: never allocated
     apply_all(t.plane, [far])
     try:
-        t.template("costly", exactly("gpu", DRIVER, 1, *(costly(i) for i in range(8))))
+        t.template("costly", exactly("gpu", DRIVER, 1, *(costly(i) for i in range(16))))
         t.template("cheap", exactly("gpu", DRIVER, 1, IS.format("NVIDIA H200")))
         first = t.create(t.pod("costly", template="costly"))
-        assert "is being evaluated, off the loop that answers reviews" in first, first
+        # its review waits up to 2 s for the work, then is told to try again (a fast machine may
+        # have it done by then: admitted at once)
+        assert first == "" or "is being evaluated, off the loop that answers reviews" in first, first
         beside: list[tuple[float, str]] = []
         for i in range(6):  # while the selectors are worked out: each answered, dry runs
             obj = t.pod(f"beside-{i}", template="cheap") if i % 2 else t.pod(f"beside-{i}", card=H200, gpus=1)
@@ -1521,7 +1523,8 @@ def test_a_costly_selector_is_worked_out_off_the_loop_and_the_reviews_beside_it_
             assert said == "" or "is being evaluated" in said, said
             return said == ""
 
-        wait_for("the costly selectors worked out and their pod admitted", admitted, timeout=300, every=2)
+        if first:
+            wait_for("the costly selectors worked out and their pod admitted", admitted, timeout=300, every=2)
         assert t.wait_running("costly") and t.wait_running("twin")
         assert t.allocated("costly") == [H200] and t.allocated("twin") == [H200]
         refused = t.create(t.pod("past", card=H200, gpus=2))
