@@ -11,7 +11,7 @@ import pytest
 from tests.builders import H200, batch_job, cluster, node, owner, pod, podgroup, queue, replicaset, request
 from webhook.cluster.cache import Kind, Unavailable
 from webhook.cluster.caller import LineCaller
-from webhook.core.decide import admission
+from webhook.core.decide import admission, calls
 from webhook.core.index.state import ClusterState
 from webhook.core.model import keys
 from webhook.core.model.objects import pod_record, queue_record
@@ -345,3 +345,30 @@ def test_a_podgroup_enqueued_and_a_controllers_pod_admitted_on_borrowed_cards_ar
         " (beyond its queue's deserved 1):"
         " they may be taken back when lenders need them"
     )
+
+
+def test_a_waiter_whose_pod_was_admitted_but_not_seen_yet_is_not_called_for_it() -> None:
+    """web's controller waits in the line for its one pod; two cards free and its own retry's pod
+    is admitted before any call: until the cache sees that pod, the line must not call web again
+    for the card still free (it would hold it for a pod its controller never makes, keeping it
+    from those behind)."""
+    state = cluster(
+        node("h200", H200, 2),
+        queue("q", f'{{"{H200}": 2}}'),
+        pod("occupant-0", node_name="h200", phase="Running"),
+        pod("occupant-1", node_name="h200", phase="Running"),
+        replicaset("web", 1, "web"),
+    )
+    refused = request(pod("web-0", owner=owner("ReplicaSet", "web", "uid-rs-web")))
+    admission.admit(state, refused, admission.validate(state, refused, 100.0), 100.0)
+    assert state.line.get("uid-rs-web") is not None
+    for name in ("occupant-0", "occupant-1"):
+        state.delete_pod(f"uid-ns-{name}")
+    retry = pod("web-1", owner=owner("ReplicaSet", "web", "uid-rs-web"))
+    review = request(retry)
+    decision = admission.validate(state, review, 101.0)
+    admission.admit(state, review, decision, 101.0)
+    assert decision.reason == "fits the queue's quota", decision  # type: ignore[union-attr]
+    assert calls.call_next(state, 101.5) == ()
+    state.upsert_pod(pod_record(retry))  # the cache sees it: web leaves the line, nothing held
+    assert calls.call_next(state, 102.0) == () and state.line.get("uid-rs-web") is None

@@ -156,6 +156,7 @@ def _hold(state: ClusterState, waiter: Waiter, pods: int, now: float) -> None:
     if entry is not None and entry.spec == waiter.spec and entry.per_pod == waiter.per_pod:
         entry.pods += pods
         entry.expires = max(entry.expires, expires)
+        state.ledger.version += 1  # what it holds changed (what is read from it is cached by it)
     else:
         state.ledger.record(waiter.hold, Entry(waiter.queue, waiter.spec, waiter.per_pod, pods, expires))
 

@@ -147,6 +147,11 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         over = capability.refuses(state, queue, what, cpu, memory)
         if over is not None:
             return replace(over, card=demand.spec.text, release=release)
+        waiter = state.line.get(pod.owner.uid) if pod.owner is not None else None
+        if waiter is not None and not waiter.pod:
+            # Its controller waits in the line: this pod is one it waits for, counted out of it
+            # until the cache sees it (a call now would hold cards for a pod already made).
+            hold = replace(hold, transfer_from=(waiter.hold, *hold.transfer_from))
         warned = borrows(state, queue, demand.spec, demand.count, what)
         told = f"pod:{pod.key}" if warned and pod.owner is not None else ""  # a controller's pod
         return Allowed(
