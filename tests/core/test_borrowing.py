@@ -29,6 +29,7 @@ from webhook.core.decide import admission, tidal
 from webhook.core.index.cohorts import standings
 from webhook.core.model import keys, reclaim
 from webhook.core.model.cards import UNIT
+from webhook.core.model.steps import done
 from webhook.core.model.verdicts import Allowed, Denied
 
 NODES = (node("h0", H200, 8), node("h8", H800, 8))
@@ -468,3 +469,55 @@ def test_dra_pods_and_shared_gpus_borrow_and_are_refused_as_device_plugin_pods()
             'queue "a" has 0 NVIDIA-H200 left (deserved 2 and 0 idle in its cohort to borrow'
             in refused.message
         )
+
+
+STARTED = "2026-11-28T00:00:00Z"
+T0 = 1_795_824_000.0  # STARTED in seconds since the epoch
+
+
+@pytest.mark.parametrize(("ran", "taken"), [(60.0, False), (601.0, True)], ids=["1 min", "past 10 min"])
+def test_a_borrowing_gang_runs_its_queues_minimum_run_time_before_its_cards_are_taken_back(
+    ran: float, taken: bool
+) -> None:
+    """Queue a's ``reclaim-min-runtime`` of 10m: its gang that started 1 minute ago keeps the cards
+    it borrows (b's pods are told why); once 10 minutes have passed, it gives them back."""
+    objects = lent_out({R4090: 2})
+    for made in objects:
+        if made["kind"] == "Queue" and made["metadata"]["name"] == "a":
+            made["metadata"]["annotations"][keys.RECLAIM_MIN_RUNTIME] = "10m"
+        if made["kind"] == "Pod" and made["metadata"]["name"].startswith("tj-"):
+            made["status"]["startTime"] = STARTED
+    state = cluster(*objects)
+    plans = tidal.solve_all(done(tidal.problems(state, lambda uid: True, now=T0 + ran)))
+    victims = [g.key for p in plans for g in p.victims or ()]
+    assert victims == (["ns/tj"] if taken else []), plans
+    if not taken:
+        (plan,) = plans
+        assert plan.why == (
+            '1 gang: it has run 1.0 min of queue "a"\'s minimum run time of 10.0 min'
+            " (cardquota.volcano.sh/reclaim-min-runtime)"
+        ), plan.why
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90s", 90.0),
+        ("10m", 600.0),
+        ("1h30m", 5400.0),
+        ("1.5h", 5400.0),
+        ("10", None),
+        ("m", None),
+        ("", None),
+        ("-5m", None),
+        ("10 m", None),
+    ],
+)
+def test_a_minimum_run_time_is_a_duration(text: str, seconds: float | None) -> None:
+    assert reclaim.parse_duration(text) == seconds
+    made = lender("a", {R4090: 4}, {R4090: 2})
+    made["metadata"]["annotations"][keys.RECLAIM_MIN_RUNTIME] = text
+    decision = admission.validate(
+        cluster(*NODES), request(made, resource="queues", group="scheduling.volcano.sh"), 0.0
+    )
+    assert isinstance(decision, Allowed) is (seconds is not None), decision

@@ -13,6 +13,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -749,3 +750,32 @@ def test_a_lender_waits_while_a_budget_forbids_the_borrowing_gangs_eviction(seed
     holds_for("a's job whole", lambda: uids(seed.running("borrow-")) == held, GRACE + 2, every=0.1)
     assert len(seed.pods("web-")) == 2 and not seed.running("web-"), "b's pods admitted, waiting"
     assert not seed.events("CardQuotaReclaimed")
+
+
+MIN_RUN = 20.0  # seconds: the borrower's queue's minimum run time in the case below
+
+
+def test_a_borrowing_gang_keeps_its_cards_its_minimum_run_time_then_gives_them_back(seed: Seed002) -> None:
+    """With a's ``reclaim-min-runtime`` of 20 s, b's pods (inside b's deserved) wait, told why,
+    until a's job has run 20 s, then are bound within the victims' grace + 5 s of that."""
+    a, b = lending(seed)
+    seed.plane.kubectl("annotate", "queue", a, f"cardquota.volcano.sh/reclaim-min-runtime={MIN_RUN:.0f}s")
+    seed.training("borrow", 4, queue=a)
+    wait_for("a's job to hold every L40S", lambda: len(seed.running("borrow-")) == 4, timeout=90)
+    started = max(
+        datetime.fromisoformat(p["status"]["startTime"].replace("Z", "+00:00")).timestamp()
+        for p in seed.running("borrow-")
+    )
+    seed.inference("web", 2, queue=b)
+    wait_for(
+        "b's pods told a's job has not run its minimum run time",
+        lambda: any("minimum run time" in e["message"] for e in seed.events("CardQuotaNotReclaimed")),
+        timeout=30,
+    )
+    assert not seed.running("web-") and len(seed.running("borrow-")) == 4
+    wait_for("b's pods bound", lambda: len(seed.running("web-")) == 2, timeout=MIN_RUN + 60)
+    bound = time.time() - started
+    assert bound >= MIN_RUN, (
+        f"b's pods bound {bound:.1f} s after a's job started, before its minimum run time"
+    )
+    assert bound <= MIN_RUN + BOUND_WITHIN + 5, f"b's pods bound {bound:.1f} s after a's job started"

@@ -104,6 +104,7 @@ class Spec(_Struct):
 
 class Status(_Struct):
     phase: str | None = None
+    startTime: str | None = None
     resourceClaimStatuses: msgspec.Raw = NULL
 
 
@@ -189,6 +190,7 @@ class PodReader:
                 deadline,
                 self._owner(m.ownerReferences) if m.ownerReferences else None,
                 _waiting(spec.schedulingGates, m.annotations) if spec.schedulingGates else None,
+                started=objects.started((pod.status or _NO_STATUS).startTime),
             )
             add(record)
         return Page(meta.resourceVersion or "", meta.cont or "", pods)

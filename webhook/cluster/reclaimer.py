@@ -225,7 +225,9 @@ class Reclaimer:
                     self._adopt(key, held.until, now)
         leaving.update(key for key in self._adopted if key in self._rest)  # being finished here
         with _collector_waits():
-            reading = tidal.problems(self.state, ready, leaving, set(self._protected), self._usable, asking)
+            reading = tidal.problems(
+                self.state, ready, leaving, set(self._protected), self._usable, asking, now
+            )
             asked = await _in_slices(reading)
             # The search runs beside the loop that answers reviews and renews the Lease; it reads
             # only the questions, never the state the cache keeps changing meanwhile.

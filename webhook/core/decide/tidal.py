@@ -32,6 +32,7 @@ from webhook.core.model.reclaim import (
     Taken,
     card_count,
     freed,
+    parse_duration,
     placeable,
     victims,
     why_not,
@@ -230,13 +231,14 @@ def _nodes_of(state: ClusterState, card: CardName) -> Steps[dict[str, int]]:
 
 def _gang(state: ClusterState, key: str, uids: Iterable[str], card: CardName) -> Gang | None:
     cards: dict[str, int] = defaultdict(int)
-    pods, priority, preemptable, queue = [], 0, True, ""
+    pods, priority, preemptable, queue, started = [], 0, True, "", 0.0
     for uid in sorted(uids):
         pod, charge = state.pods.get(uid), state.charged.charge(uid)
         if pod is None or not pod.is_live:  # a finished pod keeps its logs: never evicted
             continue
         pods.append(pod.key)
         priority = max(priority, pod.priority)
+        started = max(started, pod.started)
         preemptable = preemptable and objects.preemptable(pod.template.annotations.get(keys.PREEMPTABLE))
         if charge is None:
             continue
@@ -266,6 +268,8 @@ def _gang(state: ClusterState, key: str, uids: Iterable[str], card: CardName) ->
         card=card,
         cards=dict(cards),
         pods=tuple(pods),
+        started=started,
+        min_run=min_runtime(state, queue),
     )
 
 
@@ -315,6 +319,7 @@ class Problem:
     candidates: tuple[Gang, ...]
     protected: int  # gangs a budget keeps out now
     queues: tuple[Waiters, ...]  # inside their quota, highest priority first
+    now: float = math.inf  # when it was read (a gang's minimum run time is judged then)
 
 
 def problems(
@@ -324,6 +329,7 @@ def problems(
     excluded: Collection[str] = (),
     usable: Callable[[str], Callable[[str], bool]] | None = None,
     asking: Mapping[CardName, Mapping[str, list[str]]] | None = None,
+    now: float = math.inf,
 ) -> Steps[list[Problem]]:
     """What to take back now, as questions, read in steps of a node, a gang or a pod each (the
     serving replica answers reviews between them). ``leaving``: the PodGroups (and pods,
@@ -363,7 +369,7 @@ def problems(
         if asked:
             free: Mapping[str, Size] = yield from _freeing(state, card, leaving, nodes)
             free, candidates, roomed = yield from _with_rooms(state, free, candidates, tuple(asked), leaving)
-            out.append(Problem(card, free, candidates, len(every) - len(candidates), roomed))
+            out.append(Problem(card, free, candidates, len(every) - len(candidates), roomed, now))
         del kept, candidates
         while every:  # the gangs read and not kept (replaced by their rooms' or left out) freed a few a step
             del every[-64:]
@@ -515,7 +521,7 @@ def solve(problem: Problem, allowance: Budget | None = None) -> list[Plan]:
 
         if allowance.left <= 0:
             break
-        search = partial(_victims, allowance, now_free, before, asked, others, card)
+        search = partial(_victims, allowance, now_free, before, asked, others, card, problem.now)
         served, picked = _most(len(asked.uids), search)
         if served < len(asked.uids):  # the rest: nothing that may be taken frees enough for them
             rooms = any(not isinstance(size, int) for size in asked.sizes)
@@ -528,6 +534,7 @@ def solve(problem: Problem, allowance: Budget | None = None) -> list[Plan]:
                 asked.nodes,
                 rooms,
                 asked.borrowers,
+                problem.now,
             )
             plans.append(Plan(card, asked.queue, asked.mode, asked.uids[served:], None, why))
         if picked is not None:
@@ -546,6 +553,7 @@ def _victims(
     asked: Waiters,
     others: list[Gang],
     card: CardName,
+    now: float,
     count: int,
 ) -> tuple[Gang, ...] | None:
     """``reclaim.victims`` for the first ``count`` pods of ``asked`` besides ``needs``, its steps
@@ -558,7 +566,7 @@ def _victims(
     try:
         wanted = [*needs, *asked.sizes[:count]]
         return victims(
-            free, wanted, others, card, asked.queue, asked.priority, budget, asked.nodes, asked.borrowers
+            free, wanted, others, card, asked.queue, asked.priority, budget, asked.nodes, asked.borrowers, now
         )
     finally:
         allowance.left -= given - max(budget.left, 0)
@@ -676,6 +684,7 @@ def _nothing(
     nodes: frozenset[str] | None = None,
     rooms: bool = False,
     borrowers: frozenset[str] = frozenset(),
+    now: float = math.inf,
 ) -> str:
     """Why no gang frees the cards: each reason, with how many gangs it keeps out (``rooms``: the
     pods ask CPU, memory or other resources a node must hold too)."""
@@ -685,7 +694,7 @@ def _nothing(
             " tolerate, or their nodeSelector or required node affinity)"
         )
     reasons = Counter(
-        why_not(g, card, queue, priority, borrowers)
+        why_not(g, card, queue, priority, borrowers, now)
         or (
             "it holds no card on a node the pods may be scheduled on"
             if nodes is not None and not nodes & set(g.cards)
@@ -704,3 +713,11 @@ def _nothing(
     if not reasons:
         return f"no running pod holds {card}"
     return "; ".join(f"{n} gang{'s' if n > 1 else ''}: {why}" for why, n in sorted(reasons.items()))
+
+
+def min_runtime(state: ClusterState, queue: str) -> float:
+    """``queue``'s minimum run time before cards its gangs borrow are taken back (seconds; 0: none,
+    or unreadable: its write was refused)."""
+    info = state.tree.queues.get(queue)
+    text = info.record.annotations.get(keys.RECLAIM_MIN_RUNTIME) if info is not None else None
+    return (parse_duration(text) or 0.0) if text else 0.0

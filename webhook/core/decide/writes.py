@@ -22,6 +22,7 @@ from webhook.core.model.ledger import Entry
 from webhook.core.model.objects import Task, WorkloadRecord, queue_record, workload_record
 from webhook.core.model.quota import AnnotationError, parse_card_request, parse_lending, parse_quota
 from webhook.core.model.quoting import shorten
+from webhook.core.model.reclaim import parse_duration
 from webhook.core.model.runqueue import RunQueue, misnamed
 from webhook.core.model.selector import SelectorError, parse_selector
 from webhook.core.model.verdicts import Allowed, Decision, Denied, Request
@@ -38,6 +39,13 @@ def decide_queue(state: ClusterState, request: Request) -> Decision:
             return Denied(
                 f'queue "{name}" has a malformed {keys.NAMESPACES} {shorten(allowed)}: {exc}', queue=name
             )
+    min_run = record.annotations.get(keys.RECLAIM_MIN_RUNTIME)
+    if min_run is not None and parse_duration(min_run) is None:
+        return Denied(
+            f'queue "{name}" has a malformed {keys.RECLAIM_MIN_RUNTIME} {shorten(min_run)}: a duration'
+            ' such as "90s", "10m" or "1h30m"',
+            queue=name,
+        )
     text = record.annotations.get(keys.CARD_QUOTA)
     deserved, lendable = (
         record.annotations.get(keys.CARD_DESERVED),

@@ -103,4 +103,5 @@ class Pool:
             deletion_deadline=pod.deletion_deadline,
             owner=self.owner(pod.owner),
             waiting=pod.waiting,
+            started=pod.started,
         )

@@ -62,3 +62,6 @@ CARD_DESERVED: Final = "cardquota.volcano.sh/card.deserved"
 CARD_LENDABLE: Final = "cardquota.volcano.sh/card.lendable"
 # Ours, on a PodGroup or pod admitted on borrowed cards: {"card": ..., "cards": n, "from": [queues]}.
 BORROWING: Final = "cardquota.volcano.sh/borrowing"
+# Ours, on a Queue: how long its gangs run before cards they borrow from its cohort may be taken
+# back (KAI's reclaimMinRuntime), a duration such as "10m"; absent, none.
+RECLAIM_MIN_RUNTIME: Final = "cardquota.volcano.sh/reclaim-min-runtime"

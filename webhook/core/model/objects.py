@@ -61,6 +61,7 @@ class PodRecord:
     # mark (behind everyone when the mark is unreadable); None for a pod that is not ours to release.
     waiting: tuple[float, int] | None = None
     generated: bool = False  # no name yet, only ``generateName``: a create being mutated
+    started: float = 0.0  # status.startTime, seconds since the epoch (0: not started, or unreadable)
 
     @property
     def key(self) -> str:
@@ -291,6 +292,7 @@ def pod_record(obj: Raw, template: PodTemplate | None = None, namespace: str = "
         owner=controller_of(obj),
         waiting=pod_waiting(spec.get("schedulingGates"), meta.get("annotations")),
         generated=not meta.get("name"),
+        started=_created((obj.get("status") or {}).get("startTime")),
     )
 
 
@@ -457,6 +459,11 @@ def podgroup_record(obj: Raw) -> PodGroupRecord:
         owner=controller_of(obj),
         created=_created(meta.get("creationTimestamp")),
     )
+
+
+def started(value: Any) -> float:
+    """A pod's ``status.startTime`` in seconds since the epoch; 0 when absent or unreadable."""
+    return _created(value)
 
 
 def _created(value: Any) -> float:

@@ -11,6 +11,8 @@ queue priority, then the youngest first), then the fewest gangs, then the fewest
 with one gang too many is never chosen.
 """
 
+import math
+import re
 from bisect import bisect_left, insort
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import field, replace
@@ -51,6 +53,9 @@ class Gang:
     # resources), in the order of the problem's ``Room`` after the cards; empty when none is asked
     frees: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     ends: str = ""  # why an eviction would end its job rather than restart it ("" if it would not)
+    started: float = 0.0  # when its last pod started running (seconds since the epoch; 0: unknown)
+    # its queue's minimum run time before cards it borrows are taken back (seconds; 0: none)
+    min_run: float = 0.0
 
     @property
     def rank(self) -> "Rank":
@@ -75,7 +80,14 @@ class Taken:
     group_uid: str = ""  # the PodGroup it was taken from (its mark is on it; not in the mark's text)
 
 
-def why_not(gang: Gang, card: str, queue: str, queue_priority: int, borrowers: Collection[str] = ()) -> str:
+def why_not(
+    gang: Gang,
+    card: str,
+    queue: str,
+    queue_priority: int,
+    borrowers: Collection[str] = (),
+    now: float = math.inf,
+) -> str:
     """Why ``gang`` may not give its cards to a pod of ``queue`` (of ``queue_priority``) waiting
     for ``card``; "" when it may. ``borrowers``: the queues using ``card`` lent by ``queue``'s
     cohort while ``queue`` is inside its deserved: their gangs give lent cards back whatever their
@@ -87,6 +99,11 @@ def why_not(gang: Gang, card: str, queue: str, queue_priority: int, borrowers: C
     if gang.queue in borrowers:
         if not gang.preemptable:
             return "a pod of it is not preemptable (volcano.sh/preemptable)"
+        if gang.min_run and now < gang.started + gang.min_run:
+            return (
+                f'it has run {_seconds(max(0.0, now - gang.started))} of queue "{gang.queue}"\'s minimum run'
+                f" time of {_seconds(gang.min_run)} (cardquota.volcano.sh/reclaim-min-runtime)"
+            )
         return gang.ends
     if gang.service != TRAINING:
         return f"its service type is {gang.service or 'unknown'}, not {TRAINING}"
@@ -376,11 +393,12 @@ def victims(
     budget: Budget | None = None,
     nodes: Collection[str] | None = None,
     borrowers: Collection[str] = (),
+    now: float = math.inf,
 ) -> tuple[Gang, ...] | None:
     """``choose`` among the gangs that may give their cards to pods of ``queue`` (of queue
     ``priority``) waiting for ``card``; ``nodes``: the only nodes those pods may land on (the free
     cards and the cards a gang frees elsewhere help nobody); ``borrowers``: see ``why_not``."""
-    allowed = [g for g in gangs if not why_not(g, card, queue, priority, borrowers)]
+    allowed = [g for g in gangs if not why_not(g, card, queue, priority, borrowers, now)]
     if nodes is None:
         return choose(free, needs, allowed, budget)
     near = {k: n for k, n in free.items() if k in nodes}
@@ -424,3 +442,26 @@ def _greedy(
         if placeable(freed(free, rest), needs, budget):
             chosen, have = rest, have - gang.total
     return tuple(sorted(chosen, key=lambda g: g.rank))
+
+
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(h|m|s)")
+_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def parse_duration(text: str) -> float | None:
+    """A duration as Kubernetes writes one (``90s``, ``10m``, ``1h30m``) in seconds; None when it is
+    not one."""
+    text = text.strip()
+    parts = _DURATION.findall(text)
+    if not text or "".join(n + u for n, u in parts) != text:
+        return None
+    seconds = sum(float(n) * _UNITS[u] for n, u in parts)
+    return seconds if math.isfinite(seconds) and seconds < 10**9 else None
+
+
+def _seconds(seconds: float) -> str:
+    if seconds >= 3600:
+        return f"{seconds / 3600:.1f} h"
+    if seconds >= 60:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds:.0f} s"
