@@ -112,7 +112,7 @@ def caps(state: ClusterState, queue: str) -> dict[CardName, int] | None:
     if info is None or info.quota is None:
         return None
     if info.lending is None:
-        return dict(info.quota)
+        return info.quota  # read only: nothing lent or borrowed, the quota as it is
     out = dict(info.quota)
     for card in info.lending.deserved:
         found = share(state, queue, card)
@@ -145,13 +145,11 @@ def needing(state: ClusterState, queue: str, card: CardName) -> tuple[str, ...]:
     """The other queues of ``queue``'s cohort taking part for ``card`` that use some of what they
     would lend and borrow none (their idle deserved is below their lendable): the queues whose cards
     a borrower above what it may use now still holds."""
-    out = []
-    for other in sorted(state.tree.cohort(queue)):
-        peer = state.tree.queues.get(other)
-        if other == queue or peer is None or peer.lending is None or card not in peer.lending.deserved:
-            continue
-        deserved, used = peer.lending.deserved[card], load(state, other, card)
-        if used <= deserved and deserved - used < peer.lending.lends(card):
+    lending, out = pool(state, queue, card), []
+    for other in sorted(lending.used):
+        peer = state.tree.queues[other]
+        assert peer.lending is not None  # the pool holds the taking-part queues only
+        if other != queue and not lending.owes[other] and lending.lends[other] < peer.lending.lends(card):
             out.append(other)
     return tuple(out)
 
@@ -173,19 +171,16 @@ def standings(state: ClusterState, card: CardName) -> dict[str, Standing]:
     (then by name): the same order admission warnings name them in."""
     out: dict[str, Standing] = {}
     for members in state.tree.cohorts.values():
-        rows: dict[str, tuple[int, int, int]] = {}  # queue -> (deserved, used, may lend)
-        for name in sorted(members):
-            info = state.tree.queues.get(name)
-            if info is None or info.lending is None or card not in info.lending.deserved:
-                continue
-            deserved, used = info.lending.deserved[card], load(state, name, card)
-            rows[name] = (deserved, used, min(info.lending.lends(card), max(0, deserved - used)))
-        owed = sum(max(0, used - deserved) for deserved, used, _ in rows.values())
-        for name in sorted(rows, key=lambda n: (-rows[n][2], n)):
-            deserved, used, lends = rows[name]
-            lent = min(lends, owed)
+        lending = pool(state, next(iter(members)), card)
+        owed = lending.owed
+        for name in sorted(lending.used, key=lambda n: (-lending.lends[n], n)):
+            lent = min(lending.lends[name], owed)
             owed -= lent
-            out[name] = Standing(deserved, used, max(0, used - deserved), lends, lent)
+            peer = state.tree.queues[name].lending
+            assert peer is not None  # the pool holds the taking-part queues only
+            out[name] = Standing(
+                peer.deserved[card], lending.used[name], lending.owes[name], lending.lends[name], lent
+            )
     return out
 
 
