@@ -147,6 +147,24 @@ class Seed002:
             self.training(name, 2)
             wait_for(f"job {name} to be bound", lambda n=name: len(self.running(f"{n}-")) == 2, timeout=90)
 
+    def budget(self, job: str) -> None:
+        """A PodDisruptionBudget over the 4 pods of Volcano Job ``job`` allowing one disruption, once
+        its controller counts them."""
+        budget = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": job},
+            "spec": {"minAvailable": 3, "selector": {"matchLabels": {"volcano.sh/job-name": job}}},
+        }
+        self.plane.apply(budget, namespace=self.ns)
+        wait_for(
+            "the budget to count the job's pods",
+            lambda: (
+                (self.plane.get("pdb", job, namespace=self.ns).get("status") or {}).get("expectedPods") == 4
+            ),
+            timeout=30,
+        )
+
     def inference(self, name: str, replicas: int, queue: str = "", **spec: Any) -> None:
         """``spec``: more of the pods' spec (a nodeSelector, tolerations)."""
         template = card_template(L40S, queue or self.serve)
@@ -249,21 +267,7 @@ def test_a_budget_that_forbids_the_eviction_is_reported_and_nothing_is_half_evic
     seed.training("train", 4)
     wait_for("the training job to hold every L40S", lambda: len(seed.running("train-")) == 4, timeout=90)
     held = uids(seed.running("train-"))
-    budget = {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": "train"},
-        # One disruption allowed: each pod's eviction alone would pass, the gang's does not.
-        "spec": {"minAvailable": 3, "selector": {"matchLabels": {"volcano.sh/job-name": "train"}}},
-    }
-    seed.plane.apply(budget, namespace=seed.ns)
-    wait_for(
-        "the budget to count the job's pods",
-        lambda: (
-            (seed.plane.get("pdb", "train", namespace=seed.ns).get("status") or {}).get("expectedPods") == 4
-        ),
-        timeout=30,
-    )
+    seed.budget("train")  # one disruption allowed: each pod alone would pass, the gang not
     seed.inference("web", 1)
     refused = wait_for("the refusal to be reported", lambda: seed.events("CardQuotaNotReclaimed"), timeout=30)
     budget_named = f"PodDisruptionBudget {seed.ns}/train "  # the gang judged whole against it
@@ -728,20 +732,7 @@ def test_a_lender_waits_while_a_budget_forbids_the_borrowing_gangs_eviction(seed
     seed.training("borrow", 4, queue=a)
     wait_for("a's job to hold every L40S", lambda: len(seed.running("borrow-")) == 4, timeout=90)
     held = uids(seed.running("borrow-"))
-    budget = {
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": {"name": "borrow"},
-        "spec": {"minAvailable": 3, "selector": {"matchLabels": {"volcano.sh/job-name": "borrow"}}},
-    }
-    seed.plane.apply(budget, namespace=seed.ns)
-    wait_for(
-        "the budget to count the job's pods",
-        lambda: (
-            (seed.plane.get("pdb", "borrow", namespace=seed.ns).get("status") or {}).get("expectedPods") == 4
-        ),
-        timeout=30,
-    )
+    seed.budget("borrow")  # one disruption allowed: each pod alone would pass, the gang not
     seed.inference("web", 2, queue=b)
     refused = wait_for("the refusal to be reported", lambda: seed.events("CardQuotaNotReclaimed"), timeout=30)
     assert any(f"PodDisruptionBudget {seed.ns}/borrow " in e["message"] for e in refused), [
