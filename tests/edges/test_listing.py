@@ -97,6 +97,7 @@ READ = [
     ("spec", "schedulingGates", 1, "name"),
     ("metadata", "annotations", keys.WAITING),
     ("status", "phase"),
+    ("status", "startTime"),
     ("kind",),
 ]
 hostile = json_values | st.sampled_from(
