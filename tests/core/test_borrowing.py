@@ -513,11 +513,14 @@ def test_a_borrowing_gang_runs_its_queues_minimum_run_time_before_its_cards_are_
         ("10 m", None),
     ],
 )
-def test_a_minimum_run_time_is_a_duration(text: str, seconds: float | None) -> None:
+@pytest.mark.parametrize("key", [keys.RECLAIM_MIN_RUNTIME, keys.RECLAIM_NOTICE])
+def test_a_minimum_run_time_or_a_notice_is_a_duration(text: str, seconds: float | None, key: str) -> None:
     assert reclaim.parse_duration(text) == seconds
     made = lender("a", {R4090: 4}, {R4090: 2})
-    made["metadata"]["annotations"][keys.RECLAIM_MIN_RUNTIME] = text
+    made["metadata"]["annotations"][key] = text
     decision = admission.validate(
         cluster(*NODES), request(made, resource="queues", group="scheduling.volcano.sh"), 0.0
     )
     assert isinstance(decision, Allowed) is (seconds is not None), decision
+    if isinstance(decision, Denied):
+        assert decision.message.startswith(f'queue "a" has a malformed {key} '), decision.message

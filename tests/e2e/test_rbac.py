@@ -67,8 +67,21 @@ WRITES = (
     Right("patch", "statefulsets", "", "apps", TENANT, LINE),
     Right("patch", "jobs", "", "batch", TENANT, LINE),
     # wait mode's release: a JSON patch removing the webhook's scheduling gate from a pod (and
-    # narrowing an A|B pod's affinity to the model it was released on)
-    Right("patch", "pods", "", "", TENANT, ("cluster/caller.py LineCaller._release patch",)),
+    # narrowing an A|B pod's affinity to the model it was released on); lending's borrowing mark;
+    # tidal reclaim's eviction notice on each pod of a gang it evicts, removed when called off
+    Right(
+        "patch",
+        "pods",
+        "",
+        "",
+        TENANT,
+        (
+            "cluster/caller.py LineCaller._release patch",
+            "cluster/caller.py LineCaller._mark_borrowings annotate",
+            "cluster/reclaimer.py Reclaimer._evict annotate",
+            "cluster/reclaimer.py Reclaimer._call_off annotate",
+        ),
+    ),
     Right("create", "events", "", "", TENANT, EVENTS),
     # the auditor's CardQuotaOvercommitted on a Queue (cluster-scoped: its Events live in default)
     # and its CardQuotaResourceNotSent on a Node whose card resource the filters never send
@@ -94,14 +107,18 @@ WRITES = (
         ("cluster/reclaimer.py Reclaimer._refusal evict", "cluster/reclaimer.py Reclaimer._go_on evict"),
     ),
     # tidal reclaim's hold: cardquota.volcano.sh/reclaimed on the victim's PodGroup, written before
-    # the evictions (a new leader holds the cards too) and removed when the hold is over
+    # the evictions (a new leader holds the cards too) and removed when the hold is over; lending's
+    # cardquota.volcano.sh/borrowing on a pod or PodGroup admitted on borrowed cards
     Right(
         "patch",
         "podgroups",
         "",
         "scheduling.volcano.sh",
         TENANT,
-        ("cluster/reclaimer.py Reclaimer._mark annotate",),
+        (
+            "cluster/reclaimer.py Reclaimer._mark annotate",
+            "cluster/caller.py LineCaller._mark_borrowings annotate",
+        ),
     ),
     # leader election (--leader-elect): the Lease created, renewed, and released at SIGTERM
     Right(
@@ -363,14 +380,14 @@ def rules(objects: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
     }
 
 
-def test_with_reclaim_off_the_chart_grants_no_eviction_hold_mark_or_budget_read(
+def test_with_reclaim_off_the_chart_grants_no_eviction_or_budget_read(
     control_plane: ControlPlane,
 ) -> None:
-    reclaim = {
-        ("", "pods/eviction", "create"),
-        ("scheduling.volcano.sh", "podgroups", "patch"),
-        ("policy", "poddisruptionbudgets", "list"),
-    }
+    reclaim = {("", "pods/eviction", "create"), ("policy", "poddisruptionbudgets", "list")}
+    # the PodGroup's patch stays: lending's borrowing mark is written whatever reclaim's mode
+    assert ("scheduling.volcano.sh", "podgroups", "patch") in rules(
+        control_plane.render_identity("--set", "reclaim.mode=off")
+    )
     assert reclaim <= rules(control_plane.render_identity())
     # dry-run: a Queue's cardquota.volcano.sh/reclaim annotation may still turn it on for that queue
     assert reclaim <= rules(control_plane.render_identity("--set", "reclaim.mode=dry-run"))
@@ -474,6 +491,13 @@ OWN_WRITES = [
     ),
     ("its hold mark on a PodGroup", ["annotate", "podgroup", "g", "cardquota.volcano.sh/reclaimed=x"], ""),
     (
+        "its borrowing mark on a PodGroup",
+        ["annotate", "podgroup", "g", "cardquota.volcano.sh/borrowing=x"],
+        "",
+    ),
+    ("its borrowing mark on a pod", ["annotate", "pod", "p", "cardquota.volcano.sh/borrowing=x"], ""),
+    ("its eviction notice on a pod", ["annotate", "pod", "p", "cardquota.volcano.sh/evicting=x"], ""),
+    (
         "a PodGroup's request",
         ["annotate", "podgroup", "g", 'volcano.sh/card.request={"NVIDIA-H200":1}'],
         "only its own annotations of a podgroups",
@@ -536,7 +560,23 @@ TENANT_MARKS = [
         ["annotate", "podgroup", "g", "cardquota.volcano.sh/reclaimed={}", "--overwrite"],
         MARKS_REFUSED,
     ),
+    (
+        "lending's mark on a PodGroup",
+        ["annotate", "podgroup", "g", "cardquota.volcano.sh/borrowing={}", "--overwrite"],
+        MARKS_REFUSED,
+    ),
+    (
+        "lending's mark on a pod",
+        ["annotate", "pod", "p", "cardquota.volcano.sh/borrowing={}", "--overwrite"],
+        MARKS_REFUSED,
+    ),
     ("another annotation on a ReplicaSet", ["annotate", "rs", "r", "team=a", "--overwrite"], ""),
+    (
+        "reclaim's eviction notice on a pod",
+        ["annotate", "pod", "p", "cardquota.volcano.sh/evicting={}", "--overwrite"],
+        MARKS_REFUSED,
+    ),
+    ("another annotation on a pod", ["annotate", "pod", "p", "team=a", "--overwrite"], ""),
     ("another annotation on a PodGroup", ["annotate", "podgroup", "g", "team=a", "--overwrite"], ""),
 ]
 
@@ -565,14 +605,43 @@ def test_a_mark_the_webhook_wrote_cannot_be_removed_or_changed_by_anyone_else(
 
 
 @pytest.mark.parametrize(
+    ("annotations", "refused"),
+    [
+        pytest.param({"cardquota.volcano.sh/borrowing": "{}"}, True, id="the borrowing mark"),
+        pytest.param({"cardquota.volcano.sh/evicting": "{}"}, True, id="the eviction notice"),
+        pytest.param({"team": "a"}, False, id="its twin: another annotation"),
+    ],
+)
+def test_no_pod_is_created_with_the_borrowing_mark_or_eviction_notice_but_by_the_webhook(
+    own_writes: ControlPlane, annotations: dict[str, str], refused: bool
+) -> None:
+    """The mark says a pod runs on cards its queue borrows, the notice when reclaim evicts it: only
+    the webhook says either."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"m-{uuid.uuid4().hex[:6]}", "annotations": annotations},
+        "spec": {"containers": [{"name": "main", "image": "registry.example/app:1"}]},
+    }
+    done = as_tenant(own_writes, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(pod))
+    answered("a pod created with " + ", ".join(annotations), done, MARKS_REFUSED if refused else "")
+
+
+@pytest.mark.parametrize(
     ("template", "refused"),
     [
         pytest.param({"annotations": {"cardquota.volcano.sh/waiting": MARK}}, True, id="the waiting mark"),
         pytest.param({"gates": True}, True, id="the waiting gate"),
+        pytest.param(
+            {"annotations": {"cardquota.volcano.sh/borrowing": "{}"}}, True, id="the borrowing mark"
+        ),
+        pytest.param(
+            {"annotations": {"cardquota.volcano.sh/evicting": "{}"}}, True, id="the eviction notice"
+        ),
         pytest.param({"annotations": {"team": "a"}}, False, id="its twin: another annotation"),
     ],
 )
-def test_no_workload_template_may_carry_the_waiting_mark_or_gate(
+def test_no_workload_template_may_carry_the_webhooks_marks_or_gate(
     own_writes: ControlPlane, template: dict[str, Any], refused: bool
 ) -> None:
     meta: dict[str, Any] = {"labels": {"app": "t"}, "annotations": template.get("annotations", {})}
@@ -591,8 +660,11 @@ def test_no_workload_template_may_carry_the_waiting_mark_or_gate(
     }
     done = as_tenant(own_writes, "create", "--dry-run=server", "-f", "-", stdin=json.dumps(deployment))
     if refused:
-        assert done.returncode != 0 and "its pod template carries the waiting mark" in done.stderr, (
-            done.stderr
-        )
+        assert done.returncode != 0 and "its pod template carries the" in done.stderr, done.stderr
+        ours = {"cardquota.volcano.sh/borrowing", "cardquota.volcano.sh/evicting"} & meta[
+            "annotations"
+        ].keys()
+        said = "the borrowing mark or the eviction notice" if ours else "the waiting mark or scheduling gate"
+        assert said in done.stderr, done.stderr
     else:
         assert done.returncode == 0, done.stderr

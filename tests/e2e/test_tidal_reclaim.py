@@ -702,6 +702,14 @@ def test_a_lender_takes_its_lent_cards_back_from_the_borrowing_gang_whole(seed: 
         ),
         timeout=30,
     )
+
+    def marked() -> list[Any]:  # the borrowing marks on the namespace's PodGroups
+        groups = seed.plane.get("podgroups.scheduling.volcano.sh", namespace=seed.ns)["items"]
+        found = [g["metadata"].get("annotations", {}).get("cardquota.volcano.sh/borrowing") for g in groups]
+        return [json.loads(mark)["cards"] for mark in found if mark]
+
+    wait_for("a's PodGroup marked as borrowing", marked, timeout=10)
+    assert marked() == [{L40S: {"beyond": 2, "deserved": 2, "from": [b]}}]
     seed.inference("web", 2, queue=b)
     bound = seconds_until(lambda: len(seed.running("web-")) == 2, timeout=60)
     assert bound <= BOUND_WITHIN, f"b's pods took {bound:.1f} s to be bound"
@@ -770,3 +778,43 @@ def test_a_borrowing_gang_keeps_its_cards_its_minimum_run_time_then_gives_them_b
         f"b's pods bound {bound:.1f} s after a's job started, before its minimum run time"
     )
     assert bound <= MIN_RUN + BOUND_WITHIN + 5, f"b's pods bound {bound:.1f} s after a's job started"
+
+
+NOTICE = 10.0  # seconds: the borrower's queue's notice before its gangs are evicted, below
+
+
+def test_a_borrowing_gang_is_told_its_queues_notice_before_it_is_evicted(seed: Seed002) -> None:
+    """With a's ``reclaim-notice`` of 10 s, the pass that takes a's cards back for b writes each of
+    a's pods its notice (when it is evicted, when killed) and tells the job, evicting nothing;
+    10 s later a's gang is evicted whole and b's pods are bound within the victims' grace + 5 s."""
+    a, b = lending(seed)
+    seed.plane.kubectl("annotate", "queue", a, f"cardquota.volcano.sh/reclaim-notice={NOTICE:.0f}s")
+    seed.training("borrow", 4, queue=a)
+    wait_for("a's job to hold every L40S", lambda: len(seed.running("borrow-")) == 4, timeout=90)
+    held = uids(seed.running("borrow-"))
+    seed.inference("web", 2, queue=b)
+
+    def notices() -> list[Any]:
+        found = [
+            p["metadata"].get("annotations", {}).get("cardquota.volcano.sh/evicting")
+            for p in seed.running("borrow-")
+        ]
+        return [json.loads(text) for text in found if text]
+
+    wait_for("a's pods told of their eviction", lambda: len(notices()) == 4, timeout=30, every=0.1)
+    told = time.time()
+    (notice,) = {json.dumps(n, sort_keys=True) for n in notices()}
+    evict = datetime.fromisoformat(json.loads(notice)["evict"].replace("Z", "+00:00")).timestamp()
+    assert json.loads(notice)["for"] == b and evict > told, notice
+    assert any(
+        "are evicted at" in e["message"] and "reclaim-notice" in e["message"]
+        for e in seed.events("CardQuotaReclaimNotice")
+    )
+    holds_for(
+        "a's job running through its notice", lambda: uids(seed.running("borrow-")) == held, evict - told - 1
+    )
+    wait_for("b's pods bound", lambda: len(seed.running("web-")) == 2, timeout=NOTICE + 60)
+    assert time.time() - evict <= BOUND_WITHIN, (
+        f"b's pods bound {time.time() - evict:.1f} s after the notice ran out"
+    )
+    assert not uids(seed.running("borrow-")) & held, "a's gang was left half evicted"

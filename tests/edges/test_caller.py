@@ -4,6 +4,7 @@ line; nothing is written while the replica does not serve."""
 
 import asyncio
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -15,7 +16,14 @@ from webhook.core.decide import admission, calls
 from webhook.core.index.state import ClusterState
 from webhook.core.model import keys
 from webhook.core.model.objects import pod_record, queue_record
-from webhook.core.model.verdicts import Denied
+from webhook.core.model.verdicts import Allowed, Denied
+
+
+def mark(annotations: dict[str, str | None]) -> Any:
+    """The borrowing mark of an annotate call, read."""
+    text = annotations[keys.BORROWING]
+    assert text is not None
+    return json.loads(text)
 
 
 class Api:
@@ -313,9 +321,9 @@ def test_a_waiter_that_came_and_went_between_two_passes_is_reported_served() -> 
     assert waited == [("replicaset ns/web", 0.5)]
 
 
-def lending_queues(deserved_a: int = 1) -> list[dict[str, Any]]:
-    """Queue q (quota 2, deserved ``deserved_a``) and queue lender (deserved 2), one cohort."""
-    q = queue("q", f'{{"{H200}": 2}}')
+def lending_queues(deserved_a: int = 1, quota_a: int = 2) -> list[dict[str, Any]]:
+    """Queue q (quota ``quota_a``, deserved ``deserved_a``) and queue lender (deserved 2), one cohort."""
+    q = queue("q", f'{{"{H200}": {quota_a}}}')
     q["metadata"]["annotations"][keys.CARD_DESERVED] = f'{{"{H200}": {deserved_a}}}'
     lender = queue("lender", f'{{"{H200}": 2}}')
     lender["metadata"]["annotations"][keys.CARD_DESERVED] = f'{{"{H200}": 2}}'
@@ -337,14 +345,59 @@ def test_a_podgroup_enqueued_and_a_controllers_pod_admitted_on_borrowed_cards_ar
     run(LineCaller(state, api, lambda: True, clock=lambda: 1.0))  # type: ignore[arg-type]
     told = [(e[1]["kind"], e[1]["name"], e[2]) for e in api.events]
     if deserved == 2:
-        assert told == []
+        assert told == [] and api.annotated == []
         return
     assert told == [("PodGroup", "train", "CardQuotaBorrowing"), ("Job", "train", "CardQuotaBorrowing")]
+    ((plural, namespace, name, annotations),) = api.annotated
+    assert (plural, namespace, name) == ("podgroups", "ns", "train")
+    assert mark(annotations) == {
+        "since": "1970-01-01T00:00:01.000Z",
+        "cards": {H200: {"beyond": 1, "deserved": 1, "from": ["lender"]}},
+    }
     assert api.events[0][3] == (
         f'podgroup ns/train (volcano job ns/train) uses 1 {H200} borrowed from queue "lender"'
         " (beyond its queue's deserved 1):"
         " they may be taken back when lenders need them"
     )
+
+
+@pytest.mark.parametrize("deserved", [1, 2], ids=["borrowing", "twin: within its deserved"])
+def test_a_users_pod_admitted_on_borrowed_cards_is_marked_once_the_api_server_has_it(deserved: int) -> None:
+    """Its user's kubectl printed the warning (no Event); the mark waits for the pod to be stored,
+    tried at each pass for 30 s, then given up (its create failed after its admission)."""
+    state = cluster(
+        node("h200", H200, 4),
+        *lending_queues(deserved, quota_a=3),
+        pod("first", node_name="h200", phase="Running"),
+    )
+    review = request(pod("second"))
+    decision = admission.validate(state, review, 1.0)
+    admission.admit(state, review, decision, 1.0)
+    assert isinstance(decision, Allowed), decision
+    clock = [1.0]
+    api = Api(gone=True)
+    caller = LineCaller(state, api, lambda: True, clock=lambda: clock[0])  # type: ignore[arg-type]
+    for clock[0] in (1.0, 2.0, 31.0):
+        run(caller)
+    assert api.events == []
+    if deserved == 2:
+        assert api.annotated == []
+        return
+    assert [a[:3] for a in api.annotated] == [("pods", "ns", "second")] * 3
+    assert mark(api.annotated[0][3])["cards"] == {H200: {"beyond": 1, "deserved": 1, "from": ["lender"]}}
+    clock[0] = 32.0
+    run(caller)
+    assert len(api.annotated) == 3, "a mark past its 30 s is given up"
+    api.gone = False
+    state.upsert_pod(pod_record(pod("second", node_name="h200", phase="Running")))  # stored at last
+    review = request(pod("third"))
+    admission.admit(state, review, admission.validate(state, review, 40.0), 40.0)
+    clock[0] = 40.0
+    run(caller)
+    run(caller)
+    assert [a[2] for a in api.annotated[3:]] == ["third"], "a mark written is written once"
+    third = mark(api.annotated[3][3])["cards"][H200]
+    assert third["beyond"] == 2, "the queue's use past its deserved, this pod counted"
 
 
 def test_a_waiter_whose_pod_was_admitted_but_not_seen_yet_is_not_called_for_it() -> None:

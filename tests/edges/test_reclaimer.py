@@ -43,11 +43,16 @@ class Api:
         self.evicted: list[str] = []
         self.events: list[tuple[str, str, str]] = []  # (involved kind/name, reason, message)
         self.marks: list[tuple[str, str | None]] = []  # (podgroup, its reclaim mark)
+        self.notices: list[tuple[str, str | None]] = []  # (pod namespace/name, its eviction notice)
+        self.grace: float | None = None  # the training pods' terminationGracePeriodSeconds
 
     async def annotate(
         self, kind: Any, namespace: str, name: str, annotations: dict[str, str | None]
     ) -> bool:
-        self.marks.append((f"{kind.plural}/{namespace}/{name}", annotations[keys.RECLAIMED]))
+        if kind.plural == "pods":
+            self.notices.append((f"{namespace}/{name}", annotations[keys.EVICTING]))
+        else:
+            self.marks.append((f"{kind.plural}/{namespace}/{name}", annotations[keys.RECLAIMED]))
         return True
 
     async def get(self, kind: Any, namespace: str, name: str) -> dict[str, Any] | None:
@@ -74,6 +79,7 @@ class Api:
             }
         return {
             "metadata": {"name": name, "namespace": namespace, "labels": {"job": name.rsplit("-", 1)[0]}},
+            "spec": {} if self.grace is None else {"terminationGracePeriodSeconds": self.grace},
             "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]},
         }
 
@@ -121,9 +127,18 @@ def test_a_whole_gang_is_evicted_once_told_on_both_sides_and_held_from_enqueue()
     told = dict(((who, reason), message) for who, reason, message in api.events)
     assert told[("Job/tj", "CardQuotaReclaimed")] == (
         f'4 {R4090} on n1, n2 taken back for queue "serve" (priority 80000), whose pods ns/web-0, ns/web-1'
-        " wait for them: its 4 pods are evicted whole; it is enqueued again once those are bound, as queue"
-        ' "train"\'s quota allows'
+        " wait for them: its 4 pods are evicted whole (killed at 1970-01-01T00:02:11.500Z if still"
+        ' running); it is enqueued again once those are bound, as queue "train"\'s quota allows'
     )
+    # Each pod was told before its eviction: when it goes, when it is killed (its grace, 30 s unset).
+    assert [pod for pod, _ in api.notices] == TJ
+    assert json.loads(api.notices[0][1] or "") == {
+        "evict": "1970-01-01T00:01:41.500Z",
+        "deadline": "1970-01-01T00:02:11.500Z",
+        "for": "serve",
+        "card": R4090,
+        "cards": 4,
+    }
     assert told[("Pod/web-0", "CardQuotaReclaiming")] == (
         f'takes back 4 {R4090} from podgroup ns/tj (queue "train", priority 20000): its 4 pods are evicted'
     )
@@ -150,6 +165,8 @@ def test_a_whole_gang_is_evicted_once_told_on_both_sides_and_held_from_enqueue()
         "queue": "serve",
         "pods": ["uid-ns-web-0", "uid-ns-web-1"],
         "until": "1970-01-01T00:06:41.500Z",
+        "evict": "1970-01-01T00:01:41.500Z",
+        "deadline": "1970-01-01T00:02:11.500Z",
     }
     group = next(o for o in gang("tj", ["n1", "n1", "n2", "n2"]) if o["kind"] == "PodGroup")
     group["metadata"]["annotations"] = {keys.RECLAIMED: mark}
@@ -192,6 +209,88 @@ def test_a_whole_gang_is_evicted_once_told_on_both_sides_and_held_from_enqueue()
     assert isinstance(admission.validate(waiting, enqueue_of_tj(), 401.5), Allowed)
     run(reclaimer)  # the next pass sees the hold over and removes the mark
     assert api.marks[-1] == ("podgroups/ns/tj", None)
+
+
+def with_notice(notice: str) -> ClusterState:
+    """Seed 002, web's 2 pods waiting, and the training queue's cardquota.volcano.sh/reclaim-notice."""
+    train = train_queue()
+    train["metadata"]["annotations"][keys.RECLAIM_NOTICE] = notice
+    return cluster(*NODES, train, serve_queue(), *gang("tj", ["n1", "n1", "n2", "n2"]), *inference(2))
+
+
+def test_a_gang_is_told_its_queues_notice_before_it_is_evicted_then_evicted_whole() -> None:
+    """train's notice is 1 min: the pass that takes tj's cards writes each pod's notice (evicted at
+    +60 s, killed at +60 s and its 45 s grace) and tells the gang, evicting nothing; the pass after
+    the minute evicts it whole and tells both sides, as without a notice."""
+    state, api, clock = with_notice("1m"), Api(), [100.0]
+    api.grace = 45
+    reclaimer = Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    run(reclaimer)
+    assert api.dry == TJ and api.evicted == []
+    assert [pod for pod, _ in api.notices] == TJ
+    assert json.loads(api.notices[0][1] or "")["evict"] == "1970-01-01T00:02:40.000Z"
+    assert json.loads(api.notices[0][1] or "")["deadline"] == "1970-01-01T00:03:25.000Z"
+    [(_, mark)] = api.marks
+    assert json.loads(mark or "")["evict"] == "1970-01-01T00:02:40.000Z"
+    told = {(who, reason): message for who, reason, message in api.events}
+    assert set(told) == {("PodGroup/tj", "CardQuotaReclaimNotice"), ("Job/tj", "CardQuotaReclaimNotice")}
+    assert told[("PodGroup/tj", "CardQuotaReclaimNotice")] == (
+        f'4 {R4090} are taken back for queue "serve", whose pods ns/web-0, ns/web-1 wait for them: its 4'
+        ' pods are evicted at 1970-01-01T00:02:40.000Z (in 60 s, queue "train"\'s'
+        " cardquota.volcano.sh/reclaim-notice), killed at 1970-01-01T00:03:25.000Z if still running"
+    )
+    # Meanwhile its cards are leaving: no pass takes another gang for the same pods, none evicts it.
+    for clock[0] in (130.0, 159.9):
+        run(reclaimer)
+    assert api.evicted == [] and len(api.dry) == 4
+    clock[0] = 160.0
+    run(reclaimer)
+    assert api.evicted == TJ
+    assert ("PodGroup/tj", "CardQuotaReclaimed") in {(who, reason) for who, reason, _ in api.events}
+    # Held back from enqueue as any reclaimed gang, while web waits.
+    assert isinstance(admission.validate(state, enqueue_of_tj(), 161.0), Denied)
+
+
+def test_a_gang_whose_cards_are_no_longer_wanted_before_its_notice_ran_out_keeps_running() -> None:
+    """web is bound on cards freed otherwise while tj's notice runs: tj is not evicted, its pods'
+    notices are removed, and it is told."""
+    state, api, clock = with_notice("1m"), Api(), [100.0]
+    reclaimer = Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    run(reclaimer)
+    assert api.evicted == [] and len(api.notices) == 4
+    for i in range(2):
+        ingest.upsert(
+            state, pod(f"web-{i}", R4090, queue_name="serve", group="web", node_name="n1", owner=RS)
+        )
+    clock[0] = 110.0
+    run(reclaimer)
+    clock[0] = 170.0
+    run(reclaimer)
+    assert api.evicted == []
+    assert api.notices[4:] == [(p, None) for p in TJ]
+    assert api.marks[-1] == ("podgroups/ns/tj", None)
+    assert any(
+        reason == "CardQuotaReclaimNotice" and message.startswith("its eviction is called off")
+        for _, reason, message in api.events
+    ), api.events
+
+
+def test_a_new_leader_waits_for_the_notice_of_a_gang_its_predecessor_told() -> None:
+    state, api, clock = with_notice("1m"), Api(), [100.0]
+    run(Reclaimer(state, api, lambda: True, after=0.0, clock=lambda: clock[0]))  # type: ignore[arg-type]
+    [(_, mark)] = api.marks
+    successor = with_notice("1m")
+    group = next(o for o in gang("tj", ["n1", "n1", "n2", "n2"]) if o["kind"] == "PodGroup")
+    group["metadata"]["annotations"] = {keys.RECLAIMED: mark}
+    ingest.upsert(successor, group)
+    fresh = Api()
+    leader = Reclaimer(successor, fresh, lambda: True, after=0.0, clock=lambda: clock[0])  # type: ignore[arg-type]
+    for clock[0] in (101.0, 159.0):
+        run(leader)
+    assert fresh.evicted == [] and fresh.dry == [], "its notice runs still; nothing else is taken"
+    clock[0] = 160.0
+    run(leader)
+    assert fresh.evicted == TJ
 
 
 def enqueue_of_tj() -> Any:

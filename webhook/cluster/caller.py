@@ -12,6 +12,7 @@ a call whose write fails gives its cards back at once.
 """
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -21,10 +22,12 @@ from webhook.core.decide import calls, patches
 from webhook.core.index.line import CALLED_KINDS, Waiter, ordinal
 from webhook.core.index.state import ClusterState
 from webhook.core.model import keys
-from webhook.core.model.cards import amount
+from webhook.core.model.cards import amount, figure
 from webhook.core.model.objects import PodGroupRecord, PodRecord, WorkloadRecord, event_targets, moment
+from webhook.core.model.verdicts import Borrowing
 
 log = logging.getLogger(__name__)
+PODGROUPS = next(k for k in cache.KINDS if k.plural == "podgroups")
 CALLED = "CardQuotaCalled"
 WAITING = "CardQuotaWaiting"
 RELEASED = "CardQuotaReleased"
@@ -32,6 +35,7 @@ REFUSED = "CardQuotaEnqueueRefused"
 BORROWING = "CardQuotaBorrowing"  # admitted on cards its queue's cohort lends (decisions.md §33)
 UNFIT = "CardQuotaLeftLine"
 TELL_EVERY = 60.0  # seconds between two Events about one PodGroup refused at enqueue
+MARK_FOR = 30.0  # seconds a borrowing mark is tried on a pod or PodGroup not found
 MARK_PATIENCE = 10.0  # seconds a written mark is trusted to reach the cache before it is written again
 
 
@@ -51,6 +55,7 @@ class LineCaller:
         self._standing: dict[str, Waiter] = {}  # the line at the last pass, by key
         self._told: dict[str, float] = {}  # PodGroup key -> when its refusal was last told
         self._started = clock()
+        self._marking: dict[str, Borrowing] = {}  # "pod:"/"podgroup:" key -> its borrowing mark, not written
 
     async def run(self) -> None:
         while True:
@@ -66,7 +71,7 @@ class LineCaller:
         self._served(now)
         await self._tell_new()
         await self._tell_refusals(now)
-        await self._tell_borrowings()
+        await self._tell_borrowings(now)
         for waiter in calls.unfit(self.state):
             self._standing.pop(waiter.key, None)  # it left unserved
             await self._tell_unfit(waiter)
@@ -120,21 +125,49 @@ class LineCaller:
         for key in [k for k, at in self._told.items() if now - at >= TELL_EVERY]:
             del self._told[key]
 
-    async def _tell_borrowings(self) -> None:
+    async def _tell_borrowings(self, now: float) -> None:
         """An Event on each pod a controller made, and each PodGroup enqueued (and its Volcano Job),
-        admitted on borrowed cards since the last pass: their admission warning reached no one."""
-        told, self.state.borrowings = self.state.borrowings, {}
-        for key, message in told.items():
+        admitted on borrowed cards since the last pass (their admission warning reached no one);
+        then the borrowing mark on each pod and PodGroup admitted so (decisions.md §33)."""
+        fresh, self.state.borrowings = self.state.borrowings, {}
+        for key, borrowing in fresh.items():
+            self._marking[key] = borrowing
+            if not borrowing.told:
+                continue
             kind, _, name = key.partition(":")
             if kind == "podgroup" and (group := self.state.podgroups.get(name)) is not None:
-                await self._group_event(group, BORROWING, message)
+                await self._group_event(group, BORROWING, borrowing.told)
             elif kind == "pod":
                 namespace, _, pod = name.partition("/")
                 involved = {"apiVersion": "v1", "kind": "Pod", "name": pod}
                 try:
-                    await self.transport.record_event(namespace, involved, BORROWING, message, "Warning")
+                    await self.transport.record_event(
+                        namespace, involved, BORROWING, borrowing.told, "Warning"
+                    )
                 except cache.Unavailable as exc:
                     log.warning("could not record an Event", extra={"pod": name, "error": str(exc)})
+        await self._mark_borrowings(now)
+
+    async def _mark_borrowings(self, now: float) -> None:
+        """Write each borrowing mark not written yet. A pod is admitted before the API server
+        stores it: one not there yet is marked at a later pass, for ``MARK_FOR`` seconds (its
+        create may have failed after its admission)."""
+        for key, borrowing in list(self._marking.items()):
+            if now - borrowing.at > MARK_FOR:
+                del self._marking[key]
+                continue
+            kind, _, name = key.partition(":")
+            namespace, _, what = name.partition("/")
+            text = borrowing_text(borrowing)
+            try:
+                done = await self.transport.annotate(
+                    PODGROUPS if kind == "podgroup" else cache.PODS, namespace, what, {keys.BORROWING: text}
+                )
+            except cache.Unavailable as exc:
+                log.warning("could not write a borrowing mark", extra={"object": key, "error": str(exc)})
+                done = False
+            if done:
+                del self._marking[key]
 
     async def _tell_unfit(self, waiter: Waiter) -> None:
         """An Event on a waiter that left the line because its queue can no longer ever hold it."""
@@ -273,3 +306,14 @@ def _cards(waiter: Waiter) -> str:
 def _duration(seconds: float) -> str:
     minutes, rest = divmod(int(seconds), 60)
     return f"{minutes}m{rest:02d}s" if minutes else f"{rest}s"
+
+
+def borrowing_text(borrowing: Borrowing) -> str:
+    """The borrowing mark: when it was admitted and, per model, its queue's use past its deserved
+    with it counted, that deserved and the queues lending:
+    {"since": "...", "cards": {"NVIDIA-H200": {"beyond": 2, "deserved": 2, "from": ["b"]}}}."""
+    cards = {
+        b.card: {"beyond": figure(b.beyond), "deserved": figure(b.deserved), "from": list(b.lenders)}
+        for b in borrowing.borrowed
+    }
+    return json.dumps({"since": moment(borrowing.at), "cards": cards}, separators=(",", ":"))

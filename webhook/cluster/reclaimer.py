@@ -35,7 +35,7 @@ from webhook.core.decide import tidal
 from webhook.core.index.state import ClusterState
 from webhook.core.model import budgets, keys, placement
 from webhook.core.model.cards import CardName, amount
-from webhook.core.model.objects import event_targets, reclaim_text
+from webhook.core.model.objects import event_targets, eviction_notice, moment, reclaim_text
 from webhook.core.model.reclaim import Gang, Taken
 from webhook.core.model.steps import Steps
 from webhook.core.model.values import value_class
@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 PODGROUPS = next(k for k in cache.KINDS if k.plural == "podgroups")
 BUDGETS = cache.Kind("PodDisruptionBudget", "policy/v1", "poddisruptionbudgets")  # read, never cached
 RECLAIMED = "CardQuotaReclaimed"
+NOTICE = "CardQuotaReclaimNotice"  # a gang told, its queue's notice before its eviction
+DEFAULT_GRACE = 30.0  # seconds: a pod's terminationGracePeriodSeconds when it sets none
 RECLAIMING = "CardQuotaReclaiming"
 NOT_RECLAIMED = "CardQuotaNotReclaimed"
 PROTECTED_FOR = 60.0  # seconds a gang a PodDisruptionBudget protects is left out
@@ -185,6 +187,9 @@ class Reclaimer:
         # and the uids of its pods live at adoption (the pods of that gang; none made since)
         self._adopted: dict[str, tuple[float, frozenset[str]]] = {}
         self._tests: dict[str, Callable[[str], bool]] = {}  # ``_usable``'s node tests, for one pass
+        self._graces: dict[str, float] = {}  # gang key -> its pods' longest grace period, as judged
+        self._noticed: set[str] = set()  # gangs told of their eviction, not evicted yet
+        self._called_off: list[str] = []  # gangs told, their eviction no longer wanted
 
     async def run(self) -> None:
         while True:
@@ -201,6 +206,8 @@ class Reclaimer:
         now = self.clock()
         self._tests = {}
         self._land(now)
+        while self._called_off:
+            await self._call_off(self._called_off.pop())
         while self._done:  # holds over: their marks go
             await self._mark(self._done.pop(), None)
         self._adopted = {k: adopted for k, adopted in self._adopted.items() if now < adopted[0]}
@@ -222,7 +229,7 @@ class Reclaimer:
             if (held := tidal.holding(self.state, key, now)) is not None:
                 leaving.add(key)
                 if key not in self.flights and key not in self._adopted:
-                    self._adopt(key, held.until, now)
+                    self._adopt(key, held.until, now, held.evict)
         leaving.update(key for key in self._adopted if key in self._rest)  # being finished here
         with _collector_waits():
             reading = tidal.problems(
@@ -339,6 +346,8 @@ class Reclaimer:
         for key, taken in list(self.state.reclaims.items()):
             if tidal.holding(self.state, key, now) is None:
                 del self.state.reclaims[key]
+                if key in self._noticed:  # its notice still running: the pods it was for need it no more
+                    self._called_off.append(key)
                 group = self.state.podgroups.get(key)
                 if group is not None and group.uid == taken.group_uid:  # not a new group of that name
                     self._done.append(key)
@@ -402,6 +411,7 @@ class Reclaimer:
             namespace = gang.pods[0].partition("/")[0] if gang.pods else ""
             found = [await self.transport.get(cache.PODS, *key.split("/", 1)) for key in gang.pods]
             members = [budgets.member(key, pod) for key, pod in zip(gang.pods, found, strict=True) if pod]
+            self._graces[gang.key] = max((_grace(pod) for pod in found if pod), default=DEFAULT_GRACE)
             before = [m for m in going if m.key.partition("/")[0] == namespace]
             refused = budgets.refusal(members, await self.transport.list_in(BUDGETS, namespace), before)
             if refused:
@@ -417,20 +427,85 @@ class Reclaimer:
         return ""
 
     async def _evict(self, gang: Gang, plan: tidal.Plan, now: float) -> None:
-        keys = set(gang.pods)
+        """Take ``gang`` for ``plan``: its hold mark first (a new leader holds it too), then the
+        notice on each of its pods (when it is evicted, when killed), then its eviction: now, or
+        once its queue's notice has run (``tidal.notice``), told by an Event meanwhile."""
+        named = set(gang.pods)
         members = self.state.charged.in_group(gang.key) or self.state.pods
         uids = frozenset(
-            uid for uid in members if uid in self.state.pods and self.state.pods[uid].key in keys
+            uid for uid in members if uid in self.state.pods and self.state.pods[uid].key in named
         )
-        self.flights[gang.key] = Flight(gang, plan, now, uids)
+        notice = tidal.notice(self.state, gang.queue)
+        evict = now + notice
+        self.flights[gang.key] = Flight(gang, plan, evict, uids)
         group = self.state.podgroups.get(gang.key)
         uid = group.uid if group is not None else ""
-        taken = Taken(plan.card, gang.total, plan.queue, plan.pods, now + HOLD_FOR, group_uid=uid)
+        deadline = evict + self._graces.pop(gang.key, DEFAULT_GRACE)
+        taken = Taken(
+            plan.card,
+            gang.total,
+            plan.queue,
+            plan.pods,
+            evict + HOLD_FOR,
+            uid,
+            evict=evict,
+            deadline=deadline,
+        )
         self.state.reclaims[gang.key] = taken
         await self._mark(gang.key, reclaim_text(taken))  # first: a new leader holds it too
-        self._rest[gang.key] = (list(gang.pods), now)
-        if not await self._go_on(gang.key, now):
+        told = eviction_notice(taken)
+        for key in gang.pods:
+            namespace, _, name = key.partition("/")
+            try:
+                await self.transport.annotate(cache.PODS, namespace, name, {keys.EVICTING: told})
+            except cache.Unavailable as exc:
+                log.warning("could not write an eviction notice", extra={"pod": key, "error": str(exc)})
+        self._rest[gang.key] = (list(gang.pods), evict)
+        if notice:
+            self._noticed.add(gang.key)
+            await self._gang_event(
+                gang.key,
+                NOTICE,
+                f'{amount(gang.total)} {plan.card} are taken back for queue "{plan.queue}", whose pods'
+                f" {self._names(plan)} wait for them: its {len(gang.pods)} pods are evicted at"
+                f' {moment(evict)} (in {notice:g} s, queue "{gang.queue}"\'s {keys.RECLAIM_NOTICE}),'
+                f" killed at {moment(deadline)} if still running",
+                "Warning",
+            )
+            return
+        await self._begin(gang.key, now)
+
+    async def _call_off(self, key: str) -> None:
+        """A gang told of its eviction whose cards are no longer wanted before it began (the pods
+        they were for are bound or gone): it keeps running, its pods' notices removed, told so."""
+        self._noticed.discard(key)
+        self._rest.pop(key, None)
+        flight = self.flights.pop(key, None)
+        if flight is None:
+            return
+        for pod in flight.gang.pods:
+            namespace, _, name = pod.partition("/")
+            try:
+                await self.transport.annotate(cache.PODS, namespace, name, {keys.EVICTING: None})
+            except cache.Unavailable as exc:
+                log.warning("could not remove an eviction notice", extra={"pod": pod, "error": str(exc)})
+        log.info("tidal reclaim: an eviction called off", extra={"gang": key})
+        await self._gang_event(
+            key,
+            NOTICE,
+            f'its eviction is called off: the pods of queue "{flight.plan.queue}" it was for no longer'
+            " wait for its cards",
+        )
+
+    async def _begin(self, key: str, now: float) -> None:
+        """Evict the pods of the gang ``key`` whose notice has run, and tell both sides."""
+        self._noticed.discard(key)
+        if not await self._go_on(key, now):
             return  # another replica serves now; the mark tells it this gang goes
+        flight, taken = self.flights.get(key), self.state.reclaims.get(key)
+        if flight is None or taken is None:
+            return  # an earlier leader's: it told them
+        gang, plan = flight.gang, flight.plan
         self.on_reclaim(plan.card, "evicted", gang.total)
         beneficiaries = self._names(plan)
         nodes = ", ".join(sorted(gang.cards))
@@ -443,7 +518,8 @@ class Reclaimer:
             RECLAIMED,
             f'{amount(gang.total)} {plan.card} on {nodes} taken back for queue "{plan.queue}"'
             f" (priority {tidal.priority_of(self.state, plan.queue)}), whose pods {beneficiaries} wait for"
-            f" them: its {len(gang.pods)} pods are evicted whole; it is enqueued again once those are bound,"
+            f" them: its {len(gang.pods)} pods are evicted whole (killed at {moment(taken.deadline)} if"
+            f" still running); it is enqueued again once those are bound,"
             f' as queue "{gang.queue}"\'s quota allows',
             "Warning",
         )
@@ -483,7 +559,7 @@ class Reclaimer:
             self._rest[key] = (left, now + RETRY_EVERY)
         return True
 
-    def _adopt(self, key: str, until: float, now: float) -> None:
+    def _adopt(self, key: str, until: float, now: float, evict: float = 0.0) -> None:
         """An earlier leader's reclaim, its mark on PodGroup ``key``: its gang's eviction began, so
         this replica finishes it, the pods of it still live, until the mark's hold ends (``until``)
         even once the pods it was for are bound (a gang is never left half), and holds what it
@@ -499,7 +575,7 @@ class Reclaimer:
             log.info(
                 "tidal reclaim: finishing an earlier leader's reclaim", extra={"gang": key, "pods": rest}
             )
-            self._rest[key] = (rest, now)
+            self._rest[key] = (rest, max(now, evict))  # its notice runs out first
 
     async def _finish(self, now: float) -> None:
         """Try again the pods of begun gangs that are still there; report a gang its hold outlived."""
@@ -523,7 +599,7 @@ class Reclaimer:
                 continue
             self._rest[key] = (rest, due)
             if now >= due:
-                await self._go_on(key, now)
+                await (self._begin(key, now) if key in self._noticed else self._go_on(key, now))
 
     async def _tell_blocked(self, plan: tidal.Plan, now: float) -> None:
         due = self._due(plan, now)
@@ -616,6 +692,16 @@ async def _in_slices(steps: Steps[T]) -> T:
         if time.perf_counter() >= until:
             await asyncio.sleep(0)
             until = time.perf_counter() + SLICE
+
+
+def _grace(pod: Mapping[str, Any]) -> float:
+    """A pod's grace period when evicted (seconds), as the API server reads it."""
+    grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+    return (
+        float(grace)
+        if isinstance(grace, int | float) and not isinstance(grace, bool) and grace >= 0
+        else DEFAULT_GRACE
+    )
 
 
 def _what(gang: Gang) -> str:

@@ -8,7 +8,7 @@ from webhook.core.index.state import ClusterState
 from webhook.core.model import shapes
 from webhook.core.model.ledger import Entry
 from webhook.core.model.objects import PodTemplate, reviewed_template
-from webhook.core.model.verdicts import Allowed, Decision, Denied, Hold, Request
+from webhook.core.model.verdicts import Allowed, Borrowing, Decision, Denied, Hold, Request
 
 VOLCANO_BATCH = "batch.volcano.sh"
 # A multi-card pod's assignment waits for its validation, which follows its mutation within the same
@@ -123,8 +123,9 @@ def admit(state: ClusterState, request: Request, decision: Decision, now: float)
         if decision.podgroup:
             state.refusals[decision.podgroup] = decision.message  # told on the PodGroup and its job
         return
-    if decision.told and decision.warnings and len(state.borrowings) < TOLD_BOUND:
-        state.borrowings[decision.told] = "; ".join(decision.warnings)  # told by an Event
+    if decision.marked and decision.borrowed and len(state.borrowings) < TOLD_BOUND:
+        told = "; ".join(decision.warnings) if decision.told else ""  # by an Event: no kubectl printed it
+        state.borrowings[decision.marked] = Borrowing(told, decision.borrowed, now)
     if decision.gated is not None:
         owner_uid, name = decision.gated
         state.waiting.gating(owner_uid, name, now + min(state.policy.in_flight_ttl, ASSIGNMENT_TTL))

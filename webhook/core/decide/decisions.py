@@ -19,7 +19,17 @@ from webhook.core.model.ledger import Cover
 from webhook.core.model.objects import PodRecord, PodTemplate, WorkloadRecord, reviewed_pod
 from webhook.core.model.quota import AnnotationError, parse_card_request
 from webhook.core.model.runqueue import misnamed
-from webhook.core.model.verdicts import TOO_COMPLEX, WAITS, Allowed, Decision, Denied, Hold, Join, Request
+from webhook.core.model.verdicts import (
+    TOO_COMPLEX,
+    WAITS,
+    Allowed,
+    Borrowed,
+    Decision,
+    Denied,
+    Hold,
+    Join,
+    Request,
+)
 
 CLOSED_STATES = frozenset({"Closed", "Closing"})
 # the owners whose pods wait under our gate (wait mode): (kind, API group of apiVersion)
@@ -127,7 +137,12 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
             return Denied(message, queue=queue, card=demand.spec.text, release=release)
         hold = replace(hold, transfer_from=(held.key, *release))
         return Allowed(
-            "admitted under its workload's scale-up", hold=hold, queue=queue, card=demand.spec.text
+            "admitted under its workload's scale-up",
+            hold=hold,
+            queue=queue,
+            card=demand.spec.text,
+            marked=f"pod:{pod.key}",
+            borrowed=borrowed_by(state, queue, demand.spec),  # its cards counted in its scale-up's
         )
     place = _place(state, pod, request.obj, now)
     ahead = state.line.ahead(queue, place)
@@ -155,7 +170,14 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         warned = borrows(state, queue, demand.spec, demand.count, what)
         told = f"pod:{pod.key}" if warned and pod.owner is not None else ""  # a controller's pod
         return Allowed(
-            "fits the queue's quota", warned, hold=hold, queue=queue, card=demand.spec.text, told=told
+            "fits the queue's quota",
+            warned,
+            hold=hold,
+            queue=queue,
+            card=demand.spec.text,
+            told=told,
+            marked=f"pod:{pod.key}",
+            borrowed=borrowed_by(state, queue, demand.spec, demand.count),
         )
     message = messages.no_room(usage, demand.spec, what, demand.count) + messages.ahead_in_line(ahead)
     return _refused(state, pod, queue, demand, message, len(ahead), place, release)
@@ -605,3 +627,18 @@ def borrows(state: ClusterState, queue: str, spec: CardSpec, count: int, what: s
     info = state.tree.queues[queue]
     deserved = info.lending.deserved[spec.cards[0]] if info.lending is not None else 0
     return (messages.borrowed(what, spec.cards[0], beyond, deserved, lenders),)
+
+
+def borrowed_by(state: ClusterState, queue: str, spec: CardSpec, more: int = 0) -> tuple[Borrowed, ...]:
+    """The borrowing mark of an admission of ``spec``'s one model in ``queue`` with ``more`` of its
+    cards not yet in the queue's load: the queue's use past its deserved, this admission counted,
+    and its lenders; () inside its deserved, or for a wall (decisions.md §33)."""
+    if spec.is_multi:
+        return ()
+    card = spec.cards[0]
+    past = cohorts.beyond(state, queue, card, more)
+    if not past:
+        return ()
+    info = state.tree.queues[queue]
+    deserved = info.lending.deserved[card] if info.lending is not None else 0
+    return (Borrowed(card, past, deserved, cohorts.lenders(state, queue, card)),)

@@ -14,7 +14,14 @@ it waits for until then.
 from dataclasses import replace
 
 from webhook.core.decide import messages, tidal
-from webhook.core.decide.decisions import ancestors_refuse, borrows, ever_fits, queue_refuses, too_complex
+from webhook.core.decide.decisions import (
+    ancestors_refuse,
+    borrowed_by,
+    borrows,
+    ever_fits,
+    queue_refuses,
+    too_complex,
+)
 from webhook.core.index import line
 from webhook.core.index.groups import ENQUEUED_WITH, enqueue_key
 from webhook.core.index.reservations import RESERVING_PHASES, asks_more
@@ -136,6 +143,8 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
         queue=queue,
         card=next(iter(rest)).text,
         told=f"podgroup:{group.key}" if warned else "",
+        marked=f"podgroup:{group.key}",
+        borrowed=tuple(b for spec, count in rest.items() for b in borrowed_by(state, queue, spec, count)),
     )
 
 

@@ -718,6 +718,19 @@ def _nothing(
 def min_runtime(state: ClusterState, queue: str) -> float:
     """``queue``'s minimum run time before cards its gangs borrow are taken back (seconds; 0: none,
     or unreadable: its write was refused)."""
+    return _duration(state, queue, keys.RECLAIM_MIN_RUNTIME)
+
+
+def notice(state: ClusterState, queue: str) -> float:
+    """How long before their eviction ``queue``'s gangs are told (seconds; 0: none, or unreadable),
+    at most ``MAX_NOTICE``."""
+    return min(_duration(state, queue, keys.RECLAIM_NOTICE), MAX_NOTICE)
+
+
+MAX_NOTICE = 600.0  # seconds: a longer notice keeps the lender waiting past what a hold lasts
+
+
+def _duration(state: ClusterState, queue: str, key: str) -> float:
     info = state.tree.queues.get(queue)
-    text = info.record.annotations.get(keys.RECLAIM_MIN_RUNTIME) if info is not None else None
+    text = info.record.annotations.get(key) if info is not None else None
     return (parse_duration(text) or 0.0) if text else 0.0

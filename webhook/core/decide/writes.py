@@ -39,13 +39,14 @@ def decide_queue(state: ClusterState, request: Request) -> Decision:
             return Denied(
                 f'queue "{name}" has a malformed {keys.NAMESPACES} {shorten(allowed)}: {exc}', queue=name
             )
-    min_run = record.annotations.get(keys.RECLAIM_MIN_RUNTIME)
-    if min_run is not None and parse_duration(min_run) is None:
-        return Denied(
-            f'queue "{name}" has a malformed {keys.RECLAIM_MIN_RUNTIME} {shorten(min_run)}: a duration'
-            ' such as "90s", "10m" or "1h30m"',
-            queue=name,
-        )
+    for key in (keys.RECLAIM_MIN_RUNTIME, keys.RECLAIM_NOTICE):
+        duration = record.annotations.get(key)
+        if duration is not None and parse_duration(duration) is None:
+            return Denied(
+                f'queue "{name}" has a malformed {key} {shorten(duration)}: a duration'
+                ' such as "90s", "10m" or "1h30m"',
+                queue=name,
+            )
     text = record.annotations.get(keys.CARD_QUOTA)
     deserved, lendable = (
         record.annotations.get(keys.CARD_DESERVED),

@@ -133,6 +133,15 @@ def borrowing(state: ClusterState, queue: str, card: CardName, more: int) -> tup
     return (beyond, lenders(state, queue, card)) if beyond else (0, ())
 
 
+def beyond(state: ClusterState, queue: str, card: CardName, more: int = 0) -> int:
+    """How much of ``card`` ``queue`` uses past its deserved with ``more`` cards counted in; 0 inside
+    it, or for a queue that does not take part for the model."""
+    found = share(state, queue, card)
+    if found is None:
+        return 0
+    return max(0, pool(state, queue, card).used.get(queue, 0) + more - found.deserved)
+
+
 def lenders(state: ClusterState, queue: str, card: CardName) -> tuple[str, ...]:
     """The queues of ``queue``'s cohort lending ``card`` now, those lending most first."""
     lending = pool(state, queue, card)

@@ -44,6 +44,7 @@ from webhook.core.model.quoting import shorten
 from webhook.core.model.reclaim import Taken
 from webhook.core.model.runqueue import CREATED, JOB, PODGROUP, RunQueue, created_queue, namespace_default
 from webhook.core.model.selector import SelectorError, parse_selector
+from webhook.core.model.verdicts import Borrowing
 
 
 class ClusterState:
@@ -88,7 +89,8 @@ class ClusterState:
         self.notes: list[str] = []
         self.skipped: dict[str, str] = {}  # kind/namespace/name -> why its shape cannot be read
         self.refusals: dict[str, str] = {}  # PodGroup key -> its last enqueue refusal, not told yet
-        self.borrowings: dict[str, str] = {}  # "pod:"/"podgroup:" key -> its borrowing, not told yet
+        # "pod:"/"podgroup:" key -> an admission on borrowed cards, its Event and mark not written yet
+        self.borrowings: dict[str, Borrowing] = {}
         # PodGroup key -> the cards tidal reclaim took back from it, held for the pods they went to
         self.reclaims: dict[str, Taken] = {}
         self._deadlines: list[tuple[float, str]] = []

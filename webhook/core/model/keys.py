@@ -65,3 +65,9 @@ BORROWING: Final = "cardquota.volcano.sh/borrowing"
 # Ours, on a Queue: how long its gangs run before cards they borrow from its cohort may be taken
 # back (KAI's reclaimMinRuntime), a duration such as "10m"; absent, none.
 RECLAIM_MIN_RUNTIME: Final = "cardquota.volcano.sh/reclaim-min-runtime"
+# Ours, on a Queue: how long before its gangs are evicted by a reclaim they are told (a duration
+# such as "2m"; absent, none: the notice is written just before the evictions).
+RECLAIM_NOTICE: Final = "cardquota.volcano.sh/reclaim-notice"
+# Ours, on each pod of a gang a reclaim evicts, written before its eviction:
+# {"evict": <when>, "deadline": <when killed if still running>, "for": queue, "card", "cards"}.
+EVICTING: Final = "cardquota.volcano.sh/evicting"

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from webhook.core.model import keys
+from webhook.core.model.cards import figure
 from webhook.core.model.devices import ClaimRef, claim_refs
 from webhook.core.model.reclaim import Taken
 from webhook.core.model.resources import Resources, resources_of
@@ -512,10 +513,13 @@ def reclaim_mark(text: str | None) -> Taken | None:
         mark = json.loads(text)
         until = _timestamp(mark["until"])
         pods = tuple(str(uid) for uid in mark["pods"])
-        taken = Taken(str(mark["card"]), int(mark["cards"]), str(mark["queue"]), pods, until or 0.0)
+        evict = _timestamp(mark["evict"]) if "evict" in mark else None  # none before notices
+        taken = Taken(
+            str(mark["card"]), int(mark["cards"]), str(mark["queue"]), pods, until or 0.0, evict=evict or 0.0
+        )
     except (ValueError, TypeError, KeyError, AttributeError, OverflowError):
         return None
-    return taken if math.isfinite(taken.until) else None
+    return taken if math.isfinite(taken.until) and math.isfinite(taken.evict) else None
 
 
 def reclaim_text(taken: Taken) -> str:
@@ -526,6 +530,22 @@ def reclaim_text(taken: Taken) -> str:
             "queue": taken.queue,
             "pods": list(taken.for_pods),
             "until": moment(taken.until),
+            **({"evict": moment(taken.evict), "deadline": moment(taken.deadline)} if taken.evict else {}),
+        },
+        separators=(",", ":"),
+    )
+
+
+def eviction_notice(taken: Taken) -> str:
+    """The notice on each pod of a gang tidal reclaim evicts, written before its eviction: when
+    it is evicted, when it is killed if still running, and for whom."""
+    return json.dumps(
+        {
+            "evict": moment(taken.evict),
+            "deadline": moment(taken.deadline),
+            "for": taken.queue,
+            "card": taken.card,
+            "cards": figure(taken.cards),
         },
         separators=(",", ":"),
     )

@@ -78,6 +78,8 @@ class Taken:
     for_pods: tuple[str, ...]
     until: float
     group_uid: str = ""  # the PodGroup it was taken from (its mark is on it; not in the mark's text)
+    evict: float = 0.0  # when its pods are evicted: its queue's notice after the decision
+    deadline: float = 0.0  # when they are killed if still running: ``evict`` and their grace period
 
 
 def why_not(

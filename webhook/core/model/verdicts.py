@@ -35,6 +35,26 @@ class Hold:
 
 
 @value_class
+class Borrowed:
+    """An admission of ``card`` while its queue uses ``beyond`` of it past its ``deserved``, on cards
+    the queues ``lenders`` of its cohort lend (decisions.md §33): what its borrowing mark says."""
+
+    card: str
+    beyond: int  # the queue's use of the model past its deserved, this admission counted
+    deserved: int
+    lenders: tuple[str, ...]
+
+
+@value_class
+class Borrowing:
+    """An admission on borrowed cards its Event and mark are still to be written for."""
+
+    told: str  # the Event's message; "" when its admission warning reached its user
+    borrowed: tuple[Borrowed, ...]
+    at: float  # when it was admitted
+
+
+@value_class
 class Allowed:
     reason: str = ""
     warnings: tuple[str, ...] = ()
@@ -47,6 +67,9 @@ class Allowed:
     # what its warnings are told on by an Event too ("pod:<ns>/<name>", "podgroup:<ns>/<name>"): an
     # admission on borrowed cards whose warning no user's kubectl prints (a controller's create)
     told: str = ""
+    # what it marks as borrowing ("pod:<ns>/<name>", "podgroup:<ns>/<name>") and with what
+    marked: str = ""
+    borrowed: tuple[Borrowed, ...] = ()
 
 
 @value_class
