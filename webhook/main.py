@@ -54,8 +54,10 @@ def build_source(settings: ServeSettings, metrics: Metrics | None = None) -> Sta
         call_seconds=settings.call_seconds if settings.waiting_line else None,
         on_served=metrics.observe_served if metrics is not None else lambda waiter, waited: None,
         reclaim_after=settings.reclaim_after_seconds if settings.reclaim != "off" else None,
-        on_reclaim=metrics.observe_reclaim if metrics is not None else lambda card, outcome, cards: None,
-        on_bound=metrics.reclaim_bound.observe if metrics is not None else lambda seconds: None,
+        on_reclaim=metrics.observe_reclaim
+        if metrics is not None
+        else lambda queue, card, outcome, cards: None,
+        on_bound=metrics.observe_reclaim_bound if metrics is not None else lambda queue, card, seconds: None,
         off_loop=True,
     )
 

@@ -11,6 +11,8 @@ from collections.abc import Generator
 from typing import Any
 
 import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.builders import H200, R4090, cluster, node, pod, podgroup, request
 from tests.core.test_tidal import NODES, RS, gang, inference, job_ref, serve_queue, train_queue
@@ -23,6 +25,7 @@ from webhook.core.index.state import ClusterState
 from webhook.core.model import keys
 from webhook.core.model.steps import done
 from webhook.core.model.verdicts import Allowed, Denied
+from webhook.serve.metrics import Metrics
 
 
 class Api:
@@ -826,3 +829,39 @@ def test_a_solver_that_does_not_answer_in_time_is_stopped_and_the_pass_reported(
     for worker in asyncio.run(stuck()):
         worker.join(5)
         assert not worker.is_alive()
+
+
+def test_reclaims_and_their_latency_are_counted_per_queue_taking_back_and_card() -> None:
+    """serve takes 4 RTX-4090 back from tj: one eviction of 4 cards, and each of web's 2 pods
+    bound on them is timed from its first wait, all under serve's queue and the model."""
+    metrics = Metrics()
+    state, api, clock = seed_002(*inference(2)), Api(), [100.0]
+    reclaimer = Reclaimer(
+        state,
+        api,  # type: ignore[arg-type]
+        lambda: True,
+        after=0.0,
+        clock=lambda: clock[0],
+        on_reclaim=metrics.observe_reclaim,
+        on_bound=metrics.observe_reclaim_bound,
+    )
+    run(reclaimer)
+    assert api.evicted == TJ
+    for i in range(2):
+        ingest.upsert(
+            state, pod(f"web-{i}", R4090, queue_name="serve", group="web", node_name="n1", owner=RS)
+        )
+    clock[0] = 103.0
+    run(reclaimer)
+    text = generate_latest(metrics.registry).decode()
+    samples = {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("cardquota_reclaim")
+    }
+    serve = frozenset({("card", R4090), ("queue", "serve")})
+    assert samples[("cardquota_reclaims_total", serve | {("outcome", "evicted")})] == 1.0
+    assert samples[("cardquota_reclaimed_cards_total", serve)] == 4.0
+    assert samples[("cardquota_reclaim_bound_seconds_count", serve)] == 2.0
+    assert samples[("cardquota_reclaim_bound_seconds_sum", serve)] == 6.0

@@ -163,8 +163,8 @@ class Reclaimer:
         interval: float = 0.5,
         after: float = 1.0,
         clock: Callable[[], float] = time.time,
-        on_reclaim: Callable[[str, str, int], None] = lambda card, outcome, cards: None,
-        on_bound: Callable[[float], None] = lambda seconds: None,
+        on_reclaim: Callable[[str, str, str, int], None] = lambda queue, card, outcome, cards: None,
+        on_bound: Callable[[str, str, float], None] = lambda queue, card, seconds: None,
         solve: Solve = in_thread,
     ) -> None:
         self.state, self.transport, self.serving = state, transport, serving
@@ -355,7 +355,7 @@ class Reclaimer:
                     pod = self.state.pods.get(uid)
                     window = next((w for w in self._window.values() if uid in w), None)
                     if pod is not None and pod.node_name and window is not None:
-                        self.on_bound(now - window.pop(uid))
+                        self.on_bound(taken.queue, taken.card, now - window.pop(uid))
                     elif pod is not None and not pod.node_name:  # the cards did not help it: back off
                         self._back[uid] = now + BACK_OFF
                         log.warning(
@@ -378,7 +378,7 @@ class Reclaimer:
             refused = await self._refusal(gang, going)
             if refused:
                 self._protected[gang.key] = now + PROTECTED_FOR
-                self.on_reclaim(plan.card, "protected", gang.total)
+                self.on_reclaim(plan.queue, plan.card, "protected", gang.total)
                 message = (
                     f'not evicted for queue "{plan.queue}"\'s pods waiting for {plan.card}: {refused};'
                     f" it is left alone for {PROTECTED_FOR:g} s, none of its pods evicted"
@@ -506,7 +506,7 @@ class Reclaimer:
         if flight is None or taken is None:
             return  # an earlier leader's: it told them
         gang, plan = flight.gang, flight.plan
-        self.on_reclaim(plan.card, "evicted", gang.total)
+        self.on_reclaim(plan.queue, plan.card, "evicted", gang.total)
         beneficiaries = self._names(plan)
         nodes = ", ".join(sorted(gang.cards))
         log.info(
@@ -605,7 +605,7 @@ class Reclaimer:
         due = self._due(plan, now)
         if not due:
             return
-        self.on_reclaim(plan.card, "nothing to take", 0)
+        self.on_reclaim(plan.queue, plan.card, "nothing to take", 0)
         message = f"no card of {plan.card} can be taken back for it: {plan.why}"
         for uid in due:
             pod = self.state.pods.get(uid)
@@ -617,7 +617,7 @@ class Reclaimer:
         due = self._due(plan, now)
         if not due:
             return
-        self.on_reclaim(plan.card, "dry run", plan.cards)
+        self.on_reclaim(plan.queue, plan.card, "dry run", plan.cards)
         victims = ", ".join(f"{_what(g)} ({amount(g.total)} {plan.card})" for g in plan.victims or ())
         log.info("tidal reclaim (dry run): would evict", extra={"queue": plan.queue, "victims": victims})
         for uid in due:

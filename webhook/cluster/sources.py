@@ -140,8 +140,8 @@ class LiveSource:
         call_seconds: float | None = None,
         on_served: Callable[[Waiter, float], None] = lambda waiter, waited: None,
         reclaim_after: float | None = None,
-        on_reclaim: Callable[[str, str, int], None] = lambda card, outcome, cards: None,
-        on_bound: Callable[[float], None] = lambda seconds: None,
+        on_reclaim: Callable[[str, str, str, int], None] = lambda queue, card, outcome, cards: None,
+        on_bound: Callable[[str, str, float], None] = lambda queue, card, seconds: None,
         off_loop: bool = False,
     ) -> None:
         """``call_seconds``: how often the waiting lines are called while this replica serves;

@@ -102,20 +102,22 @@ class Metrics:
         )
         self.reclaims = Counter(
             "cardquota_reclaims",
-            "tidal reclaim decisions, by card and outcome (evicted, protected, dry run, nothing to take)",
-            ["card", "outcome"],
+            "reclaim decisions (tidal, or a lender taking back what its cohort borrows), by the queue"
+            " taking back, card and outcome (evicted, protected, dry run, nothing to take)",
+            ["queue", "card", "outcome"],
             registry=self.registry,
         )
         self.reclaimed_cards = Counter(
             "cardquota_reclaimed_cards",
-            "cards taken back from training by evicting whole gangs, by card",
-            ["card"],
+            "cards taken back by evicting whole gangs, by the queue taking back and card",
+            ["queue", "card"],
             registry=self.registry,
         )
         self.reclaim_bound = Histogram(
             "cardquota_reclaim_bound_seconds",
             "from an admitted pod's first wait for cards no node had free to its binding, when they "
-            "were taken back for it",
+            "were taken back for it, by its queue and card",
+            ["queue", "card"],
             buckets=WAIT_BUCKETS,
             registry=self.registry,
         )
@@ -142,11 +144,17 @@ class Metrics:
         children[0].inc()
         children[1].observe(seconds)
 
-    def observe_reclaim(self, card: str, outcome: str, cards: int) -> None:
-        """One reclaim decision; ``cards``: what an eviction took back (units of a card)."""
-        self.reclaims.labels(card, outcome).inc()
+    def observe_reclaim(self, queue: str, card: str, outcome: str, cards: int) -> None:
+        """One reclaim decision for ``queue``'s pods; ``cards``: what an eviction took back (units
+        of a card)."""
+        self.reclaims.labels(queue, card, outcome).inc()
         if outcome == "evicted":
-            self.reclaimed_cards.labels(card).inc(cards / UNIT)
+            self.reclaimed_cards.labels(queue, card).inc(cards / UNIT)
+
+    def observe_reclaim_bound(self, queue: str, card: str, seconds: float) -> None:
+        """A pod of ``queue`` bound on cards of ``card`` taken back for it, ``seconds`` after it
+        first waited."""
+        self.reclaim_bound.labels(queue, card).observe(seconds)
 
     def observe_served(self, waiter: Waiter, waited: float) -> None:
         self.waited.labels(waiter.queue).observe(waited)
