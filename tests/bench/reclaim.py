@@ -2,6 +2,7 @@
 
     python -m tests.bench.reclaim [--nodes 10000] [--gangs 5000] [--pending 100000] [--reviews 3000] [--cpu]
                                   [--serving-reviews 5000] [--serving-only] [--reason tidal|borrowing|both]
+                                  [--passes-only]
 
 A cluster of ``--nodes`` nodes of 8 RTX-4090 each, every card held by ``--gangs`` two-pod training
 gangs of a low-priority queue, and ``--pending`` one-card inference pods of a high-priority queue
@@ -157,8 +158,12 @@ def main() -> None:
     parser.add_argument(
         "--reason", choices=(*SHAPES, "both"), default="both", help="the shape of the pass timed (see above)"
     )
+    parser.add_argument("--passes-only", action="store_true", help="only the passes timed, no reviews")
     args = parser.parse_args()
     shapes = SHAPES if args.reason == "both" else (args.reason,)
+    if args.passes_only:
+        timed_passes({shape: built(args, shape) for shape in shapes}, args.rounds)
+        return
     state = built(args, shapes[0])
     if args.serving_only:
         asyncio.run(serving(state, args.serving_reviews, args.rounds))
