@@ -1,24 +1,36 @@
 """``make bench``: one tidal reclaim pass at scale, and what it costs the reviews answered meanwhile.
 
     python -m tests.bench.reclaim [--nodes 10000] [--gangs 5000] [--pending 100000] [--reviews 3000] [--cpu]
-                                  [--serving-reviews 5000] [--serving-only]
+                                  [--serving-reviews 5000] [--serving-only] [--reason tidal|borrowing|both]
+                                  [--passes-only]
 
 A cluster of ``--nodes`` nodes of 8 RTX-4090 each, every card held by ``--gangs`` two-pod training
 gangs of a low-priority queue, and ``--pending`` one-card inference pods of a high-priority queue
 waiting unbound inside its quota (``--cpu``: every pod also requests a core, so each node's room
-counts its CPU beside its cards). Timed: a pass's reading of its questions for every one of the
-pending pods (``tidal.problems``) and their solving (``tidal.solve_all``). Then the same pod-create
-validation is answered ``--reviews`` times on the event loop as if they arrived every millisecond:
-alone, while passes are solved in a thread, and while they are solved in a process of their own;
-and, last, alone and beside the serving replica's own tidal reclaim (``Reclaimer.run``: its window
-of each line, its reads of the waiting pods from a scripted API that shows them unschedulable, its
-reading in slices, its solver in a process of its own), every pass planning for the pods it has read
-(in dry run: each pass plans the same, nothing changes), turn by turn; printed: the p50 and p99 of
-each review's time from its arrival to its answer, and their ratios.
+counts its CPU beside its cards). The same pod-create validation is answered ``--reviews`` times on
+the event loop as if they arrived every millisecond: alone, while a pass's questions for every one of
+the pending pods are solved in a thread, and while they are solved in a process of their own; then
+alone and beside the serving replica's own tidal reclaim (``Reclaimer.run``: its window of each
+line, its reads of the waiting pods from a scripted API that shows them unschedulable, its reading in
+slices, its solver in a process of its own), every pass planning for the pods it has read (in dry
+run: each pass plans the same, nothing changes), turn by turn; printed: the p50 and p99 of each
+review's time from its arrival to its answer, and their ratios. Last, timed: a pass's reading of its
+questions for every one of the pending pods (``tidal.problems``) and their solving
+(``tidal.solve_all``), in each shape ``--reason`` names, a round of each in turn, with their ratios
+(borrowing / tidal).
+
+The borrowing shape (decisions.md §33) is the same cluster, gangs and pods, but the two queues are
+of one priority and the training queue is not reclaimable: the gangs' queue deserves 8 cards and
+borrows the rest up to its quota, the waiting pods' queue is inside a deserved that covers all of it,
+so the gangs give their cards back only because they are lent. The bench stops if a pass of either
+shape plans no victim, or if the borrowing one takes a gang the tidal reason alone would take. The
+reviews' arms run on the first shape named (tidal, with ``both``, the default), the borrowing state
+built once they are done, so they run on the heap they always did.
 """
 
 import argparse
 import asyncio
+import json
 import statistics
 import threading
 import time
@@ -28,19 +40,31 @@ from tests.builders import R4090, cluster, node, owner, pod, podgroup, queue, re
 from webhook.cluster.reclaimer import WINDOW, InProcess, Reclaimer
 from webhook.cluster.sources import settle_heap
 from webhook.core.decide import admission, tidal
+from webhook.core.model import keys
 from webhook.core.model.policy import Policy
+from webhook.core.model.reclaim import why_not
 from webhook.core.model.steps import done
 
 RS = owner("ReplicaSet", "web-1", "uid-rs-web-1")
+SHAPES = ("tidal", "borrowing")
+LENT_TO_TRAIN = 8  # the borrowing shape: what the gangs' queue deserves; all else it uses is lent
 
 
-def world(nodes: int, gangs: int, pending: int, cpu: bool = False) -> Any:
+def world(nodes: int, gangs: int, pending: int, cpu: bool = False, reason: str = "tidal") -> Any:
     objects: list[dict[str, Any]] = [node(f"n{i}", R4090, 8) for i in range(nodes)]
-    objects += [
-        queue("train", f'{{"{R4090}": {nodes * 8}}}', priority=100, reclaimable=True),
-        queue("serve", f'{{"{R4090}": {pending + 10}}}', priority=80000, reclaimable=False),
-        podgroup("web", "Inqueue", queue_name="serve", owner_ref=RS),
-    ]
+    if reason == "tidal":
+        queues = [
+            queue("train", f'{{"{R4090}": {nodes * 8}}}', priority=100, reclaimable=True),
+            queue("serve", f'{{"{R4090}": {pending + 10}}}', priority=80000, reclaimable=False),
+        ]
+    else:  # one priority, the gangs' queue not reclaimable: only its borrowing gives cards back
+        queues = [
+            queue("train", f'{{"{R4090}": {nodes * 8}}}', priority=100, reclaimable=False),
+            queue("serve", f'{{"{R4090}": {pending + 10}}}', priority=100, reclaimable=False),
+        ]
+        for made, deserved in zip(queues, (LENT_TO_TRAIN, pending + 10), strict=True):
+            made["metadata"]["annotations"][keys.CARD_DESERVED] = json.dumps({R4090: deserved})
+    objects += [*queues, podgroup("web", "Inqueue", queue_name="serve", owner_ref=RS)]
     for g in range(gangs):  # each gang: two pods of 8 cards, on two nodes of its own
         job = owner("Job", f"t{g}", f"uid-job-t{g}", api="batch.volcano.sh/v1alpha1")
         objects.append(podgroup(f"t{g}", "Running", queue_name="train", owner_ref=job))
@@ -131,29 +155,20 @@ def main() -> None:
     parser.add_argument(
         "--serving-reviews", type=int, default=5_000, help="reviews per turn beside its passes"
     )
-    args = parser.parse_args()
-    started = time.perf_counter()
-    state = world(args.nodes, args.gangs, args.pending, args.cpu)
-    settle_heap()  # as the server does once its cache is synced: the state out of the collector's sight
-    print(
-        f"built {args.nodes} nodes, {args.gangs} gangs, {args.pending} pending pods in {time.perf_counter() - started:.0f} s"
+    parser.add_argument(
+        "--reason", choices=(*SHAPES, "both"), default="both", help="the shape of the pass timed (see above)"
     )
+    parser.add_argument("--passes-only", action="store_true", help="only the passes timed, no reviews")
+    args = parser.parse_args()
+    shapes = SHAPES if args.reason == "both" else (args.reason,)
+    if args.passes_only:
+        timed_passes({shape: built(args, shape) for shape in shapes}, args.rounds)
+        return
+    state = built(args, shapes[0])
     if args.serving_only:
         asyncio.run(serving(state, args.serving_reviews, args.rounds))
         return
-    reads, solves = [], []
-    for _ in range(args.rounds):
-        started = time.perf_counter()
-        asked = done(tidal.problems(state, lambda uid: True))
-        reads.append(time.perf_counter() - started)
-        started = time.perf_counter()
-        plans = tidal.solve_all(asked)
-        solves.append(time.perf_counter() - started)
-    victims = sum(len(p.victims or ()) for p in plans)
-    print(
-        f"a pass: reading {statistics.median(reads) * 1000:.0f} ms on the loop, solving"
-        f" {statistics.median(solves) * 1000:.0f} ms in the thread ({len(plans)} plans, {victims} victims)"
-    )
+    asked = done(tidal.problems(state, lambda uid: True))  # the reviews' arms first, on one shape
 
     stop = threading.Event()
 
@@ -198,6 +213,71 @@ def main() -> None:
             f"  while passes are solved {arm:13}        {p(during, 0.5):8.1f} {p(during, 0.99):8.1f}  {ratios}"
         )
     asyncio.run(serving(state, args.serving_reviews, args.rounds))
+    # then the passes timed, every shape in turn (its state built once the arms are done, so that
+    # they run on the heap they always did)
+    timed_passes({shapes[0]: state, **{shape: built(args, shape) for shape in shapes[1:]}}, args.rounds)
+
+
+def built(args: argparse.Namespace, shape: str) -> Any:
+    started = time.perf_counter()
+    state = world(args.nodes, args.gangs, args.pending, args.cpu, shape)
+    settle_heap()  # as the server does once its cache is synced: the state out of the collector's sight
+    print(
+        f"built {args.nodes} nodes, {args.gangs} gangs, {args.pending} pending pods ({shape})"
+        f" in {time.perf_counter() - started:.0f} s"
+    )
+    return state
+
+
+def timed_passes(states: dict[str, Any], rounds: int) -> None:
+    """A pass of each shape, read and solved, ``rounds`` times in turn (the machine's noise falls on
+    all alike): the median of each printed, then each shape's over the first's."""
+    reads: dict[str, list[float]] = {shape: [] for shape in states}
+    solves: dict[str, list[float]] = {shape: [] for shape in states}
+    asked: dict[str, list[Any]] = {}
+    plans: dict[str, list[tidal.Plan]] = {}
+    for _ in range(rounds):
+        for shape, state in states.items():
+            started = time.perf_counter()
+            asked[shape] = done(tidal.problems(state, lambda uid: True))
+            reads[shape].append(time.perf_counter() - started)
+            started = time.perf_counter()
+            plans[shape] = tidal.solve_all(asked[shape])
+            solves[shape].append(time.perf_counter() - started)
+    for shape in states:
+        check(shape, asked[shape], plans[shape])
+        victims = sum(len(p.victims or ()) for p in plans[shape])
+        print(
+            f"a pass ({shape}): reading {statistics.median(reads[shape]) * 1000:.0f} ms on the loop, solving"
+            f" {statistics.median(solves[shape]) * 1000:.0f} ms in the thread"
+            f" ({len(plans[shape])} plans, {victims} victims)"
+        )
+    first, *others = states
+    for shape in others:
+        print(
+            f"  {shape} / {first}: reading {statistics.median(reads[shape]) / statistics.median(reads[first]):.2f},"
+            f" solving {statistics.median(solves[shape]) / statistics.median(solves[first]):.2f}"
+        )
+
+
+def check(shape: str, asked: list[Any], plans: list[tidal.Plan]) -> None:
+    """Stop unless the pass plans victims, the gangs of the training queue for the waiting pods,
+    and, in the borrowing shape, for the lending reason alone: every question names the training
+    queue a borrower, and no gang it takes would the tidal reason take."""
+    taken = [g for p in plans for g in p.victims or ()]
+    wrong = []
+    if not taken:
+        wrong.append("no victims")
+    if any(p.queue != "serve" for p in plans) or any(g.queue != "train" for g in taken):
+        wrong.append("plans for another queue, or victims of another")
+    if shape == "borrowing":
+        if any(w.borrowers != {"train"} for problem in asked for w in problem.queues):
+            wrong.append('a question without "train" as its borrower')
+        priorities = {w.priority for problem in asked for w in problem.queues}
+        if any(not why_not(g, g.card, "serve", priority) for priority in priorities for g in taken):
+            wrong.append("a victim the tidal reason alone would take")
+    if wrong:
+        raise SystemExit(f"the {shape} pass measures nothing it should: {'; '.join(wrong)}")
 
 
 def p(values: list[float], q: float) -> float:
