@@ -9,7 +9,20 @@ from typing import Any
 
 import pytest
 
-from tests.builders import H200, batch_job, cluster, node, owner, pod, podgroup, queue, replicaset, request
+from tests.builders import (
+    H200,
+    batch_job,
+    cluster,
+    deployment,
+    node,
+    owner,
+    pod,
+    podgroup,
+    queue,
+    replicaset,
+    request,
+    scale_request,
+)
 from webhook.cluster.cache import Kind, Unavailable
 from webhook.cluster.caller import LineCaller
 from webhook.core.decide import admission, calls
@@ -398,6 +411,38 @@ def test_a_users_pod_admitted_on_borrowed_cards_is_marked_once_the_api_server_ha
     assert [a[2] for a in api.annotated[3:]] == ["third"], "a mark written is written once"
     third = mark(api.annotated[3][3])["cards"][H200]
     assert third["beyond"] == 2, "the queue's use past its deserved, this pod counted"
+
+
+@pytest.mark.parametrize("deserved", [1, 3], ids=["borrowing", "twin: within its deserved"])
+def test_the_pods_of_a_scale_up_on_borrowed_cards_are_marked_with_the_queues_use_past_its_deserved(
+    deserved: int,
+) -> None:
+    """chat runs 1 pod in q (deserved 1 of its quota 3) and is scaled to 3: its 2 new pods, admitted
+    under the scale-up, are each marked with q's use past its deserved, the scale-up counted (2)."""
+    rs = owner("ReplicaSet", "chat-1", "uid-rs-chat-1")
+    state = cluster(
+        node("h200", H200, 4),
+        *lending_queues(deserved, quota_a=3),
+        deployment("chat", 1),
+        replicaset("chat-1", 1, "chat"),
+        pod("chat-1-0", owner=rs, node_name="h200", phase="Running"),
+    )
+    up = scale_request("chat", 1, 3)
+    admission.admit(state, up, admission.validate(state, up, 1.0), 1.0)
+    for name in ("chat-1-a", "chat-1-b"):
+        review = request(pod(name, owner=rs))
+        decision = admission.validate(state, review, 1.5)
+        assert isinstance(decision, Allowed) and decision.reason == "admitted under its workload's scale-up"
+        admission.admit(state, review, decision, 1.5)
+    api = Api()
+    run(LineCaller(state, api, lambda: True, clock=lambda: 2.0))  # type: ignore[arg-type]
+    if deserved == 3:
+        assert api.annotated == []
+        return
+    assert sorted(a[2] for a in api.annotated) == ["chat-1-a", "chat-1-b"]
+    assert {json.dumps(mark(a[3])["cards"]) for a in api.annotated} == {
+        json.dumps({H200: {"beyond": 2, "deserved": 1, "from": ["lender"]}})
+    }
 
 
 def test_a_waiter_whose_pod_was_admitted_but_not_seen_yet_is_not_called_for_it() -> None:
