@@ -30,7 +30,7 @@ from dataclasses import replace
 from itertools import islice, zip_longest
 from typing import Any, TypeVar
 
-from webhook.cluster import cache
+from webhook.cluster import cache, workers
 from webhook.core.decide import tidal
 from webhook.core.index.state import ClusterState
 from webhook.core.model import budgets, keys, placement
@@ -84,8 +84,7 @@ class InProcess:
             self._pool = ProcessPoolExecutor(
                 max_workers=1,
                 mp_context=multiprocessing.get_context("spawn"),
-                initializer=os.nice,  # background work: on a busy node the loop's thread goes first
-                initargs=(NICE,),
+                initializer=_solver,
             )
         packed = [await _packed(problem) for problem in asked]
         try:
@@ -107,6 +106,13 @@ class InProcess:
         for process in list((getattr(pool, "_processes", None) or {}).values()):  # none public before 3.14
             process.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _solver() -> None:
+    """In the solver's process, first: background work (on a busy node the loop's thread goes
+    first), and gone as soon as the server is."""
+    os.nice(NICE)
+    workers.die_with_parent()
 
 
 Packed = tuple[bytes, list[bytes], list[bytes]]  # a question, its free cards and its gangs, pickled

@@ -20,7 +20,6 @@ import logging
 import multiprocessing
 import os
 import pickle
-import threading
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -28,6 +27,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the process that evaluates imports this module: the model only, not the state
     from webhook.core.index.state import ClusterState
+from webhook.cluster import workers
 from webhook.core.model.claims import INLINE_UNITS, Done, Job, Selectors, evaluate_selectors
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,6 @@ IDLE_SECONDS = 0.05  # how often the state is looked at while no job waits
 DEADLINE = 30.0  # seconds one job may take in its process: later, it is stuck and stopped
 ABANDON_SECONDS = 10.0  # a deferred reading nobody asked for in this long is dropped
 RECHARGE_SECONDS = 5.0  # how often pods charged while their readings were deferred ask again
-PARENT_SECONDS = 1.0  # how often the process looks whether the server that spawned it is still there
 
 
 class Evaluator:
@@ -159,14 +158,7 @@ def _child() -> None:
     """In the process, first: background work, and gone as soon as the server is (killed, it
     closes nothing: the process would outlive it, holding the model's memory)."""
     background()
-    parent = os.getppid()
-
-    def watch() -> None:
-        while os.getppid() == parent:
-            time.sleep(PARENT_SECONDS)
-        os._exit(0)
-
-    threading.Thread(target=watch, name="parent watch", daemon=True).start()
+    workers.die_with_parent()
 
 
 def _work_packed(packed: bytes) -> Done:
