@@ -8,7 +8,8 @@ a Deployment scaled from 0 (``--queue Q --card SPEC --per-pod N``); so is each c
 Volcano Job (how many more of its pods fit beyond what the job holds). For an ``A|B`` spec the
 answer also says how many would fit on each model alone. On a model its queue lends and borrows in
 its cohort (``card.deserved``), it says how many of those fit within the queue's deserved and how
-many more with what its cohort lends now.
+many more with what its cohort lends now; for an ``A|B`` spec, of the pods the pod mutation would
+give that model, each pod on one model, never two.
 """
 
 import math
@@ -19,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from webhook.core.decide import admission
+from webhook.core.decide import admission, assignment
 from webhook.core.decide.report import cluster_status
 from webhook.core.index import cohorts
 from webhook.core.index.state import ClusterState
@@ -143,18 +144,25 @@ def of_workload(state: ClusterState, ref: str, now: float) -> Headroom:
     if isinstance(demand, PodDemand):
         limits = _limits(workload.tasks[0].template)
         answer.per_model = _per_model(state, queue, demand.spec.cards, now, limits)
-        _lent(state, queue, demand, answer)
+        _lent(state, queue, workload.tasks[0].template, demand, answer)
     return _only(answer, annotations.get("volcano.sh/card.name", ""))
 
 
-def _lent(state: ClusterState, queue: str, demand: PodDemand, answer: Headroom) -> None:
+def _lent(
+    state: ClusterState, queue: str, template: PodTemplate, demand: PodDemand, answer: Headroom
+) -> None:
     """For each model of ``demand`` that ``queue`` lends and borrows in its cohort: how many of the
-    pods that fit (on that model alone, for an ``A|B`` spec) fit within its deserved, and how many
-    more with what its cohort lends now, and which queues lend it then (most first)."""
-    for card in demand.spec.cards:
+    pods that fit (for an ``A|B`` spec, those of them the pod mutation would give that model, each
+    pod one: ``assignment.spread``) fit within its deserved, and how many more with what its cohort
+    lends now, and which queues lend it then (most first)."""
+    if answer.more is None:
+        return
+    placed = {demand.spec.cards[0]: answer.more}
+    if demand.spec.is_multi:
+        placed = assignment.spread(state, queue, template, demand, answer.more)
+    for card, more in placed.items():
         found = cohorts.share(state, queue, card)
-        more = answer.more if len(demand.spec.cards) == 1 else answer.per_model.get(card)
-        if found is None or more is None:
+        if found is None:
             continue
         per_pod = demand.count_on(card, state.inventory)
         room = max(0, found.deserved - cohorts.load(state, queue, card))
@@ -245,9 +253,10 @@ def of_new(
     if per_model:
         models = tuple(CardName(part.strip()) for part in card.split("|"))
         answer.per_model = _per_model(state, queue, models, now, limits or {resource: str(per_pod)})
-        demand = pod_demand(pod_template_of(template, "headroom"), state.inventory, state.policy)
+        made = pod_template_of(template, "headroom")
+        demand = pod_demand(made, state.inventory, state.policy)
         if isinstance(demand, PodDemand):
-            _lent(state, queue, demand, answer)
+            _lent(state, queue, made, demand, answer)
     return _only(answer, card)
 
 
