@@ -5,7 +5,8 @@ HPA's ``deployments/scale`` write from the current replicas to current + N), fou
 bisecting, so N is admitted and N + 1 is denied by the same decision a scale-up would get; the
 denial at N + 1 says what holds it back. Nothing is recorded. A workload not created yet is asked as
 a Deployment scaled from 0 (``--queue Q --card SPEC --per-pod N``); so is each card task of a
-Volcano Job (how many more of its pods fit beyond what the job holds). For an ``A|B`` spec the
+Volcano Job (how many more of its pods fit beyond what the job holds; an ``A|B`` task's, once a pod
+of it is given a model, on that model alone, as all its pods are). For an ``A|B`` spec the
 answer also says how many would fit on each model alone. On a model its queue lends and borrows in
 its cohort (``card.deserved``), it says how many of those fit within the queue's deserved and how
 many more with what its cohort lends now; for an ``A|B`` spec, of the pods the pod mutation would
@@ -86,7 +87,15 @@ def of_job(state: ClusterState, namespace: str, name: str, now: float) -> list[H
             continue
         target = f"volcano job {namespace}/{name} task {task.name or '-'}"
         limits = _limits(task.template)
-        answer = of_new(state, queue, demand.spec.text, 1, now, target=target, limits=limits)
+        spec = demand.spec.text
+        model = (
+            assignment.task_model(state, job.uid, f"{job.uid}/{task.name}", demand)
+            if demand.spec.is_multi
+            else None
+        )
+        if model is not None:  # an A|B task's pods all follow the model its first was given
+            spec, target = model, f"{target} (its pods on {model})"
+        answer = of_new(state, queue, spec, 1, now, target=target, limits=limits)
         answer.replicas = task.replicas
         answers.append(answer)
     if not answers:

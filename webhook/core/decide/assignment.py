@@ -187,12 +187,19 @@ def _model(
 
 def _sibling_model(state: ClusterState, pod: PodRecord, task: str, demand: PodDemand) -> CardName | None:
     """The model the other pods of this Volcano Job task were assigned: held, or live in the cache."""
+    assert pod.owner is not None
+    return task_model(state, pod.owner.uid, task, demand)
+
+
+def task_model(state: ClusterState, job_uid: str, task: str, demand: PodDemand) -> CardName | None:
+    """The model the pods of Volcano Job task ``task`` (``"<job uid>/<task>"``), of a multi-card
+    ``demand``, are assigned once one of them is (every later one follows it): held, or live in the
+    cache; None before."""
     held = state.ledger.task_model(task)
     if held is not None:
         return held
     name = task.rpartition("/")[2]
-    assert pod.owner is not None
-    for other in state.pods_owned_by(pod.owner.uid):
+    for other in state.pods_owned_by(job_uid):
         if other.template.annotations.get(keys.TASK_SPEC) != name:
             continue
         found = state.demand_of(other)
