@@ -21,12 +21,14 @@ from tests.builders import (
     node,
     owner,
     pod,
+    podgroup,
     queue,
     replicaset,
     request,
     scale_request,
     shared,
     statefulset,
+    vcjob,
 )
 from tests.core.test_dra import dra_cluster, dra_pod
 from tests.core.test_tidal import gang
@@ -694,3 +696,59 @@ def test_an_a_or_b_scale_up_is_told_per_model_what_fits_within_its_deserved_and_
     if more:
         placed = {card: w + b for card, (w, b) in per_card.items() if w + b}
         assert given_models(objects, kind, 1 + more) == placed
+
+
+JOB_REF = owner("Job", "train", "uid-job-train", api="batch.volcano.sh/v1alpha1")
+
+
+def ab_job(*more: dict[str, Any]) -> list[dict[str, Any]]:
+    """Queues a and b as above; a's Volcano Job "train", one task t0 asking ``A|B``, its PodGroup
+    running and its one pod assigned an H200."""
+    template = {
+        "metadata": {"annotations": {keys.CARD_NAME: AB, keys.QUEUE_NAME: "a"}},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
+    group = podgroup("pg", "Running", request=json.dumps({AB: 1}), owner_ref=JOB_REF, queue_name="a")
+    return [*NODES, AB_A, AB_B, vcjob("train", [(1, template)], queue="a"), group, task_pod(0, H200), *more]
+
+
+def task_pod(i: int, card: str = AB) -> dict[str, Any]:
+    made = pod(f"train-t0-{i}", card, queue_name="a", owner=JOB_REF, group="pg")
+    made["metadata"]["annotations"][keys.TASK_SPEC] = "t0"
+    if card != AB:  # assigned, running
+        made["metadata"]["annotations"][keys.CARD_SPEC] = AB
+        made["spec"]["nodeName"], made["status"]["phase"] = "h0", "Running"
+    return made
+
+
+@pytest.mark.parametrize(
+    ("objects", "more", "split"),
+    [
+        pytest.param(ab_job(), 2, (0, 2), id="A|B volcano job task: its pods follow its first's H200"),
+        pytest.param(
+            ab_job(*B_BUSY), 0, (0, 0), id="twin: b uses its deserved, H200 is full though H800 is not"
+        ),
+    ],
+)
+def test_an_a_or_b_volcano_job_task_is_told_what_fits_on_the_one_model_its_pods_are_given(
+    objects: list[dict[str, Any]], more: int, split: tuple[int, int]
+) -> None:
+    """The pods of a task are all given the model its first was (the scheduler treats them alike):
+    headroom's N more are those on that model, within a's deserved and on what b lends, and the
+    task's next pods, created one by one, are admitted N times, on it, then refused."""
+    (told,) = headroom.of_ref(cluster(*objects), "vcjob/ns/train", 0.0)
+    assert told.more == more and told.per_model == {}
+    assert {card: (n["within_deserved"], n["borrowing"]) for card, n in told.lending.items()} == {H200: split}
+    state = cluster(*objects)
+    given: list[str] = []
+    for i in range(1, more + 2):
+        new = task_pod(i)
+        mutation = admission.mutate(state, request(new), now=0.0)
+        admission.admit(state, request(new), mutation, 0.0)
+        new = jsonpatch.apply_patch(new, [dict(op) for op in mutation.patch])
+        validation = admission.validate(state, request(new), 0.0)
+        if isinstance(validation, Denied):
+            break
+        admission.admit(state, request(new), validation, 0.0)
+        given.append(new["metadata"]["annotations"][keys.CARD_NAME])
+    assert given == [H200] * more
