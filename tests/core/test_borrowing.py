@@ -685,6 +685,12 @@ def test_an_a_or_b_scale_up_is_told_per_model_what_fits_within_its_deserved_and_
     if split:
         assert given_models(objects, kind, 4) == {card: pods for card, pods, _, _ in got}
     assert all(n["lenders"] == (["b"] if n["borrowing"] else []) for n in answer.lending)
+    assert [line for line in whatif.table([answer]).splitlines() if line.startswith("  queue")] == [
+        f"  queue 'a' on {card}: {pods} of the {AB} pods it adds {'goes' if pods == 1 else 'go'} on it,"
+        f" {within} of them within its deserved, {borrowing} more with what its cohort lends now"
+        + (" (lent by queue 'b')" if borrowing else "")
+        for card, pods, within, borrowing in got
+    ]
     more, per_model, per_card = room
     told = headroom.of_workload(cluster(*objects), f"{kind}/ns/train", 0.0)
     assert told.more == more

@@ -328,8 +328,7 @@ def _lent_line(n: dict[str, Any]) -> str:
     if "spec" in n:  # an A|B scale-up's pods given this model
         told = (
             f"{n['pods']} of the {n['spec']} pods it adds {'go' if n['pods'] > 1 else 'goes'} on it,"
-            f" {n['within_deserved']} of them within"
-            f" its deserved, {n['borrowing']} more with {lent}"
+            f" {n['within_deserved']} of them within its deserved, {n['borrowing']} more with {lent}"
         )
     elif n["pods"] == 1:
         told = "the pod fits within its deserved" if n["within_deserved"] else f"the pod takes {lent}"
