@@ -1,6 +1,7 @@
 """Lending and borrowing idle cards of a model in a cohort (decisions.md §33): pod creates and
 Queue writes, each case beside its twin (the same shape without the room, or without the rule)."""
 
+import copy
 import json
 from typing import Any
 
@@ -15,13 +16,19 @@ from tests.builders import (
     R4090,
     claim_template,
     cluster,
+    deployment,
     gpu_request,
     node,
     owner,
     pod,
+    podgroup,
     queue,
+    replicaset,
     request,
+    scale_request,
     shared,
+    statefulset,
+    vcjob,
 )
 from tests.core.test_dra import dra_cluster, dra_pod
 from tests.core.test_tidal import gang
@@ -31,6 +38,7 @@ from webhook.core.model import keys, reclaim
 from webhook.core.model.cards import UNIT
 from webhook.core.model.steps import done
 from webhook.core.model.verdicts import Allowed, Denied
+from webhook.tools import headroom, whatif
 
 NODES = (node("h0", H200, 8), node("h8", H800, 8))
 
@@ -524,3 +532,232 @@ def test_a_minimum_run_time_or_a_notice_is_a_duration(text: str, seconds: float 
     assert isinstance(decision, Allowed) is (seconds is not None), decision
     if isinstance(decision, Denied):
         assert decision.message.startswith(f'queue "a" has a malformed {key} '), decision.message
+
+
+# ---- an A|B scale-up: whatif and headroom say what its admission does ----------------------------
+
+AB = f"{H200}|{H800}"
+AB_A = lender("a", {H200: 3, H800: 2}, {H200: 1, H800: 1})
+AB_B = lender("b", {H200: 2, H800: 2}, {H200: 2, H800: 2})
+B_BUSY = [running(f"b{i}", "b", card) for i, card in enumerate((H200, H200, H800, H800))]
+LOOSE = pod("loose", AB, queue_name="a")  # an A|B pod no mutation gave a model: either, still
+
+
+def ab_train(
+    kind: str, *more: dict[str, Any], a: dict[str, Any] = AB_A, b: dict[str, Any] = AB_B
+) -> list[dict[str, Any]]:
+    """Queue a (quota 3 H200 and 2 H800, deserved 1 of each) and b (deserved its quota of 2 and 2);
+    a's workload "train" of ``kind`` asks ``A|B``, its one pod assigned an H200 and running."""
+    if kind == "statefulset":
+        made = [statefulset("train", 1, AB, queue_name="a")]
+        mine = owner("StatefulSet", "train", "uid-sts-train")
+    else:
+        made = [
+            deployment("train", 1, AB, queue_name="a"),
+            replicaset("train-1", 1, "train", AB, queue_name="a"),
+        ]
+        mine = owner("ReplicaSet", "train-1", "uid-rs-train-1")
+    one = running("train-0", "a")
+    one["metadata"]["ownerReferences"] = [mine]
+    one["metadata"]["annotations"][keys.CARD_SPEC] = AB
+    return [*NODES, a, b, *made, one, *more]
+
+
+def scaled(objects: list[dict[str, Any]], kind: str, replicas: int) -> Allowed | Denied:
+    """The review of ``train``'s scale from 1 to ``replicas`` (the HPA's write)."""
+    decision = admission.validate(
+        cluster(*objects), scale_request("train", 1, replicas, resource=f"{kind}s"), 0.0
+    )
+    assert isinstance(decision, Allowed | Denied)
+    return decision
+
+
+def given_models(objects: list[dict[str, Any]], kind: str, replicas: int) -> dict[str, int]:
+    """The models ``train``'s new pods get when its scale from 1 to ``replicas`` is admitted and its
+    controller creates them one by one (each through the mutation and the validation)."""
+    state = cluster(*objects)
+    scale = scale_request("train", 1, replicas, resource=f"{kind}s")
+    decision = admission.validate(state, scale, 0.0)
+    assert isinstance(decision, Allowed), decision.message
+    admission.admit(state, scale, decision, 0.0)
+    mine = (
+        owner("StatefulSet", "train", "uid-sts-train")
+        if kind == "statefulset"
+        else owner("ReplicaSet", "train-1", "uid-rs-train-1")
+    )
+    models: dict[str, int] = {}
+    for i in range(1, replicas):
+        new = pod(f"train-{i}", AB, queue_name="a", owner=mine)
+        mutation = admission.mutate(state, request(new), now=0.0)
+        admission.admit(state, request(new), mutation, 0.0)
+        new = jsonpatch.apply_patch(new, [dict(op) for op in mutation.patch])
+        validation = admission.validate(state, request(new), 0.0)
+        assert isinstance(validation, Allowed), validation.message
+        admission.admit(state, request(new), validation, 0.0)
+        card = new["metadata"]["annotations"][keys.CARD_NAME]
+        models[card] = models.get(card, 0) + 1
+    return models
+
+
+def in_parent(made: dict[str, Any]) -> dict[str, Any]:
+    made = json.loads(json.dumps(made))
+    made["spec"]["parent"] = "p"
+    return made
+
+
+AB_SCALE_UPS = [
+    pytest.param(
+        ab_train("deployment"),
+        "deployment",
+        [(H200, 2, 0, 2), (H800, 1, 1, 0)],
+        (4, {H200: 2, H800: 2}, {H200: (0, 2), H800: (1, 1)}),
+        id="A|B 1 to 4: two borrow b's idle H200, the third takes a's own H800",
+    ),
+    pytest.param(
+        ab_train("deployment", *B_BUSY),
+        "deployment",
+        None,
+        (1, {H200: 0, H800: 1}, {H200: (0, 0), H800: (1, 0)}),
+        id="twin, A|B: b uses its deserved, only a's own H800 is left",
+    ),
+    pytest.param(
+        ab_train("statefulset"),
+        "statefulset",
+        [(H200, 2, 0, 2), (H800, 1, 1, 0)],
+        (4, {H200: 2, H800: 2}, {H200: (0, 2), H800: (1, 1)}),
+        id="A|B statefulset 1 to 4: as a deployment",
+    ),
+    pytest.param(
+        ab_train("statefulset", *B_BUSY),
+        "statefulset",
+        None,
+        (1, {H200: 0, H800: 1}, {H200: (0, 0), H800: (1, 0)}),
+        id="twin, A|B statefulset: b uses its deserved",
+    ),
+    pytest.param(
+        ab_train("deployment", LOOSE),
+        "deployment",
+        [(H200, 2, 0, 2), (H800, 1, 0, 1)],
+        (3, {H200: 2, H800: 2}, {H200: (0, 2), H800: (0, 1)}),
+        id="A|B beside an unassigned A|B pod: each model alone holds 2, both together 3, each pod on one",
+    ),
+    pytest.param(
+        ab_train("deployment", LOOSE, *B_BUSY),
+        "deployment",
+        None,
+        (0, {H200: 0, H800: 0}, {H200: (0, 0), H800: (0, 0)}),
+        id="twin, A|B beside an unassigned A|B pod: b uses its deserved, the loose pod takes a's H800",
+    ),
+    pytest.param(
+        [lender("p", {H200: 2, H800: 2}), *ab_train("deployment", a=in_parent(AB_A), b=in_parent(AB_B))],
+        "deployment",
+        [(H200, 1, 0, 1), (H800, 2, 1, 1)],
+        (3, {H200: 1, H800: 2}, {H200: (0, 1), H800: (1, 1)}),
+        id="hierarchy, A|B: the parent's H200 quota sends the second and third pods to H800",
+    ),
+    pytest.param(
+        [lender("p", {H200: 1, H800: 1}), *ab_train("deployment", a=in_parent(AB_A), b=in_parent(AB_B))],
+        "deployment",
+        None,
+        (1, {H200: 0, H800: 1}, {H200: (0, 0), H800: (1, 0)}),
+        id="twin, hierarchy, A|B: the parent's quota leaves one H800",
+    ),
+]
+
+
+@pytest.mark.parametrize(("objects", "kind", "split", "room"), AB_SCALE_UPS)
+def test_an_a_or_b_scale_up_is_told_per_model_what_fits_within_its_deserved_and_what_it_borrows(
+    objects: list[dict[str, Any]],
+    kind: str,
+    split: list[tuple[str, int, int, int]] | None,
+    room: tuple[int, dict[str, int], dict[str, tuple[int, int]]],
+) -> None:
+    """``train`` scaled from 1 to 4: whatif answers as the review does and, admitted, says on which
+    model each added pod goes (the models its pods are then given, one by one, by the mutation: the
+    spec's order, one model a pod, the rest still fitting), how many of those within a's deserved
+    and how many on what b lends. headroom's N more is the largest scale-up the review admits; its
+    split per model adds up to N, each model's pods those the pods of that scale-up are given."""
+    review = scaled(objects, kind, 4)
+    manifest = next(copy.deepcopy(o) for o in objects if o["metadata"]["name"] == "train")
+    manifest["spec"]["replicas"] = 4
+    (answer,) = whatif.whatif(cluster(*objects), [("x", manifest)], now=0.0)
+    assert answer.allowed is isinstance(review, Allowed), review.message
+    got = [(n["card"], n["pods"], n["within_deserved"], n["borrowing"]) for n in answer.lending]
+    assert got == (split or [])
+    assert sum(pods for _, pods, _, _ in got) == (3 if split else 0), "each pod on one model"
+    if split:
+        assert given_models(objects, kind, 4) == {card: pods for card, pods, _, _ in got}
+    assert all(n["lenders"] == (["b"] if n["borrowing"] else []) for n in answer.lending)
+    assert [line for line in whatif.table([answer]).splitlines() if line.startswith("  queue")] == [
+        f"  queue 'a' on {card}: {pods} of the {AB} pods it adds {'goes' if pods == 1 else 'go'} on it,"
+        f" {within} of them within its deserved, {borrowing} more with what its cohort lends now"
+        + (" (lent by queue 'b')" if borrowing else "")
+        for card, pods, within, borrowing in got
+    ]
+    more, per_model, per_card = room
+    told = headroom.of_workload(cluster(*objects), f"{kind}/ns/train", 0.0)
+    assert told.more == more
+    assert isinstance(scaled(objects, kind, 1 + more + 1), Denied)
+    assert more == 0 or isinstance(scaled(objects, kind, 1 + more), Allowed)
+    assert told.per_model == per_model
+    assert {card: (n["within_deserved"], n["borrowing"]) for card, n in told.lending.items()} == per_card
+    assert sum(w + b for w, b in per_card.values()) == more, "each pod on one model"
+    if more:
+        placed = {card: w + b for card, (w, b) in per_card.items() if w + b}
+        assert given_models(objects, kind, 1 + more) == placed
+
+
+JOB_REF = owner("Job", "train", "uid-job-train", api="batch.volcano.sh/v1alpha1")
+
+
+def ab_job(*more: dict[str, Any]) -> list[dict[str, Any]]:
+    """Queues a and b as above; a's Volcano Job "train", one task t0 asking ``A|B``, its PodGroup
+    running and its one pod assigned an H200."""
+    template = {
+        "metadata": {"annotations": {keys.CARD_NAME: AB, keys.QUEUE_NAME: "a"}},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
+    group = podgroup("pg", "Running", request=json.dumps({AB: 1}), owner_ref=JOB_REF, queue_name="a")
+    return [*NODES, AB_A, AB_B, vcjob("train", [(1, template)], queue="a"), group, task_pod(0, H200), *more]
+
+
+def task_pod(i: int, card: str = AB) -> dict[str, Any]:
+    made = pod(f"train-t0-{i}", card, queue_name="a", owner=JOB_REF, group="pg")
+    made["metadata"]["annotations"][keys.TASK_SPEC] = "t0"
+    if card != AB:  # assigned, running
+        made["metadata"]["annotations"][keys.CARD_SPEC] = AB
+        made["spec"]["nodeName"], made["status"]["phase"] = "h0", "Running"
+    return made
+
+
+@pytest.mark.parametrize(
+    ("objects", "more", "split"),
+    [
+        pytest.param(ab_job(), 2, (0, 2), id="A|B volcano job task: its pods follow its first's H200"),
+        pytest.param(
+            ab_job(*B_BUSY), 0, (0, 0), id="twin: b uses its deserved, H200 is full though H800 is not"
+        ),
+    ],
+)
+def test_an_a_or_b_volcano_job_task_is_told_what_fits_on_the_one_model_its_pods_are_given(
+    objects: list[dict[str, Any]], more: int, split: tuple[int, int]
+) -> None:
+    """The pods of a task are all given the model its first was (the scheduler treats them alike):
+    headroom's N more are those on that model, within a's deserved and on what b lends, and the
+    task's next pods, created one by one, are admitted N times, on it, then refused."""
+    (told,) = headroom.of_ref(cluster(*objects), "vcjob/ns/train", 0.0)
+    assert told.more == more and told.per_model == {}
+    assert {card: (n["within_deserved"], n["borrowing"]) for card, n in told.lending.items()} == {H200: split}
+    state = cluster(*objects)
+    given: list[str] = []
+    for i in range(1, more + 2):
+        new = task_pod(i)
+        mutation = admission.mutate(state, request(new), now=0.0)
+        admission.admit(state, request(new), mutation, 0.0)
+        new = jsonpatch.apply_patch(new, [dict(op) for op in mutation.patch])
+        validation = admission.validate(state, request(new), 0.0)
+        if isinstance(validation, Denied):
+            break
+        admission.admit(state, request(new), validation, 0.0)
+        given.append(new["metadata"]["annotations"][keys.CARD_NAME])
+    assert given == [H200] * more

@@ -5,10 +5,12 @@ HPA's ``deployments/scale`` write from the current replicas to current + N), fou
 bisecting, so N is admitted and N + 1 is denied by the same decision a scale-up would get; the
 denial at N + 1 says what holds it back. Nothing is recorded. A workload not created yet is asked as
 a Deployment scaled from 0 (``--queue Q --card SPEC --per-pod N``); so is each card task of a
-Volcano Job (how many more of its pods fit beyond what the job holds). For an ``A|B`` spec the
+Volcano Job (how many more of its pods fit beyond what the job holds; an ``A|B`` task's, once a pod
+of it is given a model, on that model alone, as all its pods are). For an ``A|B`` spec the
 answer also says how many would fit on each model alone. On a model its queue lends and borrows in
 its cohort (``card.deserved``), it says how many of those fit within the queue's deserved and how
-many more with what its cohort lends now.
+many more with what its cohort lends now; for an ``A|B`` spec, of the pods the pod mutation would
+give that model, each pod on one model, never two.
 """
 
 import math
@@ -19,7 +21,7 @@ from typing import Any
 
 import orjson
 
-from webhook.core.decide import admission
+from webhook.core.decide import admission, assignment
 from webhook.core.decide.report import cluster_status
 from webhook.core.index import cohorts
 from webhook.core.index.state import ClusterState
@@ -85,7 +87,15 @@ def of_job(state: ClusterState, namespace: str, name: str, now: float) -> list[H
             continue
         target = f"volcano job {namespace}/{name} task {task.name or '-'}"
         limits = _limits(task.template)
-        answer = of_new(state, queue, demand.spec.text, 1, now, target=target, limits=limits)
+        spec = demand.spec.text
+        model = (
+            assignment.task_model(state, job.uid, f"{job.uid}/{task.name}", demand)
+            if demand.spec.is_multi
+            else None
+        )
+        if model is not None:  # an A|B task's pods all follow the model its first was given
+            spec, target = model, f"{target} (its pods on {model})"
+        answer = of_new(state, queue, spec, 1, now, target=target, limits=limits)
         answer.replicas = task.replicas
         answers.append(answer)
     if not answers:
@@ -143,18 +153,25 @@ def of_workload(state: ClusterState, ref: str, now: float) -> Headroom:
     if isinstance(demand, PodDemand):
         limits = _limits(workload.tasks[0].template)
         answer.per_model = _per_model(state, queue, demand.spec.cards, now, limits)
-        _lent(state, queue, demand, answer)
+        _lent(state, queue, workload.tasks[0].template, demand, answer)
     return _only(answer, annotations.get("volcano.sh/card.name", ""))
 
 
-def _lent(state: ClusterState, queue: str, demand: PodDemand, answer: Headroom) -> None:
+def _lent(
+    state: ClusterState, queue: str, template: PodTemplate, demand: PodDemand, answer: Headroom
+) -> None:
     """For each model of ``demand`` that ``queue`` lends and borrows in its cohort: how many of the
-    pods that fit (on that model alone, for an ``A|B`` spec) fit within its deserved, and how many
-    more with what its cohort lends now, and which queues lend it then (most first)."""
-    for card in demand.spec.cards:
+    pods that fit (for an ``A|B`` spec, those of them the pod mutation would give that model, each
+    pod one: ``assignment.spread``) fit within its deserved, and how many more with what its cohort
+    lends now, and which queues lend it then (most first)."""
+    if answer.more is None:
+        return
+    placed = {demand.spec.cards[0]: answer.more}
+    if demand.spec.is_multi:
+        placed = assignment.spread(state, queue, template, demand, answer.more)
+    for card, more in placed.items():
         found = cohorts.share(state, queue, card)
-        more = answer.more if len(demand.spec.cards) == 1 else answer.per_model.get(card)
-        if found is None or more is None:
+        if found is None:
             continue
         per_pod = demand.count_on(card, state.inventory)
         room = max(0, found.deserved - cohorts.load(state, queue, card))
@@ -245,9 +262,10 @@ def of_new(
     if per_model:
         models = tuple(CardName(part.strip()) for part in card.split("|"))
         answer.per_model = _per_model(state, queue, models, now, limits or {resource: str(per_pod)})
-        demand = pod_demand(pod_template_of(template, "headroom"), state.inventory, state.policy)
+        made = pod_template_of(template, "headroom")
+        demand = pod_demand(made, state.inventory, state.policy)
         if isinstance(demand, PodDemand):
-            _lent(state, queue, demand, answer)
+            _lent(state, queue, made, demand, answer)
     return _only(answer, card)
 
 

@@ -11,7 +11,7 @@ holds its cards for the next, as if the file were applied; the holds live only i
 copy of the state, so nothing is recorded anywhere. Kinds the webhooks are not registered for
 are reported as not sent. Pods admitted on a model their queue lends and borrows in its cohort
 (``card.deserved``) are told apart: how many fit within its deserved, how many more with what its
-cohort lends now.
+cohort lends now; an ``A|B`` scale-up's per model, each pod on the model the pod mutation would give it.
 """
 
 import copy
@@ -27,11 +27,13 @@ import jsonpatch
 import orjson
 
 from webhook.cluster import snapshot
-from webhook.core.decide import admission
+from webhook.core.decide import admission, assignment
 from webhook.core.index import cohorts
 from webhook.core.index.state import ClusterState
 from webhook.core.model import keys
-from webhook.core.model.verdicts import Allowed, Decision, Denied, Request
+from webhook.core.model.demand import PodDemand, pod_demand
+from webhook.core.model.objects import workload_record
+from webhook.core.model.verdicts import Allowed, Decision, Denied, Hold, Request
 from webhook.errors import ConfigError
 
 # (API group, kind) -> resource, for the kinds the webhooks are registered for.
@@ -45,6 +47,7 @@ RESOURCES: Mapping[tuple[str, str], str] = {
     ("batch.volcano.sh", "Job"): "jobs",
 }
 MUTATED = frozenset({"pods", "podgroups"})
+SCALED = frozenset({"deployments", "statefulsets", "replicasets"})  # an A|B hold: a scale-up's pods
 WORKLOADS = {
     "deployments": "Deployment",
     "statefulsets": "StatefulSet",
@@ -136,23 +139,27 @@ def _answer(state: ClusterState, source: str, obj: dict[str, Any], now: float) -
             patched = jsonpatch.apply_patch(obj, [dict(op) for op in mutation.patch])
             request = dataclasses.replace(request, obj=patched)
     validation = admission.validate(state, request, now)
-    answer.lending = _lent(state, validation)
+    answer.lending = _lent(state, request, validation)
     admission.admit(state, request, validation, now)
     _record(answer, validation)
     return answer
 
 
-def _lent(state: ClusterState, decision: Decision) -> list[dict[str, Any]]:
+def _lent(state: ClusterState, request: Request, decision: Decision) -> list[dict[str, Any]]:
     """For each hold of pods an admitted ``decision`` makes on one model its queue lends and borrows
     in its cohort: how many of those pods fit within the queue's deserved and how many more take
-    what its cohort lends now (and which queues lend it, most first). Asked before the holds count;
+    what its cohort lends now (and which queues lend it, most first); an ``A|B`` scale-up's pods
+    each on the model the pod mutation would give it (see _spread). Asked before the holds count;
     pods that come out of a PodGroup's reservation, counted already, are left out."""
     if not isinstance(decision, Allowed) or decision.hold is None:
         return []
     out: list[dict[str, Any]] = []
     used: dict[tuple[str, str], int] = {}
     for hold in (decision.hold, *decision.more):
-        if hold.spec is None or hold.spec.is_multi or hold.covers is not None or hold.pods < 1:
+        if hold.spec is None or hold.covers is not None or hold.pods < 1:
+            continue
+        if hold.spec.is_multi:
+            out += _spread(state, request, hold)
             continue
         card = hold.spec.cards[0]
         found = cohorts.share(state, hold.queue, card)
@@ -174,6 +181,37 @@ def _lent(state: ClusterState, decision: Decision) -> list[dict[str, Any]]:
                 "within_deserved": within,
                 "borrowing": hold.pods - within,
                 "lenders": list(cohorts.lenders(state, hold.queue, card)) if hold.pods > within else [],
+            }
+        )
+    return out
+
+
+def _spread(state: ClusterState, request: Request, hold: Hold) -> list[dict[str, Any]]:
+    """An ``A|B`` scale-up's hold: its pods on each model as the pod mutation would give them
+    models (``assignment.spread``, one model a pod), told per model its queue lends and borrows."""
+    if request.resource not in SCALED:
+        return []
+    template = workload_record(request.obj).tasks[0].template
+    demand = pod_demand(template, state.inventory, state.policy)
+    if not isinstance(demand, PodDemand) or demand.spec != hold.spec:
+        return []
+    out: list[dict[str, Any]] = []
+    for card, pods in assignment.spread(state, hold.queue, template, demand, hold.pods, hold.key).items():
+        found = cohorts.share(state, hold.queue, card)
+        if found is None or not pods:
+            continue
+        per_pod = demand.count_on(card, state.inventory)
+        room = max(0, found.deserved - cohorts.load(state, hold.queue, card, hold.key))
+        within = min(pods, room // per_pod) if per_pod else pods
+        out.append(
+            {
+                "queue": hold.queue,
+                "card": card,
+                "pods": pods,
+                "within_deserved": within,
+                "borrowing": pods - within,
+                "lenders": list(cohorts.lenders(state, hold.queue, card)) if pods > within else [],
+                "spec": hold.spec.text,
             }
         )
     return out
@@ -287,7 +325,12 @@ def _lent_line(n: dict[str, Any]) -> str:
     lenders = n["lenders"]
     by = f" (lent by queue{'s' if len(lenders) > 1 else ''} {', '.join(repr(q) for q in lenders)})"
     lent = f"what its cohort lends now{by if lenders else ''}"
-    if n["pods"] == 1:
+    if "spec" in n:  # an A|B scale-up's pods given this model
+        told = (
+            f"{n['pods']} of the {n['spec']} pods it adds {'go' if n['pods'] > 1 else 'goes'} on it,"
+            f" {n['within_deserved']} of them within its deserved, {n['borrowing']} more with {lent}"
+        )
+    elif n["pods"] == 1:
         told = "the pod fits within its deserved" if n["within_deserved"] else f"the pod takes {lent}"
     else:
         told = (

@@ -14,13 +14,13 @@ from webhook.core.decide.constraints import allowed_cards
 from webhook.core.decide.decisions import ancestors_refuse, covering, queue_refuses, volcano_task
 from webhook.core.index.cohorts import caps
 from webhook.core.index.state import ClusterState
-from webhook.core.index.usage import QueueUsage, queue_usage, tree_has_room
+from webhook.core.index.usage import QueueUsage, queue_usage, tree_has_room, tree_usage
 from webhook.core.model import keys
 from webhook.core.model.cards import UNIT, CardName, CardSpec
 from webhook.core.model.demand import PodDemand
 from webhook.core.model.feasibility import TooComplex
 from webhook.core.model.ledger import Cover
-from webhook.core.model.objects import PodRecord
+from webhook.core.model.objects import PodRecord, PodTemplate
 from webhook.core.model.values import value_class
 
 
@@ -80,6 +80,57 @@ def assign_model(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Assi
     return Assignment(found[0], queue, found[1], less, task[0] if task else "")
 
 
+def spread(
+    state: ClusterState, queue: str, template: PodTemplate, demand: PodDemand, pods: int, exclude: str = ""
+) -> dict[CardName, int]:
+    """The models the pod mutation would give ``pods`` new pods of ``template``, a multi-card
+    ``demand`` in ``queue`` (a scale-up's, held under ``exclude`` or not yet held), as their
+    controller creates them one after another: each the first model, those with a free card on some
+    node now first, that the queue and every ancestor whose quota names it hold with the pods not yet
+    created still to place (``_model``'s check); pods per model of the spec, each pod on one. A pod
+    no model holds is left out (the validation denies it). Once a model holds no more, it holds none
+    of the later pods either, so each model's run is found by bisection."""
+    spec = demand.spec
+    out = dict.fromkeys(spec.cards, 0)
+    sizes = {card: demand.count_on(card, state.inventory) for card in spec.cards}
+    candidates = sorted(
+        allowed_cards(state, template, "", spec), key=lambda card: not state.free.has_free(card, sizes[card])
+    )
+    usages = [queue_usage(state, queue, exclude)]
+    limits: list[frozenset[CardName] | None] = [None]  # None: the queue itself, its caps every card
+    for ancestor in state.tree.ancestors.get(queue, ()):
+        quota = state.tree.queues[ancestor].quota
+        if quota:
+            usages.append(tree_usage(state, ancestor, exclude))
+            limits.append(frozenset(quota))
+    rest = pods
+
+    def holds(card: CardName, k: int) -> bool:
+        """Whether the k-th pod fits ``card``, the k - 1 before it there and the rest flexible."""
+        one = CardSpec((card,))
+        for usage, named in zip(usages, limits, strict=True):
+            if named is not None and card not in named:
+                continue
+            with_them = usage.adding(((one, sizes[card], k - 1), (spec, demand.count, rest - k)), "in flight")
+            try:
+                if not with_them.fits(one, sizes[card], 1):
+                    return False
+            except TooComplex:
+                return False
+        return True
+
+    for card in candidates:
+        low, high = 0, rest  # holds at low (none), the most it may hold: high
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if holds(card, middle) else (low, middle - 1)
+        if low:
+            one = CardSpec((card,))
+            usages = [usage.plus(one, sizes[card], low) for usage in usages]
+            out[card], rest = low, rest - low
+    return out
+
+
 def _enqueued(state: ClusterState, pod: PodRecord, demand: PodDemand) -> Cover | None:
     """The hold of the pod's PodGroup's enqueue, admitted here, for the spec the pod asks, while
     the cache does not show the group enqueued yet (its job's pods are created as soon as it is):
@@ -136,12 +187,19 @@ def _model(
 
 def _sibling_model(state: ClusterState, pod: PodRecord, task: str, demand: PodDemand) -> CardName | None:
     """The model the other pods of this Volcano Job task were assigned: held, or live in the cache."""
+    assert pod.owner is not None
+    return task_model(state, pod.owner.uid, task, demand)
+
+
+def task_model(state: ClusterState, job_uid: str, task: str, demand: PodDemand) -> CardName | None:
+    """The model the pods of Volcano Job task ``task`` (``"<job uid>/<task>"``), of a multi-card
+    ``demand``, are assigned once one of them is (every later one follows it): held, or live in the
+    cache; None before."""
     held = state.ledger.task_model(task)
     if held is not None:
         return held
     name = task.rpartition("/")[2]
-    assert pod.owner is not None
-    for other in state.pods_owned_by(pod.owner.uid):
+    for other in state.pods_owned_by(job_uid):
         if other.template.annotations.get(keys.TASK_SPEC) != name:
             continue
         found = state.demand_of(other)
