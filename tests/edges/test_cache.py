@@ -524,8 +524,9 @@ def test_a_namespace_with_any_field_replaced_by_anything_is_read_or_skipped_neve
     data: st.DataObject, value: Any
 ) -> None:
     """A Namespace is listed with one node replaced by any JSON value, then another is watched: the
-    informer never dies, it keeps the second's default queue, and every default queue it keeps is a
-    queue's name (text)."""
+    informer never dies, it keeps the second's default queue, and every default queue it keeps is
+    text (an empty one too: Volcano's PodGroup mutation puts even that in place of ``default``,
+    ``runqueue.namespace_default``)."""
     base = versioned(namespace("odd", "team"), 3)
     hostile = replaced(base, data.draw(st.sampled_from(list(paths(base)))), value)
     try:
@@ -537,7 +538,7 @@ def test_a_namespace_with_any_field_replaced_by_anything_is_read_or_skipped_neve
     inf, _ = informer(NAMESPACES, Scripted([[hostile]], 3, [[{"type": "ADDED", "object": good}, End]]), state)
     asyncio.run(run_script(inf))
     assert state.namespace_queues["ns"] == "other"
-    assert all(isinstance(k, str) and isinstance(v, str) and v for k, v in state.namespace_queues.items())
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in state.namespace_queues.items())
 
 
 @settings(max_examples=300, deadline=None)
