@@ -688,6 +688,13 @@ def test_an_a_or_b_scale_up_is_told_per_model_what_fits_within_its_deserved_and_
     if split:
         assert given_models(objects, kind, 4) == {card: pods for card, pods, _, _ in got}
     assert all(n["lenders"] == (["b"] if n["borrowing"] else []) for n in answer.lending)
+    warned = review.warnings if isinstance(review, Allowed) else ()
+    assert sorted(warned) == sorted(
+        f"scale-up of {kind} ns/train from 1 to 4 replicas uses {borrowing} {card} borrowed from queue"
+        f' "b" (beyond its queue\'s deserved 1): they may be taken back when lenders need them'
+        for card, _, _, borrowing in got
+        if borrowing
+    ), "the review warns of what each model borrows, as its pods will be given them"
     assert [line for line in whatif.table([answer]).splitlines() if line.startswith("  queue")] == [
         f"  queue 'a' on {card}: {pods} of the {AB} pods it adds {'goes' if pods == 1 else 'go'} on it,"
         f" {within} of them within its deserved, {borrowing} more with what its cohort lends now"

@@ -5,7 +5,7 @@ fit now (``fitting``)."""
 from dataclasses import replace
 from functools import partial
 
-from webhook.core.decide import capability, fitting, messages
+from webhook.core.decide import assignment, capability, fitting, messages
 from webhook.core.decide.decisions import (
     ancestors_refuse,
     annotation_problem,
@@ -19,7 +19,7 @@ from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage
 from webhook.core.index.waiting import scale_key
 from webhook.core.model import keys
-from webhook.core.model.cards import amount
+from webhook.core.model.cards import CardSpec, amount
 from webhook.core.model.demand import BadDemand, NotCardPod, PodDemand, pod_demand
 from webhook.core.model.feasibility import TooComplex
 from webhook.core.model.objects import PodTemplate, WorkloadRecord, workload_record
@@ -98,7 +98,18 @@ def check_pods(
         over = capability.refuses(state, queue, what, cpu, memory, pods, key)
         if over is not None:
             return replace(over, card=demand.spec.text)
-        warned = borrows(state, queue, demand.spec, demand.count * pods, what)
+        if demand.spec.is_multi:  # told per model, as its pods will be given them
+            spread = assignment.spread(state, queue, template, demand, pods, key)
+            warned = tuple(
+                w
+                for card, n in spread.items()
+                if n
+                for w in borrows(
+                    state, queue, CardSpec((card,)), demand.count_on(card, state.inventory) * n, what
+                )
+            )
+        else:
+            warned = borrows(state, queue, demand.spec, demand.count * pods, what)
         return Allowed("fits the queue's quota", warned, hold=hold, queue=queue, card=demand.spec.text)
     message = messages.no_room(usage, demand.spec, what, demand.count, pods) + messages.ahead_in_line(ahead)
     return Denied(message, queue=queue, card=demand.spec.text)
