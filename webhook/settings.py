@@ -34,6 +34,12 @@ class PolicySettings(BaseSettings):
         "queue's line and is told to retry when its cards free) or wait (admitted under a scheduling "
         "gate, released when they free); a Queue's cardquota.volcano.sh/over-quota annotation overrides it",
     )
+    enforcement: Literal["deny", "warn", "audit"] = Field(
+        "deny",
+        description="whether a quota refuses: deny; warn (admitted, the refusal it would have been in an "
+        "admission warning and an Event); audit (admitted, the refusal in the audit log, an Event and a "
+        "metric); a Queue's cardquota.volcano.sh/enforcement annotation overrides it",
+    )
     waiting_line: bool = Field(
         True,
         description="keep a waiting line per queue (refused controllers are called when their cards free); "
@@ -124,6 +130,7 @@ class PolicySettings(BaseSettings):
             preemptable_by_service_type=MappingProxyType(_pairs(self.preemptable)),
             in_flight_ttl=self.in_flight_ttl_seconds,
             over_quota=self.over_quota,
+            enforcement=self.enforcement,
             waiting_line=self.waiting_line,
             reclaim=self.reclaim,
             hierarchical_queues=self.hierarchical_queues,

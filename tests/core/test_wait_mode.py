@@ -419,3 +419,17 @@ def test_the_mark_a_first_pass_of_the_same_create_wrote_is_kept() -> None:
     assert (
         made["metadata"]["annotations"][keys.WAITING] == '{"since":"1970-01-01T00:01:39.500Z","priority":0}'
     )
+
+
+@pytest.mark.parametrize("mode", ["warn", "audit"])
+def test_a_wait_mode_queue_whose_quota_only_warns_or_audits_gates_nothing(mode: str) -> None:
+    """Its twin above is created under the gate; here its quota is not enforced (decisions.md §34):
+    the pod is created as it is, admitted carrying the refusal it would have been, and waits in no
+    line."""
+    state = full()
+    state.tree.queues["q"].record.annotations[keys.ENFORCEMENT] = mode
+    decision, made = create(state, rs_pod("web-0"), now=100.0)
+    assert isinstance(decision, Allowed) and decision.would is not None, decision
+    assert "schedulingGates" not in made["spec"] and keys.WAITING not in made["metadata"]["annotations"]
+    assert decision.would.message.startswith('queue "q" has 0 NVIDIA-H200 left')
+    assert not state.line.line("q")

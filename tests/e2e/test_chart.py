@@ -314,6 +314,7 @@ def test_the_decision_values_reach_the_server_as_settings_it_accepts(
     flags += ["--set", "podGroups.preemptable.training=false", "--set", "hierarchicalQueues=false"]
     flags += ["--set", "cpuMemoryCheck.enabled=true", "--set", "cpuMemoryCheck.cardUnlimitedCpuMemory=true"]
     flags += ["--set", "cpuMemoryCheck.schedulerNames={volcano,kai}", "--set", "overQuota=wait"]
+    flags += ["--set", "enforcement=audit"]
     (container,) = of_kind(render(control_plane, "ops", *flags), "Deployment")["spec"]["template"]["spec"][
         "containers"
     ]
@@ -327,6 +328,7 @@ def test_the_decision_values_reach_the_server_as_settings_it_accepts(
     assert dict(policy.preemptable_by_service_type) == {"inference": "false", "training": "false"}
     assert not policy.hierarchical_queues
     assert policy.over_quota == "wait"
+    assert policy.enforcement == "audit"
     assert policy.cpu_memory_check and policy.card_unlimited_cpu_memory
     assert policy.volcano_schedulers == {"volcano", "kai"}
     wrong = helm(

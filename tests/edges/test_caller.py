@@ -470,3 +470,41 @@ def test_a_waiter_whose_pod_was_admitted_but_not_seen_yet_is_not_called_for_it()
     assert calls.call_next(state, 101.5) == ()
     state.upsert_pod(pod_record(retry))  # the cache sees it: web leaves the line, nothing held
     assert calls.call_next(state, 102.0) == () and state.line.get("uid-rs-web") is None
+
+
+@pytest.mark.parametrize("mode", ["warn", "audit"])
+def test_what_a_quota_that_warns_or_audits_would_refuse_is_told_by_an_event_on_what_was_admitted(
+    mode: str,
+) -> None:
+    """q's H200 are all used; chat's scale-up and train's enqueue are admitted (decisions.md §34)
+    and each told, on the Deployment, and on the PodGroup and its Volcano Job."""
+    q = queue("q", f'{{"{H200}": 1}}')
+    q["metadata"]["annotations"][keys.ENFORCEMENT] = mode
+    job = owner("Job", "train", "uid-job-train", api="batch.volcano.sh/v1alpha1")
+    group = podgroup("train", "Pending", f'{{"{H200}": 1}}', owner_ref=job, minMember=1)
+    state = cluster(
+        node("h200", H200, 1),
+        q,
+        deployment("chat", 1),
+        replicaset("chat-1", 1, "chat"),
+        pod("run-0", node_name="h200", phase="Running"),
+        group,
+    )
+    new = copy.deepcopy(group)
+    new["status"]["phase"] = "Inqueue"
+    enqueue = request(new, resource="podgroups", operation="UPDATE", old=group, group="scheduling.volcano.sh")
+    for review in (scale_request("chat", 1, 2), enqueue):
+        decision = admission.validate(state, review, 1.0)
+        assert isinstance(decision, Allowed) and decision.would is not None, decision
+        admission.admit(state, review, decision, 1.0)
+    api = Api()
+    run(LineCaller(state, api, lambda: True, clock=lambda: 1.0))  # type: ignore[arg-type]
+    told = [(e[1]["kind"], e[1]["name"], e[2]) for e in api.events]
+    assert told == [
+        ("Deployment", "chat", "CardQuotaWouldRefuse"),
+        ("PodGroup", "train", "CardQuotaWouldRefuse"),
+        ("Job", "train", "CardQuotaWouldRefuse"),
+    ]
+    assert api.events[0][3].startswith(f"would be refused ({mode} mode): scale-up of deployment ns/chat from 1")
+    run(LineCaller(state, api, lambda: True, clock=lambda: 2.0))  # type: ignore[arg-type]
+    assert len(api.events) == 3, "told once"

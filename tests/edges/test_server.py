@@ -6,6 +6,7 @@ import json
 import ssl
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -733,3 +734,39 @@ def test_a_pod_naming_a_podgroup_the_cache_lacks_reads_it_live_and_is_refused_na
             assert out["status"]["message"].startswith(
                 'pod ns/a names queue "q2" but its podgroup ns/pg is in queue "q1", where Volcano schedules it'
             )
+
+
+class Relaxed(Loaded):
+    """The example cluster, its quotas warning instead of refusing (decisions.md §34)."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        assert self.state is not None
+        self.state.policy = replace(self.state.policy, enforcement=mode)
+
+
+@pytest.mark.parametrize("mode", ["warn", "audit"])
+def test_a_quota_that_warns_or_audits_is_answered_allowed_with_the_refusal_it_would_be(
+    tmp_path: Path, mode: str
+) -> None:
+    """cr-queue1's last H200 goes to real-1; real-2, past it, is admitted: kubectl prints the
+    refusal as a warning (warn), the audit log keeps it (both), the metric counts it (a dry run not)."""
+    with (
+        serve_in_thread(Relaxed(mode), tmp_path) as url,
+        httpx.Client(base_url=url, verify=client_context(tmp_path)) as client,
+    ):
+        assert post(client, "/validate", pod_create("real-1", "real-1", dry_run=False)).json()["response"][
+            "allowed"
+        ]
+        post(client, "/validate", pod_create("dry", "dry", dry_run=True))
+        second = post(client, "/validate", pod_create("real-2", "real-2", dry_run=False)).json()["response"]
+        assert second["allowed"] is True
+        would = second["auditAnnotations"]["would-refuse"]
+        assert would.startswith('queue "cr-queue1" has 0 NVIDIA-H200 left') and "pod " in would
+        assert second["auditAnnotations"]["enforcement"] == mode
+        assert second.get("warnings", []) == ([would] if mode == "warn" else [])
+        text = client.get("/metrics").text
+        series = (
+            f'cardquota_would_refuse_total{{card="NVIDIA-H200",kind="Pod",mode="{mode}",queue="cr-queue1"}}'
+        )
+        assert metric(text, series) == 1.0

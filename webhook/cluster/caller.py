@@ -32,6 +32,7 @@ CALLED = "CardQuotaCalled"
 WAITING = "CardQuotaWaiting"
 RELEASED = "CardQuotaReleased"
 REFUSED = "CardQuotaEnqueueRefused"
+WOULD_REFUSE = "CardQuotaWouldRefuse"  # admitted, its queue's quota only warning or auditing (§34)
 BORROWING = "CardQuotaBorrowing"  # admitted on cards its queue's cohort lends (decisions.md §33)
 UNFIT = "CardQuotaLeftLine"
 TELL_EVERY = 60.0  # seconds between two Events about one PodGroup refused at enqueue
@@ -72,6 +73,7 @@ class LineCaller:
         await self._tell_new()
         await self._tell_refusals(now)
         await self._tell_borrowings(now)
+        await self._tell_would_refuse()
         for waiter in calls.unfit(self.state):
             self._standing.pop(waiter.key, None)  # it left unserved
             await self._tell_unfit(waiter)
@@ -168,6 +170,24 @@ class LineCaller:
                 done = False
             if done:
                 del self._marking[key]
+
+    async def _tell_would_refuse(self) -> None:
+        """An Event on each object admitted since the last pass that its queue's quota would have
+        refused, it only warning or auditing (decisions.md §34); a PodGroup's on its Volcano Job too."""
+        told, self.state.would_refuse = self.state.would_refuse, []
+        for would in told:
+            assert would.involved is not None  # only those are kept
+            api_version, kind, namespace, name = would.involved
+            message = f"would be refused ({would.mode} mode): {would.message}"
+            group = self.state.podgroups.get(f"{namespace}/{name}") if kind == "PodGroup" else None
+            if group is not None:
+                await self._group_event(group, WOULD_REFUSE, message)
+                continue
+            involved = {"apiVersion": api_version, "kind": kind, "name": name}
+            try:
+                await self.transport.record_event(namespace, involved, WOULD_REFUSE, message, "Warning")
+            except cache.Unavailable as exc:
+                log.warning("could not record an Event", extra={"object": name, "error": str(exc)})
 
     async def _tell_unfit(self, waiter: Waiter) -> None:
         """An Event on a waiter that left the line because its queue can no longer ever hold it."""

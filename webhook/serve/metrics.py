@@ -100,6 +100,13 @@ class Metrics:
         self.cert_reloads = Counter(
             "cardquota_certificate_reloads", "serving certificate reloads", registry=self.registry
         )
+        self.would_refuse = Counter(
+            "cardquota_would_refuse",
+            "requests admitted that their queue's quota would have refused, it only warning or auditing"
+            " (cardquota.volcano.sh/enforcement), by the queue whose quota has no room, card, kind and mode",
+            ["queue", "card", "kind", "mode"],
+            registry=self.registry,
+        )
         self.reclaims = Counter(
             "cardquota_reclaims",
             "reclaim decisions (tidal, or a lender taking back what its cohort borrows), by the queue"
@@ -143,6 +150,10 @@ class Metrics:
             self._children[key] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def observe_would_refuse(self, queue: str, card: str, kind: str, mode: str) -> None:
+        """An admission its queue's quota would have refused, in ``mode`` ("warn" or "audit")."""
+        self.would_refuse.labels(queue, card, kind if kind in KINDS else "other", mode).inc()
 
     def observe_reclaim(self, queue: str, card: str, outcome: str, cards: int) -> None:
         """One reclaim decision for ``queue``'s pods; ``cards``: what an eviction took back (units

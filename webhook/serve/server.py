@@ -150,6 +150,8 @@ async def _answer_review(request: web.Request, webhook: review.Webhook) -> web.R
     elapsed = time.perf_counter() - started
     metrics = request.app[METRICS]
     metrics.observe(webhook, raw.kind.kind, raw.operation, outcome, elapsed)
+    if isinstance(decision, Allowed) and decision.would is not None and not read.dry_run:
+        metrics.observe_would_refuse(decision.queue, decision.card, raw.kind.kind, decision.would.mode)
     if isinstance(decision, Denied) and decision.cause == TOO_COMPLEX:
         metrics.too_complex.labels(webhook).inc()
     return web.Response(body=payload, content_type="application/json")

@@ -102,11 +102,13 @@ def response(uid: str, decision: Decision) -> dict[str, Any]:
     """The AdmissionReview response for a decision."""
     body: dict[str, Any] = {"uid": uid}
     match decision:
-        case Allowed(warnings=warnings, patch=patch):
+        case Allowed(warnings=warnings, patch=patch, would=would):
             body["allowed"] = True
             if patch:
                 body["patchType"] = "JSONPatch"
                 body["patch"] = base64.b64encode(orjson.dumps(list(patch))).decode()
+            if would is not None:  # the API server's audit log keeps them, prefixed with the webhook's name
+                body["auditAnnotations"] = {"would-refuse": would.message, "enforcement": would.mode}
         case Denied(message=message, code=code):
             body["allowed"] = False
             body["status"] = {"code": code, "message": message, "reason": "Forbidden"}

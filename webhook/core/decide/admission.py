@@ -3,7 +3,16 @@
 
 from typing import Any
 
-from webhook.core.decide import capability, claiming, decisions, enqueue, patches, scaling, writes
+from webhook.core.decide import (
+    capability,
+    claiming,
+    decisions,
+    enforcement,
+    enqueue,
+    patches,
+    scaling,
+    writes,
+)
 from webhook.core.index.state import ClusterState
 from webhook.core.model import shapes
 from webhook.core.model.ledger import Entry
@@ -33,6 +42,11 @@ def pod_template(
 
 
 def validate(state: ClusterState, request: Request, now: float) -> Decision:
+    """The validating webhook's decision on ``request``, as its queue enforces it (decisions.md §34)."""
+    return enforcement.enforce(state, request, _validate(state, request, now))
+
+
+def _validate(state: ClusterState, request: Request, now: float) -> Decision:
     state.inventory.devices.turn()
     state.expire(now)
     if request.operation == "DELETE":
@@ -123,6 +137,8 @@ def admit(state: ClusterState, request: Request, decision: Decision, now: float)
         if decision.podgroup:
             state.refusals[decision.podgroup] = decision.message  # told on the PodGroup and its job
         return
+    if decision.would is not None and decision.would.involved and len(state.would_refuse) < TOLD_BOUND:
+        state.would_refuse.append(decision.would)  # told by an Event
     if decision.marked and decision.borrowed and len(state.borrowings) < TOLD_BOUND:
         told = "; ".join(decision.warnings) if decision.told else ""  # by an Event: no kubectl printed it
         state.borrowings[decision.marked] = Borrowing(told, decision.borrowed, now)

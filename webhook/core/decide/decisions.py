@@ -154,11 +154,11 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
     if fits:
         above = ancestors_refuse(state, queue, demand.spec, demand.count, 1, what, taken)
         if above is not None:
-            return replace(above, release=release)
+            return replace(above, release=release, hold=hold)
         if demand.spec.is_multi and demand.origin is None:
             # No model had room at its mutation, some has now: admitted, it would run on no one model.
             message = messages.unassigned(what, demand.spec, queue)
-            return _refused(state, pod, queue, demand, message, len(ahead), place, release)
+            return _refused(state, pod, queue, demand, message, len(ahead), place, release, quota=False)
         over = capability.refuses(state, queue, what, cpu, memory)
         if over is not None:
             return replace(over, card=demand.spec.text, release=release)
@@ -180,7 +180,7 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
             borrowed=borrowed_by(state, queue, demand.spec, demand.count),
         )
     message = messages.no_room(usage, demand.spec, what, demand.count) + messages.ahead_in_line(ahead)
-    return _refused(state, pod, queue, demand, message, len(ahead), place, release)
+    return replace(_refused(state, pod, queue, demand, message, len(ahead), place, release), hold=hold)
 
 
 def _unpaid(
@@ -217,9 +217,11 @@ def _refused(
     ahead: int,
     place: line.Place,
     release: tuple[str, ...],
+    quota: bool = True,
 ) -> Denied:
-    """A pod create refused for want of room: its controller joins the line (deny mode), or its
-    next create waits under the gate (wait mode), and the message says which."""
+    """A pod create refused for want of room (``quota``; else for want of a model): its controller
+    joins the line (deny mode), or its next create waits under the gate (wait mode), and the message
+    says which."""
     waits = _waits(state, pod, queue, demand)
     join, cause = None, ""
     if waits == "deny":
@@ -232,7 +234,9 @@ def _refused(
         owner = state.workloads.by_uid[pod.owner.uid]  # type: ignore[union-attr]
         message += messages.never_whole(f"{owner.kind.lower()} {owner.key}", _missing(state, owner), demand)
         join = Join(owner.uid, -place[0])  # registered with its place, which it keeps out of the line
-    return Denied(message, queue=queue, card=demand.spec.text, release=release, join=join, cause=cause)
+    return Denied(
+        message, queue=queue, card=demand.spec.text, release=release, join=join, cause=cause, quota=quota
+    )
 
 
 def _gated(state: ClusterState, pod: PodRecord, queue: str, demand: PodDemand, what: str) -> Decision:
@@ -595,7 +599,7 @@ def ancestors_refuse(
             return too_complex(ancestor, what, spec, per_pod, pods, error)
         if not fits:
             message = messages.no_room(usage, spec, what, per_pod, pods, below=queue)
-            return Denied(message, queue=ancestor, card=spec.text)
+            return Denied(message, queue=ancestor, card=spec.text, quota=True)
     return None
 
 

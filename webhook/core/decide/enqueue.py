@@ -102,6 +102,7 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
                 card=spec.text,
                 cause=ENQUEUE,
                 podgroup=group.key,
+                quota=True,
             )
         if not fits:
             place = line.ordinal(len(ahead) + 1)
@@ -119,6 +120,7 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
                 join=Join(group.uid, 0, group.key),
                 cause=ENQUEUE,
                 podgroup=group.key,
+                quota=True,
             )
         key = enqueue_key(group.uid, index)
         above = ancestors_refuse(state, queue, spec, count, 1, what, key)

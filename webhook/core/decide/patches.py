@@ -143,8 +143,9 @@ def _gate_ops(
         if not state.policy.waiting_line or controller_of(pod) is None:
             return None
         record = reviewed_pod(pod, request.namespace, template)
-        if state.waiting.over_quota(state.queue_of_pod(record)) != "wait":
-            return None  # deny mode: validation alone decides (no second check on the hot path)
+        queue = state.queue_of_pod(record)
+        if state.waiting.over_quota(queue) != "wait" or state.enforcement(queue) != "deny":
+            return None  # deny mode, or a quota not enforced: validation alone decides
         decision = decisions.decide_pod_create(state, request, now)
         if not (isinstance(decision, Denied) and decision.cause == WAITS):
             return None

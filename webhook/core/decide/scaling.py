@@ -94,7 +94,7 @@ def check_pods(
     if fits:
         above = ancestors_refuse(state, queue, demand.spec, demand.count, pods, what, key)
         if above is not None:
-            return above
+            return replace(above, hold=hold)
         over = capability.refuses(state, queue, what, cpu, memory, pods, key)
         if over is not None:
             return replace(over, card=demand.spec.text)
@@ -112,7 +112,7 @@ def check_pods(
             warned = borrows(state, queue, demand.spec, demand.count * pods, what)
         return Allowed("fits the queue's quota", warned, hold=hold, queue=queue, card=demand.spec.text)
     message = messages.no_room(usage, demand.spec, what, demand.count, pods) + messages.ahead_in_line(ahead)
-    return Denied(message, queue=queue, card=demand.spec.text)
+    return Denied(message, queue=queue, card=demand.spec.text, quota=True, hold=hold)
 
 
 def _replicas(obj: object, absent: int) -> int | None:

@@ -63,7 +63,10 @@ class Plan:
 
 
 def mode_of(state: ClusterState, queue: str) -> str:
-    """The queue's reclaim mode: its annotation, else the cluster's setting."""
+    """The queue's reclaim mode: its annotation, else the cluster's setting; "off" while its quota
+    only warns or audits (decisions.md §34: a queue not enforced takes nothing from others)."""
+    if state.enforcement(queue) != "deny":
+        return "off"
     info = state.tree.queues.get(queue)
     said = info.record.annotations.get(keys.RECLAIM, "") if info is not None else ""
     return said if said in MODES else state.policy.reclaim
@@ -162,6 +165,8 @@ def _beneficiary(state: ClusterState, uid: str) -> str:
 def may_take(state: ClusterState, queue: str) -> bool:
     """Whether any other queue could give cards back to ``queue``'s pods: reclaimable and of lower
     priority. When none is, nothing of its waiting pods is read or solved (no API reads, no search)."""
+    if mode_of(state, queue) == "off":
+        return False
     if cohorts.lends(state, queue):  # its pods may take back what its cohort borrows
         return True
     priority = priority_of(state, queue)

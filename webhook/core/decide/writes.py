@@ -39,6 +39,13 @@ def decide_queue(state: ClusterState, request: Request) -> Decision:
             return Denied(
                 f'queue "{name}" has a malformed {keys.NAMESPACES} {shorten(allowed)}: {exc}', queue=name
             )
+    mode = record.annotations.get(keys.ENFORCEMENT)
+    if mode is not None and mode not in keys.ENFORCEMENTS:
+        return Denied(
+            f'queue "{name}" has a malformed {keys.ENFORCEMENT} {shorten(mode)}: one of'
+            f" {', '.join(keys.ENFORCEMENTS)}",
+            queue=name,
+        )
     for key in (keys.RECLAIM_MIN_RUNTIME, keys.RECLAIM_NOTICE):
         duration = record.annotations.get(key)
         if duration is not None and parse_duration(duration) is None:
@@ -235,6 +242,7 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
                 f' "{queue}" ({whole}): it could never run; split the request per model',
                 queue=queue,
                 card=spec.text,
+                quota=True,
             )
         total = sum(g.demand for g in groups)
         named = list(dict.fromkeys(c for g in groups for c in g.cards))
@@ -244,6 +252,7 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
             f" is {whole}: it could never run",
             queue=queue,
             card="|".join(named),
+            quota=True,
         )
     for ancestor in state.tree.ancestors.get(queue, ()):
         limit = state.tree.queues[ancestor].quota
@@ -263,6 +272,7 @@ def decide_volcano_job(state: ClusterState, request: Request) -> Decision:
                 f' "{ancestor}" (above "{queue}") is {whole}: it could never run',
                 queue=ancestor,
                 card="|".join(named),
+                quota=True,
             )
     warnings = _unfit_tasks(state, job, queue, what) if request.operation == "CREATE" else ()
     return Allowed(

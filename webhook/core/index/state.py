@@ -44,7 +44,7 @@ from webhook.core.model.quoting import shorten
 from webhook.core.model.reclaim import Taken
 from webhook.core.model.runqueue import CREATED, JOB, PODGROUP, RunQueue, created_queue, namespace_default
 from webhook.core.model.selector import SelectorError, parse_selector
-from webhook.core.model.verdicts import Borrowing
+from webhook.core.model.verdicts import Borrowing, Would
 
 
 class ClusterState:
@@ -91,6 +91,9 @@ class ClusterState:
         self.refusals: dict[str, str] = {}  # PodGroup key -> its last enqueue refusal, not told yet
         # "pod:"/"podgroup:" key -> an admission on borrowed cards, its Event and mark not written yet
         self.borrowings: dict[str, Borrowing] = {}
+        self.would_refuse: list[
+            Would
+        ] = []  # admissions a quota that warns or audits would refuse, not told yet
         # PodGroup key -> the cards tidal reclaim took back from it, held for the pods they went to
         self.reclaims: dict[str, Taken] = {}
         self._deadlines: list[tuple[float, str]] = []
@@ -342,6 +345,13 @@ class ClusterState:
         return group_request(group, owner, self.inventory, self.policy)
 
     # ---- queue resolution and ownership --------------------------------------------------
+    def enforcement(self, queue: str) -> str:
+        """Whether ``queue``'s quota refuses: its ``cardquota.volcano.sh/enforcement`` ("deny", "warn"
+        or "audit"), else the cluster's (decisions.md §34)."""
+        info = self.tree.queues.get(queue)
+        said = info.record.annotations.get(keys.ENFORCEMENT, "") if info is not None else ""
+        return said if said in keys.ENFORCEMENTS else self.policy.enforcement
+
     def queue_of_pod(self, pod: PodRecord) -> str:
         """The queue ``pod`` is charged to: the one Volcano schedules it in (``run_queue``). Read for
         every pod charged: the PodGroup the cache holds, nearly every pod's case, is taken here

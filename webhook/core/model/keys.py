@@ -23,6 +23,11 @@ GATE: Final = "cardquota.volcano.sh/waiting"
 CALLED: Final = "cardquota.volcano.sh/called"
 # Ours, on a Queue: "deny" or "wait", what happens to a controller's pod that does not fit now.
 OVER_QUOTA: Final = "cardquota.volcano.sh/over-quota"
+# Ours, on a Queue: "deny", "warn" or "audit", whether its quota refuses (deny), or admits and says
+# what it would have refused, to the user and in an Event (warn) or only in the audit log, an Event
+# and a metric (audit); overrides the cluster's setting (decisions.md §34).
+ENFORCEMENT: Final = "cardquota.volcano.sh/enforcement"
+ENFORCEMENTS: Final = ("deny", "warn", "audit")
 # Ours, on a Queue: "on", "dry-run" or "off", whether its pods take back cards of their model that
 # training borrowed (tidal reclaim, SPEC §5e); overrides the cluster's setting.
 RECLAIM: Final = "cardquota.volcano.sh/reclaim"

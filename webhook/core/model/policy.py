@@ -68,6 +68,10 @@ class Policy:
     # cardquota.volcano.sh/over-quota annotation says otherwise: "deny" (refused; its controller
     # waits in line and is told to retry when its cards free) or "wait" (admitted under a gate).
     over_quota: str = "deny"
+    # Whether a quota refuses (decisions.md §34): "deny", "warn" (admitted, the refusal it would have
+    # been told to the user and by an Event) or "audit" (admitted, told in the audit log, an Event and
+    # a metric); a Queue's cardquota.volcano.sh/enforcement overrides it.
+    enforcement: str = "deny"
     # Keep the waiting lines at all (off: refusals only; a controller retries on its own back-off).
     waiting_line: bool = True
     # Tidal reclaim (SPEC §5e): "on" (evict the training that holds the cards an admitted pod waits

@@ -70,6 +70,16 @@ class Allowed:
     # what it marks as borrowing ("pod:<ns>/<name>", "podgroup:<ns>/<name>") and with what
     marked: str = ""
     borrowed: tuple[Borrowed, ...] = ()
+    would: "Would | None" = None  # admitted though its quota has no room: its queue warns or audits
+
+
+@value_class
+class Would:
+    """The refusal an admission would have been, its queue enforcing in ``mode`` ("warn", "audit")."""
+
+    mode: str
+    message: str  # exactly the refusal's
+    involved: tuple[str, str, str, str] | None  # (apiVersion, kind, namespace, name) its Event is on
 
 
 @value_class
@@ -96,6 +106,10 @@ class Denied:
     release: tuple[str, ...] = ()  # ledger entries the denied request had held (its assignment)
     join: Join | None = None  # the controller that waits in line for its cards (deny mode)
     podgroup: str = ""  # a PodGroup refused at enqueue (namespace/name): told by an Event
+    # a refusal for want of room in a quota (now, or ever): its queue's enforcement decides whether
+    # it refuses (decisions.md §34); shape, trust and fail-closed refusals always do
+    quota: bool = False
+    hold: Hold | None = None  # what it would hold, admitted after all (a quota that only warns)
 
 
 Decision = Allowed | Denied
