@@ -505,6 +505,8 @@ def test_what_a_quota_that_warns_or_audits_would_refuse_is_told_by_an_event_on_w
         ("PodGroup", "train", "CardQuotaWouldRefuse"),
         ("Job", "train", "CardQuotaWouldRefuse"),
     ]
-    assert api.events[0][3].startswith(f"would be refused ({mode} mode): scale-up of deployment ns/chat from 1")
+    assert api.events[0][3].startswith(
+        f"would be refused ({mode} mode): scale-up of deployment ns/chat from 1"
+    )
     run(LineCaller(state, api, lambda: True, clock=lambda: 2.0))  # type: ignore[arg-type]
     assert len(api.events) == 3, "told once"
