@@ -31,7 +31,7 @@ from webhook.core.index.state import ClusterState
 from webhook.core.model.policy import Policy
 from webhook.errors import CardquotaError, ConfigError
 from webhook.serve import probe, review
-from webhook.tools import devcerts, headroom, whatif
+from webhook.tools import audit, devcerts, headroom, whatif
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -42,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
     rev.add_argument("--webhook", choices=("validate", "mutate"), default="validate")
     settings.add_flags(rev, settings.PolicySettings)
     _state_flags(sub.add_parser("status", help="cluster cards and per-queue usage"))
+    _state_flags(
+        sub.add_parser("audit", help="what enforcement would refuse now: queues past their quota, workloads")
+    )
     ex = sub.add_parser("examples", help="review every file in DIR/reviews against DIR/cluster")
     ex.add_argument("directory", type=Path)
     serve = sub.add_parser("serve", help="serve /validate and /mutate over HTTPS")
@@ -93,6 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _review(args)
         if args.command == "status":
             return _status(args)
+        if args.command == "audit":
+            return _audit(args)
         if args.command == "serve":
             return main_module.run(settings.load(args))
         if args.command == "whatif":
@@ -152,6 +157,15 @@ def _review(args: argparse.Namespace) -> int:
     body = sys.stdin.buffer.read()
     out = review.answer(state, body, args.webhook, time.time())
     sys.stdout.buffer.write(orjson.dumps(out, option=orjson.OPT_INDENT_2) + b"\n")
+    return 0
+
+
+def _audit(args: argparse.Namespace) -> int:
+    found = audit.report(_state(args), time.time())
+    if args.output == "json":
+        sys.stdout.buffer.write(orjson.dumps(found, option=orjson.OPT_INDENT_2) + b"\n")
+    else:
+        print(audit.table(found))
     return 0
 
 

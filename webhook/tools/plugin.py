@@ -28,7 +28,7 @@ from webhook import settings
 from webhook.core.decide.report import cluster_status, lines, lines_table, status_table
 from webhook.core.index.state import ClusterState
 from webhook.errors import CardquotaError, ConfigError, NotReady
-from webhook.tools import headroom, whatif
+from webhook.tools import audit, headroom, whatif
 
 EXAMPLES = """examples:
   # every card model and every queue's quota and use, in the current context
@@ -72,10 +72,11 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES + "\n" + __doc__[__doc__.index("Exit codes:") :],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="status|whatif|headroom|waiting")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="status|audit|whatif|headroom|waiting")
     raw = argparse.RawDescriptionHelpFormatter
     for name, text in (
         ("status", "card models and every queue's quota and use"),
+        ("audit", "what enforcement would refuse now: queues past their quota, workloads refused next"),
         ("whatif", "what the webhooks would say to a manifest"),
         ("headroom", "how many more replicas fit now, and what stops one more"),
         ("waiting", "every queue's waiting line in order (-n: only that namespace's waiters)"),
@@ -104,6 +105,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _print(args.output, cluster_status(state, time.time()), status_table)
         if args.command == "whatif":
             return _whatif(args, state, namespace)
+        if args.command == "audit":
+            return _print(args.output, audit.report(state, time.time()), audit.table)
         if args.command == "waiting":
             return _print(args.output, lines(state, args.namespace or ""), lines_table)
         return _headroom(args, state, namespace)

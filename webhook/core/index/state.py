@@ -91,6 +91,7 @@ class ClusterState:
         self.refusals: dict[str, str] = {}  # PodGroup key -> its last enqueue refusal, not told yet
         # "pod:"/"podgroup:" key -> an admission on borrowed cards, its Event and mark not written yet
         self.borrowings: dict[str, Borrowing] = {}
+        self.enforcing_all = False  # every quota refuses, whatever its mode: what ``audit`` asks
         self.would_refuse: list[
             Would
         ] = []  # admissions a quota that warns or audits would refuse, not told yet
@@ -348,6 +349,8 @@ class ClusterState:
     def enforcement(self, queue: str) -> str:
         """Whether ``queue``'s quota refuses: its ``cardquota.volcano.sh/enforcement`` ("deny", "warn"
         or "audit"), else the cluster's (decisions.md §34)."""
+        if self.enforcing_all:
+            return "deny"
         info = self.tree.queues.get(queue)
         said = info.record.annotations.get(keys.ENFORCEMENT, "") if info is not None else ""
         return said if said in keys.ENFORCEMENTS else self.policy.enforcement

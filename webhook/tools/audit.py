@@ -1,0 +1,121 @@
+"""What enforcement would refuse now (decisions.md §34): ``cardquota audit`` on a snapshot or a
+cluster, ``kubectl cardquota audit``.
+
+Per queue and model: its enforcement, its quota (what it may use now, for a model it lends and
+borrows), what it uses, and by how much it runs past it. Per workload with card pods (a Deployment, a
+StatefulSet, a ReplicaSet no Deployment owns, each card task of a Volcano Job): its queue and model,
+its replicas, and whether its next scale-up (one more replica) and a pod of it re-created (deleted,
+then made again by its controller) would be refused, each decided as the validating webhook decides
+under ``deny``, whatever the queue's mode: what switching it to ``deny`` would mean.
+"""
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from webhook.core.index.state import ClusterState
+from webhook.core.index.usage import queue_usage
+from webhook.core.model.cards import figure
+from webhook.core.model.demand import PodDemand, pod_demand
+from webhook.errors import ConfigError
+from webhook.tools import headroom
+
+KINDS = {"Deployment": "deployment", "StatefulSet": "statefulset", "ReplicaSet": "replicaset"}
+
+
+@contextmanager
+def enforced(state: ClusterState) -> Iterator[ClusterState]:
+    """``state`` with every quota refusing, whatever its mode, for as long as the block runs."""
+    before, state.enforcing_all = state.enforcing_all, True
+    try:
+        yield state
+    finally:
+        state.enforcing_all = before
+
+
+def report(state: ClusterState, now: float) -> dict[str, Any]:
+    """The queues' figures and the workloads enforcement would refuse, as JSON."""
+    modes = {name: state.enforcement(name) for name in state.tree.queues}
+    with enforced(state):
+        queues = _queues(state, modes)
+        return {"queues": queues, "workloads": _workloads(state, queues, now)}
+
+
+def _queues(state: ClusterState, modes: dict[str, str]) -> list[dict[str, Any]]:
+    rows = []
+    for name in sorted(state.tree.queues):
+        info = state.tree.queues[name]
+        if not info.quota:
+            continue
+        usage = queue_usage(state, name)
+        for card in sorted(info.quota):
+            use = usage.card(card)
+            rows.append(
+                {
+                    "queue": name,
+                    "card": card,
+                    "enforcement": modes[name],
+                    "quota": figure(use.quota),
+                    "used": figure(use.used),
+                    "over": figure(max(0, use.used - use.quota)),
+                }
+            )
+    return rows
+
+
+def _workloads(state: ClusterState, queues: list[dict[str, Any]], now: float) -> list[dict[str, Any]]:
+    over = {(row["queue"], row["card"]) for row in queues if row["over"]}
+    rows = []
+    for workload in sorted(state.workloads.by_uid.values(), key=lambda w: (w.kind, w.namespace, w.name)):
+        if workload.kind in KINDS and not (workload.kind == "ReplicaSet" and workload.owner is not None):
+            answers = [headroom.of_workload(state, f"{KINDS[workload.kind]}/{workload.key}", now)]
+        elif workload.kind == "Job" and workload.tasks and workload.tasks[0].template is not None:
+            try:
+                answers = headroom.of_job(state, workload.namespace, workload.name, now)
+            except ConfigError:  # no task uses cards
+                continue
+        else:
+            continue
+        queue = state.template_queue(workload).queue
+        for task, answer in zip(workload.tasks, answers, strict=False):
+            demand = pod_demand(task.template, state.inventory, state.policy)
+            if not isinstance(demand, PodDemand):
+                continue
+            cards = demand.spec.cards
+            rows.append(
+                {
+                    "workload": answer.target,
+                    "queue": queue,
+                    "card": demand.spec.text,
+                    "replicas": answer.replicas,
+                    "next_scale_up": "admitted" if answer.more != 0 else "refused",
+                    "why": answer.reason if answer.more == 0 else "",
+                    "pod_recreated": "refused" if all((queue, c) in over for c in cards) else "admitted",
+                }
+            )
+    return rows
+
+
+def table(found: dict[str, Any]) -> str:
+    lines = [f"{'QUEUE':<16} {'CARD':<40} {'ENFORCEMENT':<11} {'QUOTA':>6} {'USED':>6} {'OVER':>6}"]
+    for row in found["queues"]:
+        lines.append(
+            f"{row['queue']:<16} {row['card']:<40} {row['enforcement']:<11} {_n(row['quota']):>6}"
+            f" {_n(row['used']):>6} {_n(row['over']):>6}"
+        )
+    head = f"{'WORKLOAD':<48} {'QUEUE':<16} {'CARD':<28} {'REPLICAS':>8}  NEXT SCALE-UP  POD RE-CREATED"
+    lines += ["", head]
+    for row in found["workloads"]:
+        lines.append(
+            f"{row['workload']:<48} {row['queue']:<16} {row['card']:<28} {row['replicas']:>8}"
+            f"  {row['next_scale_up']:<13}  {row['pod_recreated']}"
+        )
+    refused = [row for row in found["workloads"] if row["why"]]
+    if refused:
+        lines += ["", "WHY THE NEXT SCALE-UP WOULD BE REFUSED"]
+        lines += [f"{row['workload']}: {row['why']}" for row in refused]
+    return "\n".join(lines)
+
+
+def _n(value: float) -> str:
+    return f"{value:g}"
