@@ -175,6 +175,27 @@ def gpu_nodes() -> list[dict[str, Any]]:
     return nodes
 
 
+# The API server's audit log: the writes the validating webhook admits a quota would refuse carry its
+# audit annotations (decisions.md §34); metadata only, for the kinds it counts, nothing else logged.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1",
+    "kind": "Policy",
+    "omitStages": ["RequestReceived", "ResponseStarted"],
+    "rules": [
+        {
+            "level": "Metadata",
+            "verbs": ["create", "update", "patch"],
+            "resources": [
+                {"group": "apps", "resources": ["deployments", "deployments/scale", "statefulsets/scale"]},
+                {"group": "", "resources": ["pods"]},
+                {"group": "scheduling.volcano.sh", "resources": ["podgroups"]},
+            ],
+        },
+        {"level": "None"},
+    ],
+}
+
+
 class ControlPlane:
     """Start, use and stop one control plane under ``workdir``; component logs in ``workdir/logs``."""
 
@@ -361,6 +382,9 @@ class ControlPlane:
 
     def _apiserver(self) -> None:
         c = self.certs
+        self.audit_log = self.logs / "audit.log"
+        policy = self.workdir / "audit-policy.json"
+        policy.write_text(json.dumps(AUDIT_POLICY))
         self._start(
             "kube-apiserver",
             [
@@ -382,6 +406,10 @@ class ControlPlane:
                 "--enable-priority-and-fairness=false",
                 "--profiling=false",
                 f"--cert-dir={self.workdir / 'apiserver-certs'}",
+                f"--audit-policy-file={policy}",
+                f"--audit-log-path={self.audit_log}",
+                "--audit-log-maxsize=50",
+                "--audit-log-maxbackup=1",
                 "--v=1",
             ],
         )

@@ -141,13 +141,20 @@ def _record(
             "object": request.target,
             "operation": request.operation,
             "dry_run": request.dry_run,
-            "decision": "allowed" if isinstance(decision, Allowed) else "denied",
+            "decision": _outcome(decision),
             "queue": decision.queue,
             "card": decision.card,
             "duration_ms": round((time.perf_counter() - started) * 1000, 3),
         }
     )
     return decision
+
+
+def _outcome(decision: Decision) -> str:
+    """``allowed``, ``denied``, or ``would refuse (warn)``/``(audit)``: admitted, its quota relaxed."""
+    if isinstance(decision, Denied):
+        return "denied"
+    return f"would refuse ({decision.would.mode})" if decision.would is not None else "allowed"
 
 
 def answer(state: ClusterState, body: bytes | str, webhook: Webhook, now: float) -> dict[str, Any]:
@@ -160,7 +167,8 @@ def summary(decision: Decision) -> str:
     match decision:
         case Denied(message=message, code=code):
             return f"DENIED {code}: {message}"
-        case Allowed(reason=reason, patch=patch, warnings=warnings):
+        case Allowed(reason=reason, patch=patch, warnings=warnings, would=would):
             extra = "".join(f"\n  warning: {w}" for w in warnings)
+            extra += f"\n  would refuse ({would.mode}): {would.message}" if would and not warnings else ""
             extra += "".join(f"\n  patch: {orjson.dumps(dict(op)).decode()}" for op in patch)
             return f"ALLOWED: {reason}{extra}"
