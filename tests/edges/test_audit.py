@@ -8,7 +8,7 @@ import pytest
 
 from tests.builders import H200, cluster, deployment, node, owner, pod, queue, replicaset
 from webhook.core.model import keys
-from webhook.tools import audit, cli
+from webhook.tools import audit, cli, headroom
 
 RS = owner("ReplicaSet", "chat-1", "uid-rs-chat-1")
 
@@ -59,3 +59,17 @@ def test_cardquota_audit_reads_a_snapshot_and_prints_json(capsys: pytest.Capture
     assert {row["queue"] for row in found["queues"]} >= {"cr-queue1", "inference"}
     vllm = next(row for row in found["workloads"] if row["workload"] == "deployment team-c/vllm")
     assert vllm["next_scale_up"] == "refused" and "cr-queue1" in vllm["why"]
+
+
+@pytest.mark.parametrize("mode", ["deny", "warn", "audit"])
+def test_headroom_answers_what_deny_admits_and_says_the_queues_mode(mode: str) -> None:
+    """q has room for one more of chat's pods: headroom says 1 in every mode (a relaxed queue would
+    admit any number, telling it), and names a relaxed mode beside it."""
+    state = cluster(*chat(4, mode))
+    (answer,) = headroom.of_ref(state, "deployment/ns/chat", 1.0)
+    assert (answer.more, answer.enforcement) == (1, mode)
+    assert 'queue "q" has 1 left (quota 4: 3 running)' in answer.reason, answer.reason
+    assert (f"its queue's quota only {mode}s" in headroom.table(answer)) is (mode != "deny")
+    new = headroom.of_new(state, "q", H200, 1, 1.0)
+    assert (new.more, new.enforcement) == (1, mode)
+    assert state.enforcement("q") == mode

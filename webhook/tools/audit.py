@@ -9,8 +9,6 @@ then made again by its controller) would be refused, each decided as the validat
 under ``deny``, whatever the queue's mode: what switching it to ``deny`` would mean.
 """
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from webhook.core.index.state import ClusterState
@@ -23,20 +21,10 @@ from webhook.tools import headroom
 KINDS = {"Deployment": "deployment", "StatefulSet": "statefulset", "ReplicaSet": "replicaset"}
 
 
-@contextmanager
-def enforced(state: ClusterState) -> Iterator[ClusterState]:
-    """``state`` with every quota refusing, whatever its mode, for as long as the block runs."""
-    before, state.enforcing_all = state.enforcing_all, True
-    try:
-        yield state
-    finally:
-        state.enforcing_all = before
-
-
 def report(state: ClusterState, now: float) -> dict[str, Any]:
     """The queues' figures and the workloads enforcement would refuse, as JSON."""
     modes = {name: state.enforcement(name) for name in state.tree.queues}
-    with enforced(state):
+    with state.enforcing():
         queues = _queues(state, modes)
         return {"queues": queues, "workloads": _workloads(state, queues, now)}
 

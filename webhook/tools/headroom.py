@@ -51,6 +51,9 @@ class Headroom:
     cards: dict[str, dict[str, int]] = field(default_factory=dict)  # the queue's figures per card
     per_model: dict[str, int | None] = field(default_factory=dict)  # A|B: how many on each model alone
     lending: dict[str, dict[str, Any]] = field(default_factory=dict)  # a model lent and borrowed: see _lent
+    # its queue's enforcement (decisions.md §34): the figures are what deny admits; past them a
+    # queue that warns or audits admits too, telling it
+    enforcement: str = "deny"
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +65,7 @@ class Headroom:
             "cards": self.cards,
             "per_model": self.per_model,
             "lending": self.lending,
+            "enforcement": self.enforcement,
         }
 
 
@@ -148,12 +152,15 @@ def of_workload(state: ClusterState, ref: str, now: float) -> Headroom:
     annotations = workload.tasks[0].template.annotations
     queue = state.template_queue(workload).queue
     target = f"{kind.lower()} {namespace}/{name}"
-    answer = _search(state, target, workload.replicas, scale, queue, now)
-    demand = pod_demand(workload.tasks[0].template, state.inventory, state.policy)
-    if isinstance(demand, PodDemand):
-        limits = _limits(workload.tasks[0].template)
-        answer.per_model = _per_model(state, queue, demand.spec.cards, now, limits)
-        _lent(state, queue, workload.tasks[0].template, demand, answer)
+    mode = state.enforcement(queue)
+    with state.enforcing():
+        answer = _search(state, target, workload.replicas, scale, queue, now)
+        answer.enforcement = mode
+        demand = pod_demand(workload.tasks[0].template, state.inventory, state.policy)
+        if isinstance(demand, PodDemand):
+            limits = _limits(workload.tasks[0].template)
+            answer.per_model = _per_model(state, queue, demand.spec.cards, now, limits)
+            _lent(state, queue, workload.tasks[0].template, demand, answer)
     return _only(answer, annotations.get("volcano.sh/card.name", ""))
 
 
@@ -254,18 +261,21 @@ def of_new(
         )
 
     target = target or f"a new workload of {per_pod} {card} per pod in queue {queue!r}"
-    answer = _search(state, target, 0, scale, queue, now)
-    if answer.more is not None:  # the asking Deployment is a device: say "N more pods"
-        n = answer.more + 1
-        asked = f"scale-up of deployment headroom/headroom from 0 to {n} replicas"
-        answer.reason = answer.reason.replace(asked, f"{n} more pod{'s' if n > 1 else ''}")
-    if per_model:
-        models = tuple(CardName(part.strip()) for part in card.split("|"))
-        answer.per_model = _per_model(state, queue, models, now, limits or {resource: str(per_pod)})
-        made = pod_template_of(template, "headroom")
-        demand = pod_demand(made, state.inventory, state.policy)
-        if isinstance(demand, PodDemand):
-            _lent(state, queue, made, demand, answer)
+    mode = state.enforcement(queue)
+    with state.enforcing():  # what deny admits; the mode is told beside it
+        answer = _search(state, target, 0, scale, queue, now)
+        answer.enforcement = mode
+        if answer.more is not None:  # the asking Deployment is a device: say "N more pods"
+            n = answer.more + 1
+            asked = f"scale-up of deployment headroom/headroom from 0 to {n} replicas"
+            answer.reason = answer.reason.replace(asked, f"{n} more pod{'s' if n > 1 else ''}")
+        if per_model:
+            models = tuple(CardName(part.strip()) for part in card.split("|"))
+            answer.per_model = _per_model(state, queue, models, now, limits or {resource: str(per_pod)})
+            made = pod_template_of(template, "headroom")
+            demand = pod_demand(made, state.inventory, state.policy)
+            if isinstance(demand, PodDemand):
+                _lent(state, queue, made, demand, answer)
     return _only(answer, card)
 
 
@@ -314,6 +324,11 @@ def table(answer: Headroom) -> str:
         head += f"\n  one more: {answer.reason}"
     if answer.limited_by:
         head += f"\n  held back by queue {answer.limited_by!r}"
+    if answer.enforcement != "deny":
+        head += (
+            f"\n  its queue's quota only {answer.enforcement}s (cardquota.volcano.sh/enforcement): past"
+            " these, it admits and tells it; these are what deny would admit"
+        )
     rows = [
         f"  {card}: quota {n['quota']}{_deserved(n)}, free {n['free']} (running {n['bound']}, "
         f"pending {n['pending']}, reserved {n['reserved']}, in flight {n['in_flight']})"

@@ -8,8 +8,9 @@ This class composes them and forwards each update to the parts it concerns, so a
 queue's tally (cards × groups) and never walks pods.
 """
 
+import contextlib
 import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 
 from webhook.core.index.charges import Charger, PodIndex, admitted_as, as_charged, compute_charged
@@ -354,6 +355,16 @@ class ClusterState:
         info = self.tree.queues.get(queue)
         said = info.record.annotations.get(keys.ENFORCEMENT, "") if info is not None else ""
         return said if said in keys.ENFORCEMENTS else self.policy.enforcement
+
+    @contextlib.contextmanager
+    def enforcing(self) -> Iterator["ClusterState"]:
+        """This state with every quota refusing, whatever its mode, while the block runs: what
+        ``audit`` and ``headroom`` answer (what ``deny`` would)."""
+        before, self.enforcing_all = self.enforcing_all, True
+        try:
+            yield self
+        finally:
+            self.enforcing_all = before
 
     def queue_of_pod(self, pod: PodRecord) -> str:
         """The queue ``pod`` is charged to: the one Volcano schedules it in (``run_queue``). Read for
