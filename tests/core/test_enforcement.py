@@ -192,3 +192,28 @@ def test_a_quota_that_warns_or_audits_always_admits_and_carries_exactly_the_enfo
     else:
         assert type(relaxed) is type(enforced) and relaxed.would is None
         assert getattr(relaxed, "message", None) == getattr(enforced, "message", None)
+
+
+def _edited(obj: dict[str, Any], change: str) -> dict[str, Any]:
+    new = copy.deepcopy(obj)
+    if change == "finalizer added":
+        new["metadata"]["finalizers"] = ["example.com/keep"]
+    elif change == "another's gate removed":
+        new["spec"]["schedulingGates"] = []
+    elif change == "a label":
+        new["metadata"].setdefault("labels", {})["team"] = "a"
+    return new
+
+
+@pytest.mark.parametrize("change", ["finalizer added", "another's gate removed", "a label"])
+def test_switched_to_deny_a_queue_past_its_quota_refuses_no_update_its_running_pods_need(change: str) -> None:
+    """q runs 3 H200 with a new quota of 2, enforced: an update of one of its pods (a finalizer,
+    another party's scheduling gate removed, a label) is no quota decision and is admitted."""
+    running = pod("run-0", node_name="h200", phase="Running")
+    gated = pod("gated")
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/other"}]
+    old = gated if change == "another's gate removed" else running
+    state = cluster(*full_queue(quota=2, running=3), gated)
+    review = request(_edited(old, change), operation="UPDATE", old=old)
+    decision = admission.validate(state, review, 1.0)
+    assert isinstance(decision, Allowed), decision
