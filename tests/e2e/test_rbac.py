@@ -51,11 +51,13 @@ class Right(NamedTuple):
 LINE = ("cluster/caller.py LineCaller._call annotate", "cluster/caller.py LineCaller._mark annotate")
 # The Events a user reads: the line's (CardQuotaCalled, CardQuotaReleased, CardQuotaUnfit on a
 # workload, a pod, a PodGroup and its Volcano Job), lending's (CardQuotaBorrowing on a pod or a
-# PodGroup and its Volcano Job) and tidal reclaim's (CardQuotaReclaimed, CardQuotaReclaiming,
+# PodGroup and its Volcano Job), enforcement's (CardQuotaWouldRefuse on a pod, a workload, a PodGroup
+# and its Volcano Job) and tidal reclaim's (CardQuotaReclaimed, CardQuotaReclaiming,
 # CardQuotaNotReclaimed), in the namespace of what they are about.
 EVENTS = (
     "cluster/caller.py LineCaller._event record_event",
     "cluster/caller.py LineCaller._tell_borrowings record_event",
+    "cluster/caller.py LineCaller._tell_would_refuse record_event",
     "cluster/caller.py LineCaller._pod_event record_event",
     "cluster/caller.py LineCaller._group_event record_event",
     "cluster/reclaimer.py Reclaimer._event record_event",
