@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.e2e.cluster import ControlPlane, wait_for
+from tests.e2e.cluster import ControlPlane, holds_for, wait_for
 from tests.e2e.conftest import partner_plane
 from tests.e2e.test_tidal_reclaim import L40S, Seed002, prepared, uids
 from tests.edges.serving import Process, client_context
@@ -122,3 +122,28 @@ def test_a_queue_past_its_new_quota_warns_then_audits_then_denies_and_evicts_not
     refused = plane.kubectl("scale", "deployment/chat", "--replicas=6", "-n", ns, check=False)
     assert refused.returncode != 0 and f'queue "{q}" has 0 {L40S} left' in refused.stderr, refused.stderr
     assert before <= uids(seed.running("chat-")), "a pod running before the switch was evicted"
+
+
+@pytest.mark.parametrize("mode", ["warn", "deny"])
+def test_a_job_past_its_queues_quota_is_enqueued_in_warn_on_stock_and_held_by_the_forks_own_ceiling(
+    seed: Seed002, mode: str
+) -> None:
+    """q (quota 2 L40S) runs 1 of chat's pods; a 2-pod job fits the quota, not now. On stock Volcano
+    the enqueue gate is ours: in warn the job is enqueued and bound, its PodGroup and Volcano Job
+    told; its twin in deny waits Pending, told. On the fork the capacity-card plugin enqueues by its
+    own card quota, the ceiling (decisions.md §33): the job waits in either mode, whatever ours says."""
+    q = f"q-{seed.ns}"
+    seed.queue(q, {L40S: 2}, 100, False, **{ENFORCEMENT: mode})
+    seed.inference("chat", 1, queue=q)
+    wait_for("chat's pod bound", lambda: len(seed.running("chat-")) == 1, timeout=90)
+    seed.training("big", 2, queue=q)
+    if seed.plane.partner == "fork":
+        holds_for("the job held by the plugin's ceiling", lambda: not seed.running("big-"), 10)
+    elif mode == "warn":
+        wait_for("the job's 2 pods bound", lambda: len(seed.running("big-")) == 2, timeout=90)
+        told = seed.events("CardQuotaWouldRefuse")
+        kinds = {e["involvedObject"]["kind"] for e in told if "to be enqueued" in e["message"]}
+        assert kinds == {"PodGroup", "Job"}, told
+    else:
+        wait_for("the enqueue refusal told", lambda: seed.events("CardQuotaEnqueueRefused"), timeout=60)
+        assert not seed.pods("big-") and not seed.events("CardQuotaWouldRefuse")
