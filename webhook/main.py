@@ -139,6 +139,27 @@ def live_state(
     return asyncio.run(sync())
 
 
+def live_events(
+    kubeconfig: Path | str | None, reason: str, timeout: float = 60.0, context: str | None = None
+) -> list[dict[str, Any]]:
+    """Every Event of ``reason`` in the cluster, read once (``kubectl cardquota audit``);
+    ``ConfigError`` when they cannot be read."""
+
+    from webhook.cluster.cache import EVENTS, Unavailable
+    from webhook.cluster.kube import KubeTransport
+
+    async def read() -> list[dict[str, Any]]:
+        transport = await KubeTransport.connect(kubeconfig, context)
+        try:
+            return await asyncio.wait_for(transport.list_selected(EVENTS, f"reason={reason}"), timeout)
+        except (Unavailable, TimeoutError) as exc:
+            raise ConfigError(f"the {reason} Events could not be read: {exc or 'timed out'}") from exc
+        finally:
+            await transport.close()
+
+    return asyncio.run(read())
+
+
 def run(settings: ServeSettings) -> int:
     logs.configure(settings.log_level)
     if settings.uvloop:

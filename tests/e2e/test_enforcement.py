@@ -1,7 +1,8 @@
 """Enforcement in steps on both partners (decisions.md §34): a queue already running 3 L40S whose new
 quota is 2. In ``warn`` a scale-up of its Deployment is admitted, ``kubectl scale`` printing our
 warning, and told by an Event; in ``audit`` it is admitted silently, the refusal in the API server's
-audit log and the metric; ``kubectl cardquota audit`` names the queue and the Deployment; switched to
+audit log and the metric; ``kubectl cardquota audit`` names the queue and the Deployment, and counts
+the would-be refusal admitted in audit from our Event; switched to
 ``deny``, the next scale-up is refused and the 3 pods running before keep running."""
 
 import json
@@ -110,7 +111,15 @@ def test_a_queue_past_its_new_quota_warns_then_audits_then_denies_and_evicts_not
     series = f'cardquota_would_refuse_total{{card="{L40S}",kind="Scale",mode="audit",queue="{q}"}}'
     assert metric(text, series) == 1.0
 
-    report = cardquota_audit(plane)
+    def counting() -> tuple[dict[str, Any], list[dict[str, Any]]] | None:
+        report = cardquota_audit(plane)
+        counted = [w for w in report["would_refuse"] if w["queue"] == q]
+        return (report, counted) if counted else None
+
+    report, counted = wait_for("the report to count the scale-up admitted in audit", counting, timeout=30)
+    assert [(w["queue"], w["card"], w["mode"], w["refusals"]) for w in counted] == [(q, L40S, "audit", 1)], (
+        "the warn mode's refusal is not counted once the queue audits"
+    )
     (row,) = [r for r in report["queues"] if r["queue"] == q]
     assert (row["enforcement"], row["quota"], row["over"]) == ("audit", 2, row["used"] - 2) and row[
         "over"

@@ -46,6 +46,7 @@ class Api:
         self.fail, self.gone, self.objects = fail, gone, objects or {}
         self.annotated: list[tuple[str, str, str, dict[str, str | None]]] = []
         self.events: list[tuple[str, dict[str, str], str, str]] = []
+        self.more: list[dict[str, Any]] = []  # each Event's count, since and annotations
         self.patched: list[tuple[str, str, list[Any]]] = []
 
     async def get(self, kind: Kind, namespace: str, name: str) -> dict[str, Any] | None:
@@ -66,9 +67,16 @@ class Api:
         return not self.gone
 
     async def record_event(
-        self, namespace: str, involved: dict[str, str], reason: str, message: str, kind: str = "Normal"
+        self,
+        namespace: str,
+        involved: dict[str, str],
+        reason: str,
+        message: str,
+        kind: str = "Normal",
+        **more: Any,
     ) -> None:
         self.events.append((namespace, involved, reason, message))
+        self.more.append(more)
 
 
 def waiting_state(free: bool = True) -> ClusterState:
@@ -510,3 +518,69 @@ def test_what_a_quota_that_warns_or_audits_would_refuse_is_told_by_an_event_on_w
     )
     run(LineCaller(state, api, lambda: True, clock=lambda: 2.0))  # type: ignore[arg-type]
     assert len(api.events) == 3, "told once"
+
+
+def test_would_be_refusals_are_told_at_most_once_a_minute_per_object_each_event_counting_them() -> None:
+    """chat's scale-ups past q's quota (warn): the first is told at once; the four after it within
+    the minute by one Event at its end, counting 4 since the first of them. Each Event carries the
+    annotation ``kubectl cardquota audit`` adds up; nothing more is told once they stop."""
+    q = queue("q", f'{{"{H200}": 1}}')
+    q["metadata"]["annotations"][keys.ENFORCEMENT] = "warn"
+    state = cluster(
+        node("h200", H200, 1),
+        q,
+        deployment("chat", 1),
+        replicaset("chat-1", 1, "chat"),
+        pod("run-0", node_name="h200", phase="Running"),
+    )
+    api, clock = Api(), [0.0]
+    caller = LineCaller(state, api, lambda: True, clock=lambda: clock[0])  # type: ignore[arg-type]
+
+    def scale_up(at: float) -> None:
+        review = scale_request("chat", 1, 2)
+        decision = admission.validate(state, review, at)
+        assert isinstance(decision, Allowed) and decision.would is not None
+        admission.admit(state, review, decision, at)
+
+    for now in (1.0, 10.0, 20.0, 30.0, 40.0, 50.0):
+        clock[0] = now
+        if now != 30.0:
+            scale_up(now)
+        asyncio.run(caller.once())
+    assert [e[3].split(":")[0] for e in api.events] == ["would be refused (warn mode)"]
+    for clock[0] in (61.0, 130.0, 200.0):
+        asyncio.run(caller.once())
+    assert len(api.events) == 2, api.events
+    counted = {"queue": "q", "card": H200, "mode": "warn"}
+    assert [(m["count"], json.loads(m["annotations"][keys.WOULD_REFUSE])) for m in api.more] == [
+        (1, counted),
+        (4, counted),
+    ]
+    assert api.more[1]["since"] == 10.0
+    assert api.events[1][3].startswith(
+        "would be refused (warn mode) 4 times since 1970-01-01T00:00:10.000Z, the last: scale-up of"
+    )
+
+
+def test_a_podgroups_would_be_refusal_is_counted_on_the_podgroup_not_twice() -> None:
+    """Its Volcano Job is told too, without the annotation: ``audit`` counts each refusal once."""
+    q = queue("q", f'{{"{H200}": 1}}')
+    q["metadata"]["annotations"][keys.ENFORCEMENT] = "audit"
+    job = owner("Job", "train", "uid-job-train", api="batch.volcano.sh/v1alpha1")
+    group = podgroup("train", "Pending", f'{{"{H200}": 2}}', owner_ref=job, minMember=1)
+    state = cluster(node("h200", H200, 1), q, pod("run-0", node_name="h200", phase="Running"), group)
+    new = copy.deepcopy(group)
+    new["status"]["phase"] = "Inqueue"
+    enqueue = request(new, resource="podgroups", operation="UPDATE", old=group, group="scheduling.volcano.sh")
+    decision = admission.validate(state, enqueue, 1.0)
+    assert isinstance(decision, Allowed) and decision.would is not None, decision
+    admission.admit(state, enqueue, decision, 1.0)
+    api = Api()
+    run(LineCaller(state, api, lambda: True, clock=lambda: 1.0))  # type: ignore[arg-type]
+    assert [
+        (e[1]["kind"], keys.WOULD_REFUSE in m.get("annotations", {}))
+        for e, m in zip(api.events, api.more, strict=True)
+    ] == [
+        ("PodGroup", True),
+        ("Job", False),
+    ]

@@ -72,6 +72,7 @@ KINDS = (
     Kind("Pod", "v1", "pods"),
 )
 PODS = KINDS[-1]
+EVENTS = Kind("Event", "v1", "events")  # written, and read by ``kubectl cardquota audit``; not cached
 # Dynamic Resource Allocation's (SPEC §4b), watched when GPU drivers are configured; applied after
 # the nodes and before the pods that use them.
 DRA_KINDS = (
@@ -123,9 +124,19 @@ class Transport(Protocol):
         """Record a Warning Event on a Node."""
 
     async def record_event(
-        self, namespace: str, involved: dict[str, str], reason: str, message: str, kind: str = "Normal"
+        self,
+        namespace: str,
+        involved: dict[str, str],
+        reason: str,
+        message: str,
+        kind: str = "Normal",
+        *,
+        count: int = 1,
+        since: float | None = None,
+        annotations: Mapping[str, str] | None = None,
     ) -> None:
-        """Record an Event about ``involved`` (apiVersion, kind, name, uid) in ``namespace``."""
+        """Record an Event about ``involved`` (apiVersion, kind, name, uid) in ``namespace``:
+        ``count`` occurrences, the first at ``since`` (default: now), with ``annotations``."""
 
     async def annotate(
         self, kind: Kind, namespace: str, name: str, annotations: dict[str, str | None]

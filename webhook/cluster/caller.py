@@ -16,6 +16,8 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from webhook.cluster import cache
 from webhook.core.decide import calls, patches
@@ -35,9 +37,19 @@ REFUSED = "CardQuotaEnqueueRefused"
 WOULD_REFUSE = "CardQuotaWouldRefuse"  # admitted, its queue's quota only warning or auditing (§34)
 BORROWING = "CardQuotaBorrowing"  # admitted on cards its queue's cohort lends (decisions.md §33)
 UNFIT = "CardQuotaLeftLine"
-TELL_EVERY = 60.0  # seconds between two Events about one PodGroup refused at enqueue
+TELL_EVERY = 60.0  # seconds between two Events about one PodGroup refused at enqueue, or would be
 MARK_FOR = 30.0  # seconds a borrowing mark is tried on a pod or PodGroup not found
 MARK_PATIENCE = 10.0  # seconds a written mark is trusted to reach the cache before it is written again
+
+
+@dataclass
+class _Untold:
+    """The would-be refusals of one object (in one queue, card and mode) not told yet."""
+
+    at: float  # when an Event last told them
+    count: int = 0
+    first: float = 0.0  # when the first of them was admitted
+    message: str = ""  # the last one's
 
 
 class LineCaller:
@@ -57,6 +69,7 @@ class LineCaller:
         self._told: dict[str, float] = {}  # PodGroup key -> when its refusal was last told
         self._started = clock()
         self._marking: dict[str, Borrowing] = {}  # "pod:"/"podgroup:" key -> its borrowing mark, not written
+        self._would: dict[tuple[str, ...], _Untold] = {}  # (involved..., queue, card, mode) -> untold
 
     async def run(self) -> None:
         while True:
@@ -73,7 +86,7 @@ class LineCaller:
         await self._tell_new()
         await self._tell_refusals(now)
         await self._tell_borrowings(now)
-        await self._tell_would_refuse()
+        await self._tell_would_refuse(now)
         for waiter in calls.unfit(self.state):
             self._standing.pop(waiter.key, None)  # it left unserved
             await self._tell_unfit(waiter)
@@ -142,12 +155,7 @@ class LineCaller:
             elif kind == "pod":
                 namespace, _, pod = name.partition("/")
                 involved = {"apiVersion": "v1", "kind": "Pod", "name": pod}
-                try:
-                    await self.transport.record_event(
-                        namespace, involved, BORROWING, borrowing.told, "Warning"
-                    )
-                except cache.Unavailable as exc:
-                    log.warning("could not record an Event", extra={"pod": name, "error": str(exc)})
+                await self._tell(namespace, involved, BORROWING, borrowing.told, "Warning")
         await self._mark_borrowings(now)
 
     async def _mark_borrowings(self, now: float) -> None:
@@ -171,23 +179,49 @@ class LineCaller:
             if done:
                 del self._marking[key]
 
-    async def _tell_would_refuse(self) -> None:
+    async def _tell_would_refuse(self, now: float) -> None:
         """An Event on each object admitted since the last pass that its queue's quota would have
-        refused, it only warning or auditing (decisions.md §34); a PodGroup's on its Volcano Job too."""
-        told, self.state.would_refuse = self.state.would_refuse, []
-        for would in told:
+        refused, it only warning or auditing (decisions.md §34); a PodGroup's on its Volcano Job too.
+        At most one a minute per object, queue, card and mode: the Event's count says how many since
+        the last, and its ``would-refuse`` annotation whose (``kubectl cardquota audit`` adds them up)."""
+        fresh, self.state.would_refuse = self.state.would_refuse, []
+        for would in fresh:
             assert would.involved is not None  # only those are kept
-            api_version, kind, namespace, name = would.involved
-            message = f"would be refused ({would.mode} mode): {would.message}"
-            group = self.state.podgroups.get(f"{namespace}/{name}") if kind == "PodGroup" else None
-            if group is not None:
-                await self._group_event(group, WOULD_REFUSE, message)
+            untold = self._would.setdefault(
+                (*would.involved, would.queue, would.card, would.mode), _Untold(-TELL_EVERY)
+            )
+            if not untold.count:
+                untold.first = now
+            untold.count += 1
+            untold.message = would.message
+        for key, untold in list(self._would.items()):
+            if now - untold.at < TELL_EVERY:
                 continue
-            involved = {"apiVersion": api_version, "kind": kind, "name": name}
-            try:
-                await self.transport.record_event(namespace, involved, WOULD_REFUSE, message, "Warning")
-            except cache.Unavailable as exc:
-                log.warning("could not record an Event", extra={"object": name, "error": str(exc)})
+            if not untold.count:
+                del self._would[key]  # nothing more to tell
+                continue
+            await self._tell_would(key, untold)
+            untold.at, untold.count = now, 0
+
+    async def _tell_would(self, key: tuple[str, ...], untold: _Untold) -> None:
+        api_version, kind, namespace, name, queue, card, mode = key
+        times = f" {untold.count} times since {moment(untold.first)}, the last" if untold.count > 1 else ""
+        message = f"would be refused ({mode} mode){times}: {untold.message}"
+        group = self.state.podgroups.get(f"{namespace}/{name}") if kind == "PodGroup" else None
+        targets = event_targets(group) if group else [{"apiVersion": api_version, "kind": kind, "name": name}]
+        counted = {keys.WOULD_REFUSE: json.dumps({"queue": queue, "card": card, "mode": mode})}
+        for n, target in enumerate(targets):  # counted once: on the PodGroup, not its Job
+            more = {"annotations": counted} if n == 0 else {}
+            await self._tell(
+                namespace,
+                target,
+                WOULD_REFUSE,
+                message,
+                "Warning",
+                count=untold.count,
+                since=untold.first,
+                **more,
+            )
 
     async def _tell_unfit(self, waiter: Waiter) -> None:
         """An Event on a waiter that left the line because its queue can no longer ever hold it."""
@@ -272,17 +306,29 @@ class LineCaller:
         """A Warning Event on a PodGroup and on its Volcano Job (what ``kubectl describe vcjob``
         shows)."""
         for target in event_targets(group):
-            try:
-                await self.transport.record_event(group.namespace, target, reason, message, "Warning")
-            except cache.Unavailable as exc:
-                log.warning("could not record an Event", extra={"podgroup": group.key, "error": str(exc)})
+            await self._tell(group.namespace, target, reason, message, "Warning")
 
     async def _pod_event(self, pod: PodRecord, reason: str, message: str) -> None:
         involved = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
+        await self._tell(pod.namespace, involved, reason, message)
+
+    async def _tell(
+        self,
+        namespace: str,
+        involved: dict[str, str],
+        reason: str,
+        message: str,
+        kind: str = "Normal",
+        **more: Any,
+    ) -> None:
+        """Record an Event; one that cannot be written is logged, not retried."""
         try:
-            await self.transport.record_event(pod.namespace, involved, reason, message)
+            await self.transport.record_event(namespace, involved, reason, message, kind, **more)
         except cache.Unavailable as exc:
-            log.warning("could not record an Event", extra={"pod": pod.key, "error": str(exc)})
+            what = f"{involved['kind']} {namespace}/{involved['name']}"
+            log.warning(
+                "could not record an Event", extra={"object": what, "reason": reason, "error": str(exc)}
+            )
 
     async def _mark(self, mark: calls.Mark, now: float) -> None:
         workload = self.state.workloads.get(mark.kind, mark.namespace, mark.name)
@@ -307,10 +353,7 @@ class LineCaller:
             "name": workload.name,
             "uid": workload.uid,
         }
-        try:
-            await self.transport.record_event(workload.namespace, involved, reason, message)
-        except cache.Unavailable as exc:
-            log.warning("could not record an Event", extra={"workload": workload.name, "error": str(exc)})
+        await self._tell(workload.namespace, involved, reason, message)
 
 
 def _kind(workload: WorkloadRecord | None) -> cache.Kind | None:

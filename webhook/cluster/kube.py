@@ -81,6 +81,26 @@ class KubeTransport:
         items = body.get("items") if isinstance(body, dict) else None
         return [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
 
+    async def list_selected(self, kind: Kind, field_selector: str, limit: int = 500) -> list[dict[str, Any]]:
+        """Every object of ``kind`` in every namespace that ``field_selector`` selects, page by page."""
+        found: list[dict[str, Any]] = []
+        cont = ""
+        while True:
+            query: list[tuple[str, Any]] = [("fieldSelector", field_selector), ("limit", limit)]
+            query += [("continue", cont)] if cont else []
+            response = await self._get(kind, query, aiohttp.ClientTimeout(total=LIST_TIMEOUT))
+            try:
+                body = orjson.loads(await response.read())
+            except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError) as exc:
+                raise Unavailable(f"{kind.plural}: unreadable list: {exc!r}") from exc
+            items = body.get("items") if isinstance(body, dict) else None
+            found += [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+            cont = str(
+                ((body.get("metadata") if isinstance(body, dict) else None) or {}).get("continue") or ""
+            )
+            if not cont:
+                return found
+
     async def _read(self, path: str, missing_ok: bool = False) -> Any:
         """GET ``path`` as JSON; None when it does not exist and ``missing_ok``; ``Unavailable``
         when the API server cannot answer."""
@@ -129,14 +149,32 @@ class KubeTransport:
         await self.record_event(EVENT_NAMESPACE, involved, reason, message, "Warning")
 
     async def record_event(
-        self, namespace: str, involved: dict[str, str], reason: str, message: str, kind: str = "Normal"
+        self,
+        namespace: str,
+        involved: dict[str, str],
+        reason: str,
+        message: str,
+        kind: str = "Normal",
+        *,
+        count: int = 1,
+        since: float | None = None,
+        annotations: Mapping[str, str] | None = None,
     ) -> None:
-        """An Event about ``involved`` (apiVersion, kind, name, and uid where known) in ``namespace``."""
+        """An Event about ``involved`` (apiVersion, kind, name, and uid where known) in ``namespace``;
+        ``count`` occurrences, the first at ``since`` (default: now)."""
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        first = (
+            now
+            if since is None
+            else datetime.datetime.fromtimestamp(since, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        )
+        metadata: dict[str, Any] = {"generateName": f"{involved['name']}.", "namespace": namespace}
+        if annotations:
+            metadata["annotations"] = dict(annotations)
         event = {
             "apiVersion": "v1",
             "kind": "Event",
-            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
+            "metadata": metadata,
             "involvedObject": {**involved, "namespace": namespace}
             if namespace != EVENT_NAMESPACE
             else involved,
@@ -146,9 +184,9 @@ class KubeTransport:
             "source": {"component": "cardquota"},
             "reportingComponent": "cardquota",
             "reportingInstance": socket.gethostname(),
-            "firstTimestamp": now,
+            "firstTimestamp": first,
             "lastTimestamp": now,
-            "count": 1,
+            "count": count,
         }
         await self._send("POST", f"/api/v1/namespaces/{namespace}/events", event, "application/json")
 

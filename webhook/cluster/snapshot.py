@@ -73,6 +73,15 @@ def load_snapshot(directory: Path | str, policy: Policy | None = None) -> Cluste
     return build_state(labelled, policy)
 
 
+def load_kind(directory: Path | str, kind: str) -> list[dict[str, Any]]:
+    """The objects of ``kind`` under ``directory`` (those ``load_snapshot`` skips: Events)."""
+    root = Path(directory)
+    if not root.is_dir():
+        raise SnapshotError(f"{root}: not a directory")
+    paths = sorted(p for p in root.rglob("*") if p.suffix in SUFFIXES and p.is_file())
+    return [obj for path in paths for _, obj in _objects(path) if obj.get("kind") == kind]
+
+
 def build_state(labelled: Iterable[tuple[str, dict[str, Any]]], policy: Policy | None = None) -> ClusterState:
     """Apply ``(where, object)`` pairs in dependency order; ``where`` names them in errors."""
     buckets: dict[str, list[tuple[str, dict[str, Any]]]] = {name: [] for name in ingest.ORDER}

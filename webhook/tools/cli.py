@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -161,7 +162,14 @@ def _review(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    found = audit.report(_state(args), time.time())
+    if args.cluster is not None:
+        events: list[Any] | str = snapshot.load_kind(args.cluster, "Event")
+    else:
+        try:
+            events = main_module.live_events(args.kubeconfig, audit.REASON)
+        except ConfigError as exc:
+            events = str(exc)
+    found = audit.report(_state(args), time.time(), events)
     if args.output == "json":
         sys.stdout.buffer.write(orjson.dumps(found, option=orjson.OPT_INDENT_2) + b"\n")
     else:

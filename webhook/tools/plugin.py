@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     raw = argparse.RawDescriptionHelpFormatter
     for name, text in (
         ("status", "card models and every queue's quota and use"),
-        ("audit", "what enforcement would refuse now: queues past their quota, workloads refused next"),
+        ("audit", "what enforcement would refuse now, and what its modes admitted that it would refuse"),
         ("whatif", "what the webhooks would say to a manifest"),
         ("headroom", "how many more replicas fit now, and what stops one more"),
         ("waiting", "every queue's waiting line in order (-n: only that namespace's waiters)"),
@@ -106,7 +106,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "whatif":
             return _whatif(args, state, namespace)
         if args.command == "audit":
-            return _print(args.output, audit.report(state, time.time()), audit.table)
+            try:
+                events: list[Any] | str = main_module.live_events(
+                    kubeconfig, audit.REASON, args.request_timeout, context=args.context
+                )
+            except ConfigError as exc:  # e.g. no right to list Events: the rest is still answered
+                events = str(exc)
+            return _print(args.output, audit.report(state, time.time(), events), audit.table)
         if args.command == "waiting":
             return _print(args.output, lines(state, args.namespace or ""), lines_table)
         return _headroom(args, state, namespace)

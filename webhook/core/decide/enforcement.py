@@ -40,5 +40,5 @@ def enforce(state: ClusterState, request: Request, decision: Decision) -> Decisi
         hold=decision.hold,
         queue=decision.queue,
         card=decision.card,
-        would=Would(mode, decision.message, involved),
+        would=Would(mode, decision.message, involved, decision.queue, decision.card),
     )

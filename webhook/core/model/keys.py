@@ -76,3 +76,6 @@ RECLAIM_NOTICE: Final = "cardquota.volcano.sh/reclaim-notice"
 # Ours, on each pod of a gang a reclaim evicts, written before its eviction:
 # {"evict": <when>, "deadline": <when killed if still running>, "for": queue, "card", "cards"}.
 EVICTING: Final = "cardquota.volcano.sh/evicting"
+# Ours, on a CardQuotaWouldRefuse Event: the would-be refusals it counts, {"queue", "card", "mode"}
+# (``kubectl cardquota audit`` adds up the Events' counts; decisions.md §34).
+WOULD_REFUSE: Final = "cardquota.volcano.sh/would-refuse"

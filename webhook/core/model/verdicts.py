@@ -80,6 +80,8 @@ class Would:
     mode: str
     message: str  # exactly the refusal's
     involved: tuple[str, str, str, str] | None  # (apiVersion, kind, namespace, name) its Event is on
+    queue: str = ""  # the queue whose quota has no room, and the card it has none of
+    card: str = ""
 
 
 @value_class
