@@ -584,3 +584,27 @@ def test_a_podgroups_would_be_refusal_is_counted_on_the_podgroup_not_twice() -> 
         ("PodGroup", True),
         ("Job", False),
     ]
+
+
+def test_a_controllers_pods_would_be_refusals_are_told_on_the_controller_one_event_for_all() -> None:
+    """q's one H200 is used and it warns: web's ReplicaSet re-creates 3 pods past it in a minute;
+    one Event on the ReplicaSet tells the first, one the 2 after it; none is on a pod."""
+    q = queue("q", f'{{"{H200}": 1}}')
+    q["metadata"]["annotations"][keys.ENFORCEMENT] = "warn"
+    state = cluster(
+        node("h200", H200), q, pod("occupant", node_name="h200", phase="Running"), replicaset("web", 3, "web")
+    )
+    api, clock = Api(), [0.0]
+    caller = LineCaller(state, api, lambda: True, clock=lambda: clock[0])  # type: ignore[arg-type]
+    for n, clock[0] in enumerate((1.0, 2.0, 3.0, 70.0)):
+        if n < 3:
+            review = request(pod(f"web-{n}", owner=owner("ReplicaSet", "web", "uid-rs-web")))
+            decision = admission.validate(state, review, clock[0])
+            assert isinstance(decision, Allowed) and decision.would is not None, decision
+            admission.admit(state, review, decision, clock[0])
+        asyncio.run(caller.once())
+    told = [(e[1]["kind"], e[1]["name"], e[2], m["count"]) for e, m in zip(api.events, api.more, strict=True)]
+    assert told == [
+        ("ReplicaSet", "web", "CardQuotaWouldRefuse", 1),
+        ("ReplicaSet", "web", "CardQuotaWouldRefuse", 2),
+    ]

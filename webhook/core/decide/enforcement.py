@@ -10,6 +10,7 @@ its hold (it is counted as any admission), and joins no line.
 """
 
 from webhook.core.index.state import ClusterState
+from webhook.core.model.objects import controller_of
 from webhook.core.model.verdicts import Allowed, Decision, Denied, Request, Would
 
 # resource (group) -> the apiVersion and kind an Event about the object is on
@@ -34,6 +35,10 @@ def enforce(state: ClusterState, request: Request, decision: Decision) -> Decisi
         return decision
     api_version, kind = INVOLVED.get((request.resource, request.group), ("", ""))
     involved = (api_version, kind, request.namespace, request.name) if kind else None
+    owner = controller_of(request.obj) if kind == "Pod" else None
+    if owner is not None and owner.api_version and owner.kind and owner.name:
+        # a controller's pod: told on the controller (what its user reads), once a minute for all
+        involved = (owner.api_version, owner.kind, request.namespace, owner.name)
     return Allowed(
         f"its quota would refuse it ({mode} mode)",
         (decision.message,) if mode == "warn" else (),
