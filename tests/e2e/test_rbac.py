@@ -55,8 +55,7 @@ LINE = ("cluster/caller.py LineCaller._call annotate", "cluster/caller.py LineCa
 # and its Volcano Job) and tidal reclaim's (CardQuotaReclaimed, CardQuotaReclaiming,
 # CardQuotaNotReclaimed), in the namespace of what they are about.
 EVENTS = (
-    "cluster/caller.py LineCaller._tell record_event",
-    "cluster/reclaimer.py Reclaimer._event record_event",
+    "cluster/events.py tell record_event",
 )
 
 WRITES = (

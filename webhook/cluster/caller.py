@@ -17,15 +17,14 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from webhook.cluster import cache
+from webhook.cluster import cache, events
 from webhook.core.decide import calls, patches
 from webhook.core.index.line import CALLED_KINDS, Waiter, ordinal
 from webhook.core.index.state import ClusterState
 from webhook.core.model import keys
 from webhook.core.model.cards import amount, figure
-from webhook.core.model.objects import PodGroupRecord, PodRecord, WorkloadRecord, event_targets, moment
+from webhook.core.model.objects import PodRecord, WorkloadRecord, event_targets, moment
 from webhook.core.model.verdicts import Borrowing
 
 log = logging.getLogger(__name__)
@@ -136,7 +135,7 @@ class LineCaller:
             if group is None or now - self._told.get(key, -TELL_EVERY) < TELL_EVERY:
                 continue
             self._told[key] = now
-            await self._group_event(group, REFUSED, message)
+            await events.tell_group(self.transport, group, REFUSED, message)
         for key in [k for k, at in self._told.items() if now - at >= TELL_EVERY]:
             del self._told[key]
 
@@ -151,11 +150,11 @@ class LineCaller:
                 continue
             kind, _, name = key.partition(":")
             if kind == "podgroup" and (group := self.state.podgroups.get(name)) is not None:
-                await self._group_event(group, BORROWING, borrowing.told)
+                await events.tell_group(self.transport, group, BORROWING, borrowing.told)
             elif kind == "pod":
                 namespace, _, pod = name.partition("/")
                 involved = {"apiVersion": "v1", "kind": "Pod", "name": pod}
-                await self._tell(namespace, involved, BORROWING, borrowing.told, "Warning")
+                await events.tell(self.transport, namespace, involved, BORROWING, borrowing.told, "Warning")
         await self._mark_borrowings(now)
 
     async def _mark_borrowings(self, now: float) -> None:
@@ -212,7 +211,8 @@ class LineCaller:
         counted = {keys.WOULD_REFUSE: json.dumps({"queue": queue, "card": card, "mode": mode})}
         for n, target in enumerate(targets):  # counted once: on the PodGroup, not its Job
             more = {"annotations": counted} if n == 0 else {}
-            await self._tell(
+            await events.tell(
+                self.transport,
                 namespace,
                 target,
                 WOULD_REFUSE,
@@ -232,7 +232,7 @@ class LineCaller:
         elif waiter.group:
             group = next((g for g in self.state.podgroups.values() if g.uid == waiter.key), None)
             if group is not None:
-                await self._group_event(group, UNFIT, message)
+                await events.tell_group(self.transport, group, UNFIT, message)
         elif (workload := self.state.workloads.by_uid.get(waiter.key)) is not None:
             await self._event(workload, UNFIT, message)
 
@@ -302,34 +302,6 @@ class LineCaller:
         )
         await self._pod_event(pod, RELEASED, message)
 
-    async def _group_event(self, group: PodGroupRecord, reason: str, message: str) -> None:
-        """A Warning Event on a PodGroup and on its Volcano Job (what ``kubectl describe vcjob``
-        shows)."""
-        for target in event_targets(group):
-            await self._tell(group.namespace, target, reason, message, "Warning")
-
-    async def _pod_event(self, pod: PodRecord, reason: str, message: str) -> None:
-        involved = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
-        await self._tell(pod.namespace, involved, reason, message)
-
-    async def _tell(
-        self,
-        namespace: str,
-        involved: dict[str, str],
-        reason: str,
-        message: str,
-        kind: str = "Normal",
-        **more: Any,
-    ) -> None:
-        """Record an Event; one that cannot be written is logged, not retried."""
-        try:
-            await self.transport.record_event(namespace, involved, reason, message, kind, **more)
-        except cache.Unavailable as exc:
-            what = f"{involved['kind']} {namespace}/{involved['name']}"
-            log.warning(
-                "could not record an Event", extra={"object": what, "reason": reason, "error": str(exc)}
-            )
-
     async def _mark(self, mark: calls.Mark, now: float) -> None:
         workload = self.state.workloads.get(mark.kind, mark.namespace, mark.name)
         kind = _kind(workload)
@@ -353,7 +325,11 @@ class LineCaller:
             "name": workload.name,
             "uid": workload.uid,
         }
-        await self._tell(workload.namespace, involved, reason, message)
+        await events.tell(self.transport, workload.namespace, involved, reason, message)
+
+    async def _pod_event(self, pod: PodRecord, reason: str, message: str) -> None:
+        involved = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
+        await events.tell(self.transport, pod.namespace, involved, reason, message)
 
 
 def _kind(workload: WorkloadRecord | None) -> cache.Kind | None:

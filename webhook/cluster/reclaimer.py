@@ -30,12 +30,12 @@ from dataclasses import replace
 from itertools import islice, zip_longest
 from typing import Any, TypeVar
 
-from webhook.cluster import cache, workers
+from webhook.cluster import cache, events, workers
 from webhook.core.decide import tidal
 from webhook.core.index.state import ClusterState
 from webhook.core.model import budgets, keys, placement
 from webhook.core.model.cards import CardName, amount
-from webhook.core.model.objects import event_targets, eviction_notice, moment, reclaim_text
+from webhook.core.model.objects import eviction_notice, moment, reclaim_text
 from webhook.core.model.reclaim import Gang, Taken
 from webhook.core.model.steps import Steps
 from webhook.core.model.values import value_class
@@ -538,7 +538,7 @@ class Reclaimer:
                 f'takes back {amount(gang.total)} {plan.card} from {_what(gang)} (queue "{gang.queue}",'
                 f" priority {gang.queue_priority}): its {len(gang.pods)} pods are evicted"
             )
-            await self._event(pod.namespace, involved, RECLAIMING, message)
+            await events.tell(self.transport, pod.namespace, involved, RECLAIMING, message)
 
     async def _go_on(self, key: str, now: float) -> bool:
         """Evict the pods of the begun gang ``key`` not evicted yet, one by one while this replica
@@ -617,7 +617,7 @@ class Reclaimer:
             pod = self.state.pods.get(uid)
             if pod is not None:
                 involved = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
-                await self._event(pod.namespace, involved, NOT_RECLAIMED, message)
+                await events.tell(self.transport, pod.namespace, involved, NOT_RECLAIMED, message)
 
     async def _tell_dry_run(self, plan: tidal.Plan, now: float) -> None:
         due = self._due(plan, now)
@@ -630,7 +630,9 @@ class Reclaimer:
             pod = self.state.pods.get(uid)
             if pod is not None:
                 involved = {"apiVersion": "v1", "kind": "Pod", "name": pod.name, "uid": pod.uid}
-                await self._event(pod.namespace, involved, RECLAIMING, f"dry run: would take back {victims}")
+                await events.tell(
+                    self.transport, pod.namespace, involved, RECLAIMING, f"dry run: would take back {victims}"
+                )
 
     def _due(self, plan: tidal.Plan, now: float) -> list[str]:
         """The pods of ``plan`` to tell now: each at most once a minute, a newcomer at once."""
@@ -647,18 +649,8 @@ class Reclaimer:
 
     async def _gang_event(self, key: str, reason: str, message: str, kind: str = "Normal") -> None:
         group = self.state.podgroups.get(key)
-        if group is None:
-            return
-        for target in event_targets(group):
-            await self._event(group.namespace, target, reason, message, kind)
-
-    async def _event(
-        self, namespace: str, involved: dict[str, str], reason: str, message: str, kind: str = "Normal"
-    ) -> None:
-        try:
-            await self.transport.record_event(namespace, involved, reason, message, kind)
-        except cache.Unavailable as exc:
-            log.warning("could not record an Event", extra={"object": involved["name"], "error": str(exc)})
+        if group is not None:
+            await events.tell_group(self.transport, group, reason, message, kind)
 
 
 @contextmanager
