@@ -54,9 +54,7 @@ LINE = ("cluster/caller.py LineCaller._call annotate", "cluster/caller.py LineCa
 # PodGroup and its Volcano Job), enforcement's (CardQuotaWouldRefuse on a pod, a workload, a PodGroup
 # and its Volcano Job) and tidal reclaim's (CardQuotaReclaimed, CardQuotaReclaiming,
 # CardQuotaNotReclaimed), in the namespace of what they are about.
-EVENTS = (
-    "cluster/events.py tell record_event",
-)
+EVENTS = ("cluster/events.py tell record_event",)
 
 WRITES = (
     # deny mode's line on a refused ReplicaSet (a Deployment's), StatefulSet or batch Job

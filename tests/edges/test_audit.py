@@ -113,7 +113,9 @@ def test_the_report_adds_up_the_would_be_refusals_of_the_queues_mode_now() -> No
     table = audit.table(found)
     assert f"q                {H200:<40} audit         4  2026-11-28T10:00:00Z" in table, table
     state = cluster(*chat(2, "deny"))
-    assert audit.report(state, 1.0, events)["would_refuse"] == [], "none admitted in deny"
+    found = audit.report(state, 1.0, events)
+    assert found["would_refuse"] == [], "none admitted in deny"
+    assert "none: no queue in warn or audit has admitted one" in audit.table(found)
 
 
 def test_events_that_could_not_be_read_are_said_the_rest_answered() -> None:

@@ -174,6 +174,8 @@ def table(found: dict[str, Any]) -> str:
     lines += ["", "WOULD-BE REFUSALS ADMITTED IN THE QUEUE'S MODE (from its CardQuotaWouldRefuse Events)"]
     if found.get("would_refuse") is None:
         lines.append(found.get("note", "the Events were not read"))
+    elif not found["would_refuse"]:
+        lines.append("none: no queue in warn or audit has admitted one (or its Events have expired)")
     else:
         lines.append(f"{'QUEUE':<16} {'CARD':<40} {'MODE':<6} {'REFUSALS':>8}  SINCE")
         for row in found["would_refuse"]:
