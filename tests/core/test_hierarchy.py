@@ -9,7 +9,20 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.builders import H200, H800, cluster, deployment, node, pod, queue, request, scale_request
+from tests.builders import (
+    H200,
+    H800,
+    cluster,
+    deployment,
+    node,
+    owner,
+    pod,
+    queue,
+    replicaset,
+    request,
+    scale_request,
+)
+from tests.core.test_assignment import Created
 from webhook.core.decide import admission
 from webhook.core.index.state import ClusterState
 from webhook.core.index.tally import Tally
@@ -18,6 +31,7 @@ from webhook.core.model.cards import units
 from webhook.core.model.objects import pod_record, queue_record
 from webhook.core.model.policy import Policy
 from webhook.core.model.verdicts import Allowed, Denied
+from webhook.tools import headroom
 
 R4090 = "NVIDIA-GeForce-RTX-4090"
 
@@ -331,3 +345,69 @@ def test_the_cluster_wide_quota_sum_counts_a_tree_once_at_its_top() -> None:
     ).warnings  # type: ignore[union-attr]
     assert "sum to 33" in warning
     assert flat.tree.ancestors == {name: () for name in flat.tree.queues}
+
+
+FLEX = f"{H200}|{H800}"
+
+
+def flex_scale_up(
+    child: dict[str, int], parent: dict[str, int], running_in_child: dict[str, int], more: int
+) -> tuple[ClusterState, Allowed | Denied]:
+    """An ``A|B`` Deployment web (1 replica, its pod not made yet) in child queue a under org, a
+    running what ``running_in_child`` says; web scaled 1 -> 1 + ``more``: 1 + ``more`` pods to make."""
+    objects: list[dict[str, Any]] = [*NODES, *tree(("org", "", parent), ("a", "org", child))]
+    objects += [
+        running(f"run-{card[-4:]}-{i}", "a", card) for card, n in running_in_child.items() for i in range(n)
+    ]
+    objects += [
+        deployment("web", 1, FLEX, queue_name="a"),
+        replicaset("web-1", 1, "web", FLEX, queue_name="a"),
+    ]
+    state = cluster(*objects)
+    scale = scale_request("web", 1, 1 + more)
+    decision = admission.validate(state, scale, 0.0)
+    admission.admit(state, scale, decision, 0.0)
+    assert isinstance(decision, Allowed | Denied)
+    return state, decision
+
+
+def made(state: ClusterState, n: int) -> list[bool]:
+    """web's ReplicaSet creates ``n`` pods one after another: whether each is admitted."""
+    rs = owner("ReplicaSet", "web-1", "uid-rs-web-1")
+    return [Created(state, pod(f"web-1-{i}", FLEX, queue_name="a", owner=rs)).allowed for i in range(n)]
+
+
+def test_an_a_or_b_scale_up_is_checked_against_the_queue_and_its_parent_together() -> None:
+    """a (4 H200, 2 H800) runs 1 H200 under org (2 H200, 8 H800): a has room for 3 + 2, org for
+    1 + 8, but a pod needs its model free in both: 1 on H200, 2 on H800. A scale-up needing 4 pods is
+    refused, naming what holds them; one needing 3 is admitted and each of its pods on create."""
+    refused = flex_scale_up({H200: 4, H800: 2}, {H200: 2, H800: 8}, {H200: 1}, 3)[1]
+    assert isinstance(refused, Denied), refused
+    assert refused.message == (
+        f'queue "a" and the queues above it hold 3 of the 4 more pods of scale-up of deployment ns/web'
+        f" from 1 to 4 replicas ({FLEX}, 1 each): 1 on {H200}, 2 on {H800}"
+    )
+    (room,) = headroom.of_ref(
+        flex_scale_up({H200: 4, H800: 2}, {H200: 2, H800: 8}, {H200: 1}, 0)[0], "deployment/ns/web", 0.0
+    )
+    assert (room.more, room.per_model) == (2, {H200: 1, H800: 2}), "headroom agrees: 1 -> 3 replicas"
+    state, admitted = flex_scale_up({H200: 4, H800: 2}, {H200: 2, H800: 8}, {H200: 1}, 2)
+    assert isinstance(admitted, Allowed), admitted
+    assert made(state, 3) == [True, True, True]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    child=st.fixed_dictionaries({H200: st.integers(0, 4), H800: st.integers(0, 4)}),
+    parent=st.fixed_dictionaries({H200: st.integers(0, 4), H800: st.integers(0, 4)}),
+    running_in_child=st.fixed_dictionaries({H200: st.integers(0, 2), H800: st.integers(0, 2)}),
+    more=st.integers(1, 6),
+)
+def test_every_pod_an_admitted_a_or_b_scale_up_allows_is_admitted_on_create(
+    child: dict[str, int], parent: dict[str, int], running_in_child: dict[str, int], more: int
+) -> None:
+    """Exact across the tree: a scale-up admitted is one whose pods all get a model and are
+    admitted, whatever the queue's and its parent's quotas."""
+    state, decision = flex_scale_up(child, parent, running_in_child, more)
+    if isinstance(decision, Allowed):
+        assert made(state, 1 + more) == [True] * (1 + more), decision

@@ -68,6 +68,20 @@ def no_room(
     return text
 
 
+def not_together(
+    queue: str, above: Sequence[str], spread: dict[CardName, int], demand: PodDemand, pods: int, what: str
+) -> str:
+    """Why ``pods`` pods of a multi-card ``demand`` that each of ``queue`` and ``above`` holds on its
+    own do not fit: ``spread``, the pods per model all of them hold together."""
+    holders = f'queue "{queue}" and the queues above it' if above else f'queue "{queue}"'
+    split = ", ".join(f"{n} on {card}" for card, n in spread.items())
+    held = sum(spread.values())
+    return (
+        f"{holders} hold {held} of the {pods} more pods of {what} ({demand.spec.text},"
+        f" {amount(demand.count)} each): {split}"
+    )
+
+
 def _no_room(usage: QueueUsage, spec: CardSpec, what: str, per_pod: int, pods: int, below: str) -> str:
     queue = f'queue "{usage.queue}"' + (f' (above "{below}", counting all its queues)' if below else "")
     if not spec.is_multi:

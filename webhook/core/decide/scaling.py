@@ -95,11 +95,18 @@ def check_pods(
         above = ancestors_refuse(state, queue, demand.spec, demand.count, pods, what, key)
         if above is not None:
             return replace(above, hold=hold)
+        spread = assignment.spread(state, queue, template, demand, pods, key) if demand.spec.is_multi else {}
+        if spread and sum(spread.values()) < pods:
+            # Each fits alone, not together: a pod needs its model free in the queue and in every
+            # queue above it whose quota names it (the mutation gives it one only then).
+            message = messages.not_together(
+                queue, state.tree.ancestors.get(queue, ()), spread, demand, pods, what
+            )
+            return Denied(message, queue=queue, card=demand.spec.text, quota=True, hold=hold)
         over = capability.refuses(state, queue, what, cpu, memory, pods, key)
         if over is not None:
             return replace(over, card=demand.spec.text)
         if demand.spec.is_multi:  # told per model, as its pods will be given them
-            spread = assignment.spread(state, queue, template, demand, pods, key)
             warned = tuple(
                 w
                 for card, n in spread.items()
