@@ -325,14 +325,6 @@ class Fleet:
             process.stop()
 
 
-def ready_now(process: Process) -> bool:
-    try:
-        with process.client() as client:
-            return client.get("/readyz").status_code == 200
-    except httpx.TransportError:
-        return False
-
-
 @pytest.fixture
 def fleet(control_plane: ControlPlane, tmp_path: Path) -> Iterator[Fleet]:
     made = Fleet(control_plane, tmp_path)
@@ -362,7 +354,7 @@ def test_upgrades_kills_and_api_server_restarts_under_load_lose_no_review_at_an_
         fleet.start()
 
     def all_ready() -> bool:
-        return all(ready_now(p) for p in fleet.replicas)
+        return all(p.ready_now() for p in fleet.replicas)
 
     wait_for("three ready replicas", all_ready, timeout=60)
     balancer = Balancer(fleet.replicas)  # reads the list as it changes
@@ -386,7 +378,7 @@ def test_upgrades_kills_and_api_server_restarts_under_load_lose_no_review_at_an_
             started = time.monotonic()
             for old in list(fleet.replicas):
                 new = fleet.start()
-                wait_for("the new replica ready", lambda new=new: ready_now(new), timeout=60, every=0.1)
+                wait_for("the new replica ready", lambda new=new: new.ready_now(), timeout=60, every=0.1)
                 old.terminate()
                 assert old.proc.wait(timeout=30) == 0
                 fleet.retire(old)

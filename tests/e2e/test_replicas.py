@@ -44,21 +44,11 @@ def replicas(control_plane: ControlPlane, tmp_path: Path) -> Iterator[list[Proce
             process.stop()
 
 
-def ready(process: Process) -> bool:
-    if process.proc.poll() is not None:
-        return False
-    try:
-        with process.client() as client:
-            return client.get("/readyz").status_code == 200
-    except httpx.TransportError:
-        return False
-
-
 def test_one_replica_decides_the_others_forward_and_another_takes_over_when_it_dies(
     replicas: list[Process],
 ) -> None:
     wait_for("one serving replica", lambda: [p for p in replicas if serving(p)], timeout=60)
-    wait_for("every replica ready", lambda: all(ready(p) for p in replicas), timeout=60)
+    wait_for("every replica ready", lambda: all(p.ready_now() for p in replicas), timeout=60)
     time.sleep(1)  # a second leader would have had time to appear
     leaders = [p for p in replicas if serving(p)]
     assert len(leaders) == 1
@@ -106,7 +96,7 @@ class Balancer:
 
     async def _check(self) -> None:
         while True:
-            self.ready = [p for p in self.backends if await asyncio.to_thread(ready, p)]
+            self.ready = [p for p in self.backends if await asyncio.to_thread(p.ready_now)]
             await asyncio.sleep(0.2)
 
     async def _connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -166,7 +156,7 @@ class Balancer:
 @contextlib.contextmanager
 def behind_balancer(plane: ControlPlane, replicas: list[Process], namespace: str) -> Iterator[Balancer]:
     """The replicas behind a readiness-aware balancer, registered for the test namespaces."""
-    wait_for("one ready replica", lambda: [p for p in replicas if ready(p)], timeout=60)
+    wait_for("one ready replica", lambda: [p for p in replicas if p.ready_now()], timeout=60)
     balancer = Balancer(replicas)
     registered = configurations(
         balancer.url, replicas[0].certs / "ca.crt", SELECTOR, f"cq-{namespace}", plane.webhook_user
@@ -360,7 +350,7 @@ def test_with_a_pod_label_every_replica_is_ready_the_leader_is_labelled_and_a_si
         }
 
     try:
-        wait_for("every replica ready", lambda: all(ready(p) for p in started), timeout=60)
+        wait_for("every replica ready", lambda: all(p.ready_now() for p in started), timeout=60)
         (leader,) = wait_for("one serving replica", lambda: [p for p in started if serving(p)], timeout=30)
         wait_for("only the leader labelled", lambda: labelled() == {names[started.index(leader)]}, timeout=10)
         standby = next(p for p in started if p is not leader)

@@ -1,6 +1,7 @@
 """Run the real server for tests: as a ``cardquota serve`` process, or in a thread with a test source."""
 
 import asyncio
+import http.client
 import os
 import signal
 import socket
@@ -111,6 +112,23 @@ class Process:
         self.proc = subprocess.Popen(
             command, stdout=self._log, stderr=subprocess.STDOUT, cwd=cwd, env=environment, **as_user
         )
+
+    def ready_now(self) -> bool:
+        """Whether it is alive and answers ``/readyz`` with 200 now. Read with the standard
+        library's client, which closes its socket whatever breaks: httpx leaves a TLS socket
+        unclosed when the server dies mid-request (a ResourceWarning, an error here)."""
+        if self.proc.poll() is not None:
+            return False
+        connection = http.client.HTTPSConnection(
+            "127.0.0.1", self.port, context=client_context(self.certs), timeout=10
+        )
+        try:
+            connection.request("GET", "/readyz")
+            return connection.getresponse().status == 200
+        except (OSError, http.client.HTTPException):
+            return False
+        finally:
+            connection.close()
 
     def client(self, **kwargs: Any) -> httpx.Client:
         return httpx.Client(base_url=self.url, verify=client_context(self.certs), timeout=10, **kwargs)
