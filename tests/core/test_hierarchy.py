@@ -1,6 +1,7 @@
 """Hierarchical queues (spec.parent): a child's card demand also counts against every ancestor with
 a card quota, and a request is admitted only if it fits the queue and each such ancestor."""
 
+import copy
 import json
 from collections import Counter
 from typing import Any
@@ -17,16 +18,20 @@ from tests.builders import (
     node,
     owner,
     pod,
+    podgroup,
     queue,
     replicaset,
     request,
     scale_request,
+    vcjob,
 )
 from tests.core.test_assignment import Created
 from webhook.core.decide import admission
+from webhook.core.index import ingest
 from webhook.core.index.state import ClusterState
 from webhook.core.index.tally import Tally
 from webhook.core.index.usage import queue_usage, tree_usage
+from webhook.core.model import keys
 from webhook.core.model.cards import units
 from webhook.core.model.objects import pod_record, queue_record
 from webhook.core.model.policy import Policy
@@ -411,3 +416,77 @@ def test_every_pod_an_admitted_a_or_b_scale_up_allows_is_admitted_on_create(
     state, decision = flex_scale_up(child, parent, running_in_child, more)
     if isinstance(decision, Allowed):
         assert made(state, 1 + more) == [True] * (1 + more), decision
+
+
+JOB = owner("Job", "train", "uid-job-train", api="batch.volcano.sh/v1alpha1")
+
+
+def flex_enqueue(
+    child: dict[str, int], parent: dict[str, int], running_in_child: dict[str, int], n: int
+) -> tuple[ClusterState, Allowed | Denied]:
+    """A Volcano Job of one task of ``n`` ``A|B`` pods in child queue a under org, a running what
+    ``running_in_child`` says; its PodGroup (the whole request) moved Pending -> Inqueue."""
+    objects: list[dict[str, Any]] = [*NODES, *tree(("org", "", parent), ("a", "org", child))]
+    objects += [
+        running(f"run-{card[-4:]}-{i}", "a", card) for card, k in running_in_child.items() for i in range(k)
+    ]
+    template = {"metadata": {"annotations": {keys.CARD_NAME: FLEX}}, "spec": {}}
+    group = podgroup("pg", "Pending", json.dumps({FLEX: n}), queue_name="a", owner_ref=JOB, minMember=n)
+    objects += [vcjob("train", [(n, template)], queue="a"), group]
+    state = cluster(*objects)
+    enqueued = copy.deepcopy(group)
+    enqueued["status"]["phase"] = "Inqueue"
+    review = request(
+        enqueued, resource="podgroups", operation="UPDATE", old=group, group="scheduling.volcano.sh"
+    )
+    decision = admission.validate(state, review, 0.0)
+    admission.admit(state, review, decision, 0.0)
+    assert isinstance(decision, Allowed | Denied)
+    if isinstance(decision, Allowed):
+        ingest.upsert(state, enqueued)
+    return state, decision
+
+
+def task_pods(state: ClusterState, n: int) -> list[bool]:
+    """The job's ``n`` task pods created one after another: whether each is admitted."""
+    admitted = []
+    for i in range(n):
+        made = pod(f"train-t0-{i}", FLEX, queue_name="a", owner=JOB, group="pg")
+        made["metadata"]["annotations"][keys.TASK_SPEC] = "t0"
+        created = Created(state, made, uid=f"uid-t{i}")
+        if created.allowed:
+            ingest.upsert(state, created.obj)
+        admitted.append(created.allowed)
+    return admitted
+
+
+def test_an_a_or_b_podgroup_is_enqueued_only_on_a_model_the_queue_and_its_parent_both_hold_whole() -> None:
+    """a (4 H200, 2 H800) runs 1 H200 under org (2 H200, 8 H800): a holds 3 whole on H200, org 8
+    on H800, no one model both: a 3-pod job is refused at enqueue, naming each model's room in
+    each; a 2-pod job is enqueued on H800 and its 2 pods admitted."""
+    refused = flex_enqueue({H200: 4, H800: 2}, {H200: 2, H800: 8}, {H200: 1}, 3)[1]
+    assert isinstance(refused, Denied), refused
+    assert refused.message == (
+        f"no one model of {FLEX} holds the 3 cards of podgroup ns/pg (volcano job ns/train) to be enqueued"
+        f' in queue "a" and the queues above it: {H200} (queue "a": 3 left, "org": 1 left), {H800} (queue'
+        f' "a": 2 left, "org": 8 left); it stays Pending, none of its pods created, and is enqueued the'
+        " moment its cards free"
+    )
+    state, enqueued = flex_enqueue({H200: 4, H800: 2}, {H200: 2, H800: 8}, {H200: 1}, 2)
+    assert isinstance(enqueued, Allowed), enqueued
+    assert task_pods(state, 2) == [True, True]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    child=st.fixed_dictionaries({H200: st.integers(0, 4), H800: st.integers(0, 4)}),
+    parent=st.fixed_dictionaries({H200: st.integers(0, 4), H800: st.integers(0, 4)}),
+    running_in_child=st.fixed_dictionaries({H200: st.integers(0, 2), H800: st.integers(0, 2)}),
+    n=st.integers(1, 5),
+)
+def test_every_pod_of_an_enqueued_a_or_b_job_is_admitted_on_create(
+    child: dict[str, int], parent: dict[str, int], running_in_child: dict[str, int], n: int
+) -> None:
+    state, decision = flex_enqueue(child, parent, running_in_child, n)
+    if isinstance(decision, Allowed):
+        assert task_pods(state, n) == [True] * n, decision

@@ -27,7 +27,7 @@ from webhook.core.index.groups import ENQUEUED_WITH, enqueue_key
 from webhook.core.index.reservations import RESERVING_PHASES, asks_more
 from webhook.core.index.state import ClusterState
 from webhook.core.index.tally import Charge
-from webhook.core.index.usage import queue_usage
+from webhook.core.index.usage import QueueUsage, queue_usage, tree_usage
 from webhook.core.model import keys
 from webhook.core.model.cards import CardSpec, amount
 from webhook.core.model.feasibility import TooComplex
@@ -133,6 +133,13 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
                 cause=ENQUEUE,
                 podgroup=group.key,
             )
+        apart = _on_no_one_model(state, queue, usage, spec, count, what, key) if spec.is_multi else ""
+        if apart:
+            join = Join(group.uid, 0, group.key)
+            message = apart + _stays(group)
+            return Denied(
+                message, queue=queue, card=spec.text, join=join, cause=ENQUEUE, podgroup=group.key, quota=True
+            )
         usage = usage.plus(spec, count)
         holds.append(Hold(key, queue, spec, count, 1))
     text = ", ".join(f"{amount(count)} {spec.text}" for spec, count in rest.items())
@@ -148,6 +155,29 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
         marked=f"podgroup:{group.key}",
         borrowed=tuple(b for spec, count in rest.items() for b in borrowed_by(state, queue, spec, count)),
     )
+
+
+def _on_no_one_model(
+    state: ClusterState, queue: str, usage: QueueUsage, spec: CardSpec, count: int, what: str, key: str
+) -> str:
+    """Why an ``A|B`` request that its queue and each ancestor hold whole on some model, each on its
+    own, has no one model that all of them hold it on (its pods are all given one, SPEC §5b); ""
+    when it has."""
+    levels = [(f'queue "{queue}"', usage)]
+    for ancestor in state.tree.ancestors.get(queue, ()):
+        quota = state.tree.queues[ancestor].quota
+        if quota and quota.keys() & set(spec.cards):
+            levels.append((f'"{ancestor}"', tree_usage(state, ancestor, key)))
+    if len(levels) == 1:
+        return ""  # the queue alone: its own check was the whole one
+    for card in spec.cards:
+        one = CardSpec((card,))
+        try:
+            if usage.fits(one, count, 1) and ancestors_refuse(state, queue, one, count, 1, what, key) is None:
+                return ""
+        except TooComplex:
+            continue  # no answer for this model: another may hold it; else refused, as not held
+    return messages.on_no_one_model(spec, count, what, levels)
 
 
 def decide_create(state: ClusterState, request: Request) -> Decision:

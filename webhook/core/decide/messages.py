@@ -82,6 +82,20 @@ def not_together(
     )
 
 
+def on_no_one_model(spec: CardSpec, count: int, what: str, levels: Sequence[tuple[str, QueueUsage]]) -> str:
+    """Why ``count`` cards of a multi-card ``spec`` fit no one of its models in every one of
+    ``levels`` (the queue, then each ancestor whose quota names one of them: its label and usage)."""
+    first = levels[0][0]
+    rooms = ", ".join(
+        f"{card} (" + ", ".join(f"{label}: {_left_short(usage, card)}" for label, usage in levels) + ")"
+        for card in spec.cards
+    )
+    return (
+        f"no one model of {spec.text} holds the {amount(count)} cards of {what} to be enqueued in {first}"
+        f" and the queues above it: {rooms}"
+    )
+
+
 def _no_room(usage: QueueUsage, spec: CardSpec, what: str, per_pod: int, pods: int, below: str) -> str:
     queue = f'queue "{usage.queue}"' + (f' (above "{below}", counting all its queues)' if below else "")
     if not spec.is_multi:
