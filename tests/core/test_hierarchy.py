@@ -461,18 +461,18 @@ def task_pods(state: ClusterState, n: int) -> list[bool]:
 
 
 def test_an_a_or_b_podgroup_is_enqueued_only_on_a_model_the_queue_and_its_parent_both_hold_whole() -> None:
-    """a (4 H200, 2 H800) runs 1 H200 under org (2 H200, 8 H800): a holds 3 whole on H200, org 8
-    on H800, no one model both: a 3-pod job is refused at enqueue, naming each model's room in
-    each; a 2-pod job is enqueued on H800 and its 2 pods admitted."""
-    refused = flex_enqueue({H200: 4, H800: 2}, {H200: 2, H800: 8}, {H200: 1}, 3)[1]
-    assert isinstance(refused, Denied), refused
+    """a (4 H200, 2 H800) runs 1 H200 under org (3 H200, 8 H800): a holds 3 whole on H200 now, org
+    8 on H800, no one model both (until the H200 frees): a 3-pod job is refused at enqueue and waits,
+    each model's room in each named; a 2-pod job is enqueued on H800 and its 2 pods admitted."""
+    refused = flex_enqueue({H200: 4, H800: 2}, {H200: 3, H800: 8}, {H200: 1}, 3)[1]
+    assert isinstance(refused, Denied) and refused.join is not None, refused
     assert refused.message == (
         f"no one model of {FLEX} holds the 3 cards of podgroup ns/pg (volcano job ns/train) to be enqueued"
-        f' in queue "a" and the queues above it: {H200} (queue "a": 3 left, "org": 1 left), {H800} (queue'
+        f' in queue "a" and the queues above it: {H200} (queue "a": 3 left, "org": 2 left), {H800} (queue'
         f' "a": 2 left, "org": 8 left); it stays Pending, none of its pods created, and is enqueued the'
         " moment its cards free"
     )
-    state, enqueued = flex_enqueue({H200: 4, H800: 2}, {H200: 2, H800: 8}, {H200: 1}, 2)
+    state, enqueued = flex_enqueue({H200: 4, H800: 2}, {H200: 3, H800: 8}, {H200: 1}, 2)
     assert isinstance(enqueued, Allowed), enqueued
     assert task_pods(state, 2) == [True, True]
 
@@ -490,3 +490,13 @@ def test_every_pod_of_an_enqueued_a_or_b_job_is_admitted_on_create(
     state, decision = flex_enqueue(child, parent, running_in_child, n)
     if isinstance(decision, Allowed):
         assert task_pods(state, n) == [True] * n, decision
+
+
+def test_an_a_or_b_job_no_one_model_could_ever_hold_through_the_tree_is_refused_for_good() -> None:
+    """a (4 H200, 2 H800) under org (1 H200, 8 H800), nothing running: 3 cards fit a alone on H200
+    and org alone on H800, never one model in both. Waiting could not end: refused, in no line."""
+    state, refused = flex_enqueue({H200: 4, H800: 2}, {H200: 1, H800: 8}, {}, 3)
+    assert isinstance(refused, Denied) and refused.join is None, refused
+    assert refused.message.startswith(f"no one model of {FLEX} holds the 3 cards of podgroup ns/pg"), refused
+    assert "more than the whole quota of its queue (or of an ancestor) holds" in refused.message
+    assert state.line.get("uid-pg-pg") is None

@@ -94,16 +94,7 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
         except TooComplex as error:
             return too_complex(queue, what, spec, count, 1, error)
         if not fits and not ever_fits(state, queue, spec, count):
-            whole = messages.no_room(usage, spec, what, count) + " to be enqueued"
-            return Denied(
-                f"{whole}: more than the whole quota of its queue (or of an ancestor) holds, so it stays"
-                " Pending, in no line, until the quota is raised or the job asks for less",
-                queue=queue,
-                card=spec.text,
-                cause=ENQUEUE,
-                podgroup=group.key,
-                quota=True,
-            )
+            return _never(queue, spec, group, messages.no_room(usage, spec, what, count) + " to be enqueued")
         if not fits:
             place = line.ordinal(len(ahead) + 1)
             message = (
@@ -134,6 +125,8 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
                 podgroup=group.key,
             )
         apart = _on_no_one_model(state, queue, usage, spec, count, what, key) if spec.is_multi else ""
+        if apart and not ever_fits(state, queue, spec, count):
+            return _never(queue, spec, group, apart)
         if apart:
             join = Join(group.uid, 0, group.key)
             message = apart + _stays(group)
@@ -154,6 +147,19 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
         told=f"podgroup:{group.key}" if warned else "",
         marked=f"podgroup:{group.key}",
         borrowed=tuple(b for spec, count in rest.items() for b in borrowed_by(state, queue, spec, count)),
+    )
+
+
+def _never(queue: str, spec: CardSpec, group: PodGroupRecord, why: str) -> Denied:
+    """A refusal at enqueue that no wait ends: the whole quota does not hold the request."""
+    return Denied(
+        f"{why}: more than the whole quota of its queue (or of an ancestor) holds, so it stays"
+        " Pending, in no line, until the quota is raised or the job asks for less",
+        queue=queue,
+        card=spec.text,
+        cause=ENQUEUE,
+        podgroup=group.key,
+        quota=True,
     )
 
 

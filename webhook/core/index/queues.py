@@ -51,18 +51,21 @@ class QueueTree:
 
     def ever_holds(self, queue: str, cards: tuple[CardName, ...], per_pod: int, pods: int) -> bool:
         """Whether ``pods`` pods of ``per_pod`` units, each whole on one of ``cards`` (the pods
-        spread over them), could all fit at once the whole quota of ``queue`` and of every ancestor
-        that limits those cards; a queue the tree does not know holds nothing."""
+        spread over them), could all fit at once the whole quota of ``queue`` and of every ancestor,
+        each pod's model within each quota that names it (as the pod mutation gives models); a
+        queue the tree does not know holds nothing."""
         if queue not in self.queues:
             return False
         if per_pod <= 0:  # asks nothing: any quota holds it
             return True
-        for name in (queue, *self.ancestors.get(queue, ())):
+        own = self.queues[queue].quota or {}
+        caps = dict.fromkeys(cards, 0) | {card: own[card] for card in cards if card in own}
+        for name in self.ancestors.get(queue, ()):  # each limits the models its quota names
             quota = self.queues[name].quota or {}
-            limits = name == queue or all(card in quota for card in cards)
-            if limits and sum(quota.get(card, 0) // per_pod for card in cards) < pods:
-                return False
-        return True
+            for card in cards:
+                if card in quota:
+                    caps[card] = min(caps[card], quota[card])
+        return sum(cap // per_pod for cap in caps.values()) >= pods
 
     def upsert(self, record: QueueRecord) -> None:
         text = record.annotations.get(keys.CARD_QUOTA)
