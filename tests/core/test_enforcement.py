@@ -26,7 +26,7 @@ from tests.builders import (
     template,
     vcjob,
 )
-from webhook.core.decide import admission, calls, tidal
+from webhook.core.decide import admission, calls, reclaim_settings, tidal
 from webhook.core.model import keys
 from webhook.core.model.policy import Policy
 from webhook.core.model.verdicts import Allowed, Denied
@@ -142,7 +142,7 @@ def test_a_queue_not_enforced_takes_no_card_back(mode: str) -> None:
     train = queue("train", json.dumps({H200: 8}), priority=10)
     state = cluster(node("h200", H200), q, train)
     assert tidal.may_take(state, "q") is (mode == "deny")
-    assert tidal.mode_of(state, "q") == ("on" if mode == "deny" else "off")
+    assert reclaim_settings.mode_of(state, "q") == ("on" if mode == "deny" else "off")
 
 
 @pytest.mark.parametrize("mode", ["deny", *MODES, "enforce", ""])

@@ -14,7 +14,7 @@ from hypothesis import event, example, given, settings
 from hypothesis import strategies as st
 
 from tests.builders import H200, R4090, cluster, node, owner, pod, podgroup, queue, request, template, vcjob
-from webhook.core.decide import admission, tidal
+from webhook.core.decide import admission, reclaim_holds, tidal
 from webhook.core.index.state import ClusterState
 from webhook.core.model import keys, objects, placement
 from webhook.core.model.cards import UNIT
@@ -668,12 +668,12 @@ def test_a_hold_is_the_podgroups_it_was_taken_from_not_a_new_one_of_that_name() 
     old = podgroup("tj", "Pending", queue_name="train", owner_ref=job_ref("tj"))
     state.upsert_podgroup(objects.podgroup_record(old))
     state.reclaims["ns/tj"] = Taken(R4090, 4 * UNIT, "serve", ("uid-ns-web-0",), now + 300, "uid-pg-tj")
-    assert tidal.holding(state, "ns/tj", now) is not None
+    assert reclaim_holds.holding(state, "ns/tj", now) is not None
     again = copy.deepcopy(old)
     again["metadata"]["uid"] = "uid-pg-tj-again"
     state.delete_podgroup("ns/tj")
     state.upsert_podgroup(objects.podgroup_record(again))
-    assert tidal.holding(state, "ns/tj", now) is None
+    assert reclaim_holds.holding(state, "ns/tj", now) is None
 
 
 def test_the_nodes_are_read_once_for_pods_that_ask_alike() -> None:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from tests.builders import H200, R4090, cluster, node, owner, pod, podgroup
 from tests.core.test_tidal import NODES, RS, gang, inference, job_ref, serve_queue, train_queue
-from webhook.core.decide import tidal
+from webhook.core.decide import reclaim_settings, tidal
 from webhook.core.index import ingest
 from webhook.core.index.state import ClusterState
 from webhook.core.model.cards import UNIT
@@ -97,7 +97,7 @@ def test_the_lines_of_unbound_pods_are_the_pods_walked_one_by_one_after_any_chan
         charge = state.charged.charge(uid)
         if charge is None or charge.card is None or record.node_name or not record.is_live:
             continue
-        if tidal.service_of(state, uid) == "inference":
+        if reclaim_settings.service_of(state, uid) == "inference":
             walked.setdefault((charge.card, charge.queue), set()).add(uid)
     read = tidal.waiting(state, lambda uid: True)
     assert {(card, q): set(uids) for card, queues in read.items() for q, uids in queues.items()} == walked

@@ -19,7 +19,7 @@ from tests.core.test_tidal import NODES, RS, gang, inference, job_ref, serve_que
 from webhook.cluster import cache
 from webhook.cluster import reclaimer as reclaimer_module
 from webhook.cluster.reclaimer import InProcess, Reclaimer
-from webhook.core.decide import admission, report, tidal
+from webhook.core.decide import admission, reclaim_holds, report, tidal
 from webhook.core.index import ingest
 from webhook.core.index.state import ClusterState
 from webhook.core.model import keys
@@ -470,7 +470,7 @@ def test_a_new_leader_finishes_the_gang_it_adopted_after_its_beneficiaries_are_b
     fresh.protect = frozenset()
     for i in range(2):  # the cards tj-0 and tj-1 freed were enough: web is bound
         ingest.upsert(successor, pod(f"web-{i}", R4090, queue_name="serve", group="web", node_name="n1"))
-    assert tidal.holding(successor, "ns/tj", clock[0]) is None
+    assert reclaim_holds.holding(successor, "ns/tj", clock[0]) is None
     successor.delete_pod("uid-ns-tj-3")  # tj-3 went, and one of that name was made since
     remade = pod("tj-3", R4090, node_name="n2", phase="Running", queue_name="train", group="tj")
     remade["metadata"]["uid"] = "uid-ns-tj-3-again"

@@ -31,7 +31,7 @@ from itertools import islice, zip_longest
 from typing import Any, TypeVar
 
 from webhook.cluster import cache, events, workers
-from webhook.core.decide import tidal
+from webhook.core.decide import reclaim_holds, reclaim_settings, tidal
 from webhook.core.index.state import ClusterState
 from webhook.core.model import budgets, keys, placement
 from webhook.core.model.cards import CardName, amount
@@ -232,7 +232,7 @@ class Reclaimer:
             leaving.add(flight.gang.key)
             leaving.update(flight.gang.pods)
         for key in sorted(self.state.groups.marked):  # an earlier leader's reclaim, still held
-            if (held := tidal.holding(self.state, key, now)) is not None:
+            if (held := reclaim_holds.holding(self.state, key, now)) is not None:
                 leaving.add(key)
                 if key not in self.flights and key not in self._adopted:
                     self._adopt(key, held.until, now, held.evict)
@@ -350,7 +350,7 @@ class Reclaimer:
             if not there or now - flight.since > HOLD_FOR:
                 del self.flights[key]
         for key, taken in list(self.state.reclaims.items()):
-            if tidal.holding(self.state, key, now) is None:
+            if reclaim_holds.holding(self.state, key, now) is None:
                 del self.state.reclaims[key]
                 if key in self._noticed:  # its notice still running: the pods it was for need it no more
                     self._called_off.append(key)
@@ -435,13 +435,13 @@ class Reclaimer:
     async def _evict(self, gang: Gang, plan: tidal.Plan, now: float) -> None:
         """Take ``gang`` for ``plan``: its hold mark first (a new leader holds it too), then the
         notice on each of its pods (when it is evicted, when killed), then its eviction: now, or
-        once its queue's notice has run (``tidal.notice``), told by an Event meanwhile."""
+        once its queue's notice has run (``reclaim_settings.notice``), told by an Event meanwhile."""
         named = set(gang.pods)
         members = self.state.charged.in_group(gang.key) or self.state.pods
         uids = frozenset(
             uid for uid in members if uid in self.state.pods and self.state.pods[uid].key in named
         )
-        notice = tidal.notice(self.state, gang.queue)
+        notice = reclaim_settings.notice(self.state, gang.queue)
         evict = now + notice
         self.flights[gang.key] = Flight(gang, plan, evict, uids)
         group = self.state.podgroups.get(gang.key)
@@ -515,6 +515,7 @@ class Reclaimer:
         self.on_reclaim(plan.queue, plan.card, "evicted", gang.total)
         beneficiaries = self._names(plan)
         nodes = ", ".join(sorted(gang.cards))
+        priority = reclaim_settings.priority_of(self.state, plan.queue)
         log.info(
             "tidal reclaim: evicted a gang",
             extra={"gang": gang.key, "card": plan.card, "cards": gang.total, "for": beneficiaries},
@@ -523,7 +524,7 @@ class Reclaimer:
             gang.key,
             RECLAIMED,
             f'{amount(gang.total)} {plan.card} on {nodes} taken back for queue "{plan.queue}"'
-            f" (priority {tidal.priority_of(self.state, plan.queue)}), whose pods {beneficiaries} wait for"
+            f" (priority {priority}), whose pods {beneficiaries} wait for"
             f" them: its {len(gang.pods)} pods are evicted whole (killed at {moment(taken.deadline)} if"
             f" still running); it is enqueued again once those are bound,"
             f' as queue "{gang.queue}"\'s quota allows',

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from functools import partial
 
-from webhook.core.decide import decisions, tidal
+from webhook.core.decide import decisions, reclaim_holds
 from webhook.core.decide.fitting import fitting_now
 from webhook.core.index.line import Waiter
 from webhook.core.index.state import ClusterState
@@ -100,7 +100,7 @@ def call_next(state: ClusterState, now: float) -> tuple[Call, ...]:
         waiters = state.line.line(queue)
         for index, waiter in enumerate(waiters):
             wanted = state.waiting.waiting_pods(waiter)
-            if wanted <= 0 or tidal.guarding(state, queue, waiter.spec.cards, now) is not None:
+            if wanted <= 0 or reclaim_holds.guarding(state, queue, waiter.spec.cards, now) is not None:
                 continue  # served, or its model's freed cards are held for a queue above (reclaim)
             if waiter.pod:
                 call = _release(state, waiter, waiters[:index], now)

@@ -4,7 +4,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from webhook.core.decide import capability, messages, tidal
+from webhook.core.decide import capability, messages, reclaim_holds
 from webhook.core.decide.constraints import contradiction
 from webhook.core.index import cohorts, line
 from webhook.core.index.charges import charge_edits
@@ -74,20 +74,22 @@ def decide_pod_create(state: ClusterState, request: Request, now: float) -> Deci
         if not isinstance(unpaid, tuple):
             return unpaid
         demand, paying = unpaid
-    if pod.group_name and (gave := tidal.holding(state, f"{pod.namespace}/{pod.group_name}", now)):
+    if pod.group_name and (gave := reclaim_holds.holding(state, f"{pod.namespace}/{pod.group_name}", now)):
         message = messages.reclaimed(
             f"{what} of podgroup {pod.namespace}/{pod.group_name}",
             gave,
-            tidal.unbound(state, gave),
+            reclaim_holds.unbound(state, gave),
             now,
             "its pods are not created again",
         )
         return Denied(message, queue=queue, card=demand.spec.text)
     if pod.waiting is not None:
         return _gated(state, pod, queue, demand, what)
-    if (guard := tidal.guarding(state, queue, demand.spec.cards, now)) is not None:
+    if (guard := reclaim_holds.guarding(state, queue, demand.spec.cards, now)) is not None:
         then = "its controller creates it again after that"
-        message = messages.held_for_reclaim(what, queue, guard, tidal.unbound(state, guard), now, then)
+        message = messages.held_for_reclaim(
+            what, queue, guard, reclaim_holds.unbound(state, guard), now, then
+        )
         return Denied(message, queue=queue, card=demand.spec.text)
     # A pod the mutation assigned a model: its assignment is held in the ledger until now.
     taken = state.ledger.assignment(queue, demand.spec.cards[0], demand.count) if demand.origin else ""

@@ -13,7 +13,7 @@ it waits for until then.
 
 from dataclasses import replace
 
-from webhook.core.decide import messages, tidal
+from webhook.core.decide import messages, reclaim_holds
 from webhook.core.decide.decisions import (
     ancestors_refuse,
     borrowed_by,
@@ -51,10 +51,10 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
         return _edit(state, old, group)
     if group.phase not in RESERVING_PHASES:
         return Allowed("not an enqueue")
-    taken = tidal.holding(state, group.key, now)
+    taken = reclaim_holds.holding(state, group.key, now)
     if taken is not None:
         message = messages.reclaimed(
-            describe(group), taken, tidal.unbound(state, taken), now, "it stays Pending"
+            describe(group), taken, reclaim_holds.unbound(state, taken), now, "it stays Pending"
         )
         return Denied(
             message + ", then is enqueued as its quota allows",
@@ -68,11 +68,11 @@ def decide_enqueue(state: ClusterState, request: Request, now: float) -> Decisio
         return Allowed("its pods hold every card it asks for")
     queue = group.queue or keys.DEFAULT_QUEUE
     what = describe(group)
-    guard = tidal.guarding(state, queue, {card for spec in rest for card in spec.cards}, now)
+    guard = reclaim_holds.guarding(state, queue, {card for spec in rest for card in spec.cards}, now)
     if guard is not None:
         then = "it stays Pending, then is enqueued as its quota allows"
         return Denied(
-            messages.held_for_reclaim(what, queue, guard, tidal.unbound(state, guard), now, then),
+            messages.held_for_reclaim(what, queue, guard, reclaim_holds.unbound(state, guard), now, then),
             queue=queue,
             card=guard.card,
             cause=ENQUEUE,

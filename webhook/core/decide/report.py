@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from webhook.core.decide import lending, tidal
+from webhook.core.decide import lending, reclaim_holds
 from webhook.core.decide.capability import cpu_text, memory_text
 from webhook.core.decide.messages import breakdown
 from webhook.core.index.queues import quota_sums
@@ -128,7 +128,7 @@ def cluster_status(state: ClusterState, now: float = 0.0) -> dict[str, Any]:
         status["claims_unpublished"] = unpublished
     if waiting := lines(state):
         status["lines"] = waiting
-    if reclaims := tidal.in_progress(state, now):
+    if reclaims := reclaim_holds.in_progress(state, now):
         status["reclaims"] = reclaims
     if shared := state.inventory.shared():  # nodes that share their cards (Volcano vGPU, Koordinator)
         status["shared"] = {p: {**info, "cards": figure(info["cards"])} for p, info in shared.items()}

@@ -17,22 +17,21 @@ from dataclasses import replace
 from functools import partial
 from typing import TypeVar
 
+from webhook.core.decide.reclaim_settings import min_runtime, mode_of, priority_of, reclaimable, service_of
 from webhook.core.index import cohorts
 from webhook.core.index.state import ClusterState
 from webhook.core.index.usage import queue_usage, tree_usage
 from webhook.core.model import keys, objects
-from webhook.core.model.cards import CardName, figure
-from webhook.core.model.objects import PodTemplate, moment, reclaim_mark
+from webhook.core.model.cards import CardName
+from webhook.core.model.objects import PodTemplate
 from webhook.core.model.reclaim import (
     INFERENCE,
     SEARCH_BUDGET,
     Budget,
     Gang,
     Size,
-    Taken,
     card_count,
     freed,
-    parse_duration,
     placeable,
     victims,
     why_not,
@@ -41,7 +40,6 @@ from webhook.core.model.steps import Steps, done
 from webhook.core.model.values import value_class
 
 T = TypeVar("T")
-MODES = ("on", "dry-run", "off")
 PASS_BUDGET = 200_000  # search steps of one pass over every model (``reclaim.Budget``)
 
 
@@ -60,49 +58,6 @@ class Plan:
     @property
     def cards(self) -> int:
         return sum(g.total for g in self.victims or ())
-
-
-def mode_of(state: ClusterState, queue: str) -> str:
-    """The queue's reclaim mode: its annotation, else the cluster's setting; "off" while its quota
-    only warns or audits (decisions.md §34: a queue not enforced takes nothing from others)."""
-    if state.enforcement(queue) != "deny":
-        return "off"
-    info = state.tree.queues.get(queue)
-    said = info.record.annotations.get(keys.RECLAIM, "") if info is not None else ""
-    return said if said in MODES else state.policy.reclaim
-
-
-def priority_of(state: ClusterState, queue: str) -> int:
-    info = state.tree.queues.get(queue)
-    return info.record.priority if info is not None else 0
-
-
-def reclaimable(state: ClusterState, queue: str) -> bool:
-    """Whether the queue's training may give cards back: our annotation, else spec.reclaimable."""
-    info = state.tree.queues.get(queue)
-    if info is None:
-        return True
-    said = info.record.annotations.get(keys.RECLAIMABLE, "").lower()
-    return info.record.reclaimable if said not in ("true", "false") else said == "true"
-
-
-def service_of(state: ClusterState, uid: str, said_counts: bool = True) -> str:
-    """A pod's service type: its PodGroup's volcano.sh/service.type, else its PodGroup's owner kind
-    (the pod's own for a pod with no PodGroup) by the service-type table. ``said_counts`` False:
-    by the owner kind alone (the annotation is the tenant's to write)."""
-    pod = state.pods[uid]
-    group = state.podgroups.get(f"{pod.namespace}/{pod.group_name}") if pod.group_name else None
-    if group is not None:
-        said = group.annotations.get(keys.SERVICE_TYPE)
-        if said and said_counts:
-            return said
-        owner = group.owner
-    else:
-        owner = pod.owner
-    if owner is None:
-        return ""
-    kind = "ReplicaSet" if owner.kind == "Deployment" else owner.kind
-    return state.policy.service_type_by_kind.get(kind, "")
 
 
 def lines(state: ClusterState) -> list[tuple[CardName, str]]:
@@ -616,65 +571,6 @@ def solve_all(asked: Iterable[Problem]) -> list[Plan]:
     return [found for problem in asked for found in solve(problem, allowance)]
 
 
-def holding(state: ClusterState, group: str, now: float) -> Taken | None:
-    """What was taken back from PodGroup ``group`` while the pods it went to still wait unbound
-    (and its hold has not run out); None once they are bound or gone."""
-    taken, record = state.reclaims.get(group), state.podgroups.get(group)
-    if taken is not None and record is not None and taken.group_uid and taken.group_uid != record.uid:
-        taken = None  # another PodGroup of that name since: the hold was the one deleted
-    if taken is None and record is not None:
-        taken = reclaim_mark(record.annotations.get(keys.RECLAIMED))  # written by an earlier leader
-    if taken is None or now >= taken.until:
-        return None
-    return taken if any(uid in state.charged.unbound() for uid in taken.for_pods) else None
-
-
-def guarding(state: ClusterState, queue: str, cards: Iterable[CardName], now: float) -> Taken | None:
-    """A reclaim whose freed cards of one of ``cards`` are held for a queue of higher priority than
-    ``queue`` while the pods they were taken for wait unbound: ``queue``'s new demand of that model
-    waits too (SPEC §5e), so no third queue's job is enqueued onto them. Only the holds this replica
-    made count: a mark on a PodGroup is anyone's to write, and would hold only that group. None on
-    the common path (no reclaim held) without a look at anything else."""
-    if not state.reclaims:
-        return None
-    wanted, priority = set(cards), priority_of(state, queue)
-    for key in sorted(state.reclaims):
-        taken = holding(state, key, now)
-        if (
-            taken is not None
-            and taken.card in wanted
-            and taken.queue != queue
-            and priority_of(state, taken.queue) > priority
-        ):
-            return taken
-    return None
-
-
-def in_progress(state: ClusterState, now: float) -> list[dict[str, object]]:
-    """The reclaims whose cards are still held: each evicted PodGroup, what it gave back, for which
-    queue, and how many of those pods still wait unbound."""
-    out: list[dict[str, object]] = []
-    for key in sorted(set(state.reclaims) | state.groups.marked):
-        taken = holding(state, key, now)
-        if taken is not None:
-            out.append(
-                {
-                    "podgroup": key,
-                    "card": taken.card,
-                    "cards": figure(taken.cards),
-                    "for_queue": taken.queue,
-                    "waiting_pods": unbound(state, taken),
-                    "held_until": moment(taken.until),
-                }
-            )
-    return out
-
-
-def unbound(state: ClusterState, taken: Taken) -> int:
-    """How many of the pods ``taken`` went to still wait unbound."""
-    return sum(1 for uid in taken.for_pods if uid in state.charged.unbound())
-
-
 def _size(state: ClusterState, uid: str) -> int:
     charge = state.charged.charge(uid)
     return charge.count if charge is not None else 0
@@ -718,24 +614,3 @@ def _nothing(
     if not reasons:
         return f"no running pod holds {card}"
     return "; ".join(f"{n} gang{'s' if n > 1 else ''}: {why}" for why, n in sorted(reasons.items()))
-
-
-def min_runtime(state: ClusterState, queue: str) -> float:
-    """``queue``'s minimum run time before cards its gangs borrow are taken back (seconds; 0: none,
-    or unreadable: its write was refused)."""
-    return _duration(state, queue, keys.RECLAIM_MIN_RUNTIME)
-
-
-def notice(state: ClusterState, queue: str) -> float:
-    """How long before their eviction ``queue``'s gangs are told (seconds; 0: none, or unreadable),
-    at most ``MAX_NOTICE``."""
-    return min(_duration(state, queue, keys.RECLAIM_NOTICE), MAX_NOTICE)
-
-
-MAX_NOTICE = 600.0  # seconds: a longer notice keeps the lender waiting past what a hold lasts
-
-
-def _duration(state: ClusterState, queue: str, key: str) -> float:
-    info = state.tree.queues.get(queue)
-    text = info.record.annotations.get(key) if info is not None else None
-    return (parse_duration(text) or 0.0) if text else 0.0
