@@ -141,19 +141,22 @@ def live_state(
 
 def live_events(
     kubeconfig: Path | str | None, reason: str, timeout: float = 60.0, context: str | None = None
-) -> list[dict[str, Any]]:
-    """Every Event of ``reason`` in the cluster, read once (``kubectl cardquota audit``);
-    ``ConfigError`` when they cannot be read."""
+) -> list[dict[str, Any]] | str:
+    """Every Event of ``reason`` in the cluster, read once (``kubectl cardquota audit``); when they
+    cannot be read (no right to list Events, no answer), why, so the rest is answered all the same."""
 
     from webhook.cluster.cache import EVENTS, Unavailable
     from webhook.cluster.kube import KubeTransport
 
-    async def read() -> list[dict[str, Any]]:
-        transport = await KubeTransport.connect(kubeconfig, context)
+    async def read() -> list[dict[str, Any]] | str:
+        try:
+            transport = await KubeTransport.connect(kubeconfig, context)
+        except ConfigError as exc:
+            return f"the {reason} Events could not be read: {exc}"
         try:
             return await asyncio.wait_for(transport.list_selected(EVENTS, f"reason={reason}"), timeout)
         except (Unavailable, TimeoutError) as exc:
-            raise ConfigError(f"the {reason} Events could not be read: {exc or 'timed out'}") from exc
+            return f"the {reason} Events could not be read: {exc or 'timed out'}"
         finally:
             await transport.close()
 

@@ -86,18 +86,15 @@ class KubeTransport:
         found: list[dict[str, Any]] = []
         cont = ""
         while True:
-            query: list[tuple[str, Any]] = [("fieldSelector", field_selector), ("limit", limit)]
-            query += [("continue", cont)] if cont else []
-            response = await self._get(kind, query, aiohttp.ClientTimeout(total=LIST_TIMEOUT))
             try:
-                body = orjson.loads(await response.read())
-            except (TimeoutError, aiohttp.ClientError, orjson.JSONDecodeError) as exc:
+                body = orjson.loads(await self.list(kind, limit, cont, field_selector))
+            except orjson.JSONDecodeError as exc:
                 raise Unavailable(f"{kind.plural}: unreadable list: {exc!r}") from exc
-            items = body.get("items") if isinstance(body, dict) else None
+            body = body if isinstance(body, dict) else {}
+            items = body.get("items")
             found += [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
-            cont = str(
-                ((body.get("metadata") if isinstance(body, dict) else None) or {}).get("continue") or ""
-            )
+            meta = body.get("metadata")
+            cont = str(meta.get("continue") or "") if isinstance(meta, dict) else ""
             if not cont:
                 return found
 
@@ -162,12 +159,8 @@ class KubeTransport:
     ) -> None:
         """An Event about ``involved`` (apiVersion, kind, name, and uid where known) in ``namespace``;
         ``count`` occurrences, the first at ``since`` (default: now)."""
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        first = (
-            now
-            if since is None
-            else datetime.datetime.fromtimestamp(since, datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        )
+        now = _stamp(datetime.datetime.now(datetime.UTC))
+        first = now if since is None else _stamp(datetime.datetime.fromtimestamp(since, datetime.UTC))
         metadata: dict[str, Any] = {"generateName": f"{involved['name']}.", "namespace": namespace}
         if annotations:
             metadata["annotations"] = dict(annotations)
@@ -259,10 +252,12 @@ class KubeTransport:
             raise Unavailable(f"{path}: HTTP {status}: {text}")
         return True
 
-    async def list(self, kind: Kind, limit: int, cont: str) -> bytes:
+    async def list(self, kind: Kind, limit: int, cont: str, field_selector: str = "") -> bytes:
         query: list[tuple[str, Any]] = [("limit", limit)]
         if cont:
             query.append(("continue", cont))
+        if field_selector:
+            query.append(("fieldSelector", field_selector))
         response = await self._get(kind, query, aiohttp.ClientTimeout(total=LIST_TIMEOUT))
         try:
             body: bytes = await response.read()
@@ -383,3 +378,8 @@ class KubePodLabel:
             raise LeaseUnavailable(f"{self.path}: {exc!r}") from exc
         if status != 200:
             raise LeaseUnavailable(f"{self.path}: HTTP {status}: {text}")
+
+
+def _stamp(moment: datetime.datetime) -> str:
+    """An Event's time, as the API server keeps it (RFC 3339, to the second)."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")

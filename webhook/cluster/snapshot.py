@@ -62,24 +62,20 @@ def _objects(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
 
 def load_snapshot(directory: Path | str, policy: Policy | None = None) -> ClusterState:
     """Load every file under ``directory`` (recursively, in name order)."""
-    root = Path(directory)
-    if not root.is_dir():
-        raise SnapshotError(f"{root}: not a directory")
-    labelled = [
-        item
-        for path in sorted(p for p in root.rglob("*") if p.suffix in SUFFIXES and p.is_file())
-        for item in _objects(path)
-    ]
-    return build_state(labelled, policy)
+    return build_state([item for path in _files(directory) for item in _objects(path)], policy)
 
 
 def load_kind(directory: Path | str, kind: str) -> list[dict[str, Any]]:
     """The objects of ``kind`` under ``directory`` (those ``load_snapshot`` skips: Events)."""
+    return [obj for path in _files(directory) for _, obj in _objects(path) if obj.get("kind") == kind]
+
+
+def _files(directory: Path | str) -> list[Path]:
+    """Every YAML/JSON file under ``directory``, recursively, in name order."""
     root = Path(directory)
     if not root.is_dir():
         raise SnapshotError(f"{root}: not a directory")
-    paths = sorted(p for p in root.rglob("*") if p.suffix in SUFFIXES and p.is_file())
-    return [obj for path in paths for _, obj in _objects(path) if obj.get("kind") == kind]
+    return sorted(p for p in root.rglob("*") if p.suffix in SUFFIXES and p.is_file())
 
 
 def build_state(labelled: Iterable[tuple[str, dict[str, Any]]], policy: Policy | None = None) -> ClusterState:

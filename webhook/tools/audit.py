@@ -26,7 +26,6 @@ from webhook.errors import ConfigError
 from webhook.tools import headroom
 
 KINDS = {"Deployment": "deployment", "StatefulSet": "statefulset", "ReplicaSet": "replicaset"}
-REASON = "CardQuotaWouldRefuse"  # the Event's reason (webhook.cluster.caller)
 
 
 def report(state: ClusterState, now: float, events: Iterable[Any] | str = ()) -> dict[str, Any]:
@@ -71,7 +70,7 @@ def told(events: Iterable[Any]) -> list[dict[str, Any]]:
 
 
 def _whose(event: Any) -> tuple[str, str, str] | None:
-    if not isinstance(event, dict) or event.get("reason") != REASON:
+    if not isinstance(event, dict) or event.get("reason") != keys.WOULD_REFUSE_REASON:
         return None
     meta = event.get("metadata")
     annotations = meta.get("annotations") if isinstance(meta, dict) else None

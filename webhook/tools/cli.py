@@ -29,6 +29,7 @@ from webhook import settings
 from webhook.cluster import snapshot
 from webhook.core.decide.report import cluster_status, status_table
 from webhook.core.index.state import ClusterState
+from webhook.core.model import keys
 from webhook.core.model.policy import Policy
 from webhook.errors import CardquotaError, ConfigError
 from webhook.serve import probe, review
@@ -162,13 +163,11 @@ def _review(args: argparse.Namespace) -> int:
 
 
 def _audit(args: argparse.Namespace) -> int:
-    if args.cluster is not None:
-        events: list[Any] | str = snapshot.load_kind(args.cluster, "Event")
-    else:
-        try:
-            events = main_module.live_events(args.kubeconfig, audit.REASON)
-        except ConfigError as exc:
-            events = str(exc)
+    events: list[Any] | str = (
+        snapshot.load_kind(args.cluster, "Event")
+        if args.cluster is not None
+        else main_module.live_events(args.kubeconfig, keys.WOULD_REFUSE_REASON)
+    )
     found = audit.report(_state(args), time.time(), events)
     if args.output == "json":
         sys.stdout.buffer.write(orjson.dumps(found, option=orjson.OPT_INDENT_2) + b"\n")

@@ -27,6 +27,7 @@ from webhook import main as main_module
 from webhook import settings
 from webhook.core.decide.report import cluster_status, lines, lines_table, status_table
 from webhook.core.index.state import ClusterState
+from webhook.core.model import keys
 from webhook.errors import CardquotaError, ConfigError, NotReady
 from webhook.tools import audit, headroom, whatif
 
@@ -106,12 +107,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "whatif":
             return _whatif(args, state, namespace)
         if args.command == "audit":
-            try:
-                events: list[Any] | str = main_module.live_events(
-                    kubeconfig, audit.REASON, args.request_timeout, context=args.context
-                )
-            except ConfigError as exc:  # e.g. no right to list Events: the rest is still answered
-                events = str(exc)
+            events = main_module.live_events(
+                kubeconfig, keys.WOULD_REFUSE_REASON, args.request_timeout, context=args.context
+            )
             return _print(args.output, audit.report(state, time.time(), events), audit.table)
         if args.command == "waiting":
             return _print(args.output, lines(state, args.namespace or ""), lines_table)

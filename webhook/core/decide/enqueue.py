@@ -169,12 +169,12 @@ def _on_no_one_model(
     """Why an ``A|B`` request that its queue and each ancestor hold whole on some model, each on its
     own, has no one model that all of them hold it on (its pods are all given one, SPEC §5b); ""
     when it has."""
-    levels = [(f'queue "{queue}"', usage)]
-    for ancestor in state.tree.ancestors.get(queue, ()):
-        quota = state.tree.queues[ancestor].quota
-        if quota and quota.keys() & set(spec.cards):
-            levels.append((f'"{ancestor}"', tree_usage(state, ancestor, key)))
-    if len(levels) == 1:
+    above = [
+        name
+        for name in state.tree.ancestors.get(queue, ())
+        if (quota := state.tree.queues[name].quota) and quota.keys() & set(spec.cards)
+    ]
+    if not above:
         return ""  # the queue alone: its own check was the whole one
     for card in spec.cards:
         one = CardSpec((card,))
@@ -183,6 +183,7 @@ def _on_no_one_model(
                 return ""
         except TooComplex:
             continue  # no answer for this model: another may hold it; else refused, as not held
+    levels = [(f'queue "{queue}"', usage)] + [(f'"{name}"', tree_usage(state, name, key)) for name in above]
     return messages.on_no_one_model(spec, count, what, levels)
 
 

@@ -79,3 +79,5 @@ EVICTING: Final = "cardquota.volcano.sh/evicting"
 # Ours, on a CardQuotaWouldRefuse Event: the would-be refusals it counts, {"queue", "card", "mode"}
 # (``kubectl cardquota audit`` adds up the Events' counts; decisions.md §34).
 WOULD_REFUSE: Final = "cardquota.volcano.sh/would-refuse"
+# The reason of those Events (written by the serving replica, listed by ``kubectl cardquota audit``).
+WOULD_REFUSE_REASON: Final = "CardQuotaWouldRefuse"
