@@ -167,3 +167,28 @@ def test_status_shows_deserved_borrowed_and_lent_in_every_output(
     )
     assert f"a                {H200:<41}        2       4        1        0     0" in table
     assert f"b                {H200:<41}        2       2        0        2     1" in table
+
+
+def test_events_that_cannot_be_read_are_a_reason_not_an_error(tmp_path: Path) -> None:
+    """The audit report's Events from a cluster that does not answer, or a kubeconfig that is no
+    kubeconfig: why they are missing, so the rest of the report is answered."""
+    from webhook import main
+
+    path = tmp_path / "config"
+    path.write_text(yaml.safe_dump(GOOD))
+    why = main.live_events(str(path), "CardQuotaWouldRefuse", timeout=5.0)
+    assert isinstance(why, str) and why.startswith("the CardQuotaWouldRefuse Events could not be read: "), why
+    (tmp_path / "junk").write_text("clusters: 7")
+    why = main.live_events(str(tmp_path / "junk"), "CardQuotaWouldRefuse", timeout=5.0)
+    assert isinstance(why, str) and "could not be read" in why, why
+
+
+def test_cardquota_on_a_kubeconfig_that_is_no_kubeconfig_says_so_and_exits_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from webhook.tools import cli
+
+    (tmp_path / "junk").write_text("clusters: 7")
+    for command in ("status", "audit"):
+        assert cli.main([command, "--kubeconfig", str(tmp_path / "junk")]) == 2
+        assert "not a kubeconfig" in capsys.readouterr().err

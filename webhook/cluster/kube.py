@@ -45,6 +45,9 @@ class KubeTransport:
                 config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         except (config.ConfigException, OSError, ValueError) as exc:
             raise ConfigError(f"cannot configure the Kubernetes client: {exc}") from exc
+        except (AssertionError, TypeError, AttributeError, KeyError, IndexError) as exc:
+            # the client library reads the kubeconfig without checking its shape first
+            raise ConfigError(f"cannot configure the Kubernetes client: not a kubeconfig ({exc!r})") from exc
         return cls(client.ApiClient(configuration))
 
     async def close(self) -> None:
