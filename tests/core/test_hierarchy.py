@@ -353,6 +353,18 @@ def test_the_cluster_wide_quota_sum_counts_a_tree_once_at_its_top() -> None:
 
 
 FLEX = f"{H200}|{H800}"
+QUOTAS = st.fixed_dictionaries({H200: st.integers(0, 4), H800: st.integers(0, 4)})
+RUNNING = st.fixed_dictionaries({H200: st.integers(0, 2), H800: st.integers(0, 2)})
+
+
+def child_under_org(
+    child: dict[str, int], parent: dict[str, int], running_in_child: dict[str, int]
+) -> list[dict[str, Any]]:
+    """Queue a of quota ``child`` under org of quota ``parent``, a running ``running_in_child``."""
+    objects: list[dict[str, Any]] = [*NODES, *tree(("org", "", parent), ("a", "org", child))]
+    return objects + [
+        running(f"run-{card[-4:]}-{i}", "a", card) for card, n in running_in_child.items() for i in range(n)
+    ]
 
 
 def flex_scale_up(
@@ -360,10 +372,7 @@ def flex_scale_up(
 ) -> tuple[ClusterState, Allowed | Denied]:
     """An ``A|B`` Deployment web (1 replica, its pod not made yet) in child queue a under org, a
     running what ``running_in_child`` says; web scaled 1 -> 1 + ``more``: 1 + ``more`` pods to make."""
-    objects: list[dict[str, Any]] = [*NODES, *tree(("org", "", parent), ("a", "org", child))]
-    objects += [
-        running(f"run-{card[-4:]}-{i}", "a", card) for card, n in running_in_child.items() for i in range(n)
-    ]
+    objects = child_under_org(child, parent, running_in_child)
     objects += [
         deployment("web", 1, FLEX, queue_name="a"),
         replicaset("web-1", 1, "web", FLEX, queue_name="a"),
@@ -403,9 +412,9 @@ def test_an_a_or_b_scale_up_is_checked_against_the_queue_and_its_parent_together
 
 @settings(max_examples=200, deadline=None)
 @given(
-    child=st.fixed_dictionaries({H200: st.integers(0, 4), H800: st.integers(0, 4)}),
-    parent=st.fixed_dictionaries({H200: st.integers(0, 4), H800: st.integers(0, 4)}),
-    running_in_child=st.fixed_dictionaries({H200: st.integers(0, 2), H800: st.integers(0, 2)}),
+    child=QUOTAS,
+    parent=QUOTAS,
+    running_in_child=RUNNING,
     more=st.integers(1, 6),
 )
 def test_every_pod_an_admitted_a_or_b_scale_up_allows_is_admitted_on_create(
@@ -426,10 +435,7 @@ def flex_enqueue(
 ) -> tuple[ClusterState, Allowed | Denied]:
     """A Volcano Job of one task of ``n`` ``A|B`` pods in child queue a under org, a running what
     ``running_in_child`` says; its PodGroup (the whole request) moved Pending -> Inqueue."""
-    objects: list[dict[str, Any]] = [*NODES, *tree(("org", "", parent), ("a", "org", child))]
-    objects += [
-        running(f"run-{card[-4:]}-{i}", "a", card) for card, k in running_in_child.items() for i in range(k)
-    ]
+    objects = child_under_org(child, parent, running_in_child)
     template = {"metadata": {"annotations": {keys.CARD_NAME: FLEX}}, "spec": {}}
     group = podgroup("pg", "Pending", json.dumps({FLEX: n}), queue_name="a", owner_ref=JOB, minMember=n)
     objects += [vcjob("train", [(n, template)], queue="a"), group]
@@ -479,9 +485,9 @@ def test_an_a_or_b_podgroup_is_enqueued_only_on_a_model_the_queue_and_its_parent
 
 @settings(max_examples=200, deadline=None)
 @given(
-    child=st.fixed_dictionaries({H200: st.integers(0, 4), H800: st.integers(0, 4)}),
-    parent=st.fixed_dictionaries({H200: st.integers(0, 4), H800: st.integers(0, 4)}),
-    running_in_child=st.fixed_dictionaries({H200: st.integers(0, 2), H800: st.integers(0, 2)}),
+    child=QUOTAS,
+    parent=QUOTAS,
+    running_in_child=RUNNING,
     n=st.integers(1, 5),
 )
 def test_every_pod_of_an_enqueued_a_or_b_job_is_admitted_on_create(
